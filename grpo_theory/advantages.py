@@ -1,0 +1,380 @@
+"""Group advantage estimators as pure functions of a reward matrix.
+
+Every estimator takes ``rewards`` shaped ``[num_prompts, group_size]`` (``P x R``; NumPy array-like
+or ``torch.Tensor``) and returns advantages of the same shape and backend. Options are
+keyword-only, and every convention that changes the mathematics (ddof, eps, the scope of the std,
+the zero-variance rule) is a parameter with its default stated.
+
+Notation: for group ``p`` with rewards ``r_1..r_R``, ``mean = (1/R) sum_j r_j`` and ``c_i = r_i - mean``.
+
+Estimators (registry name -> function):
+
+=================  =========================================================  =======================
+name               advantage ``A_i``                                          source
+=================  =========================================================  =======================
+``grpo``           ``r_i - mean``                                             seed paper, Eq. (15)
+``grpo_std``       ``(r_i - mean) / (std + eps)``                             Shao et al. 2024, Sec. 4.1.2
+``dr_grpo``        ``r_i - mean`` (its difference lives in the aggregation)   Liu et al. 2025 (Dr.GRPO)
+``rloo``           ``r_i - (1/(R-1)) sum_{j != i} r_j``                       Ahmadian et al. 2024
+``reinforce``      ``r_i - b`` (``b = 0`` by default)                         Williams 1992
+``asym_grpo``      ``c_i`` if ``c_i >= 0`` else ``c_i / delta``               FADE (arXiv 2607.01490)
+``power_alpha``    ``(1 - mean)^(alpha - 1) * c_i``                           FADE (arXiv 2607.01490)
+``fade``           ``asym_grpo(delta)`` applied to ``power_alpha(alpha)``     FADE (arXiv 2607.01490)
+=================  =========================================================  =======================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+
+from ._validate import as_rewards, check_group_size, is_torch
+
+__all__ = [
+    "grpo_advantages",
+    "grpo_std_advantages",
+    "dr_grpo_advantages",
+    "rloo_advantages",
+    "reinforce_advantages",
+    "asym_grpo_advantages",
+    "power_alpha_advantages",
+    "fade_advantages",
+    "fade_alpha_schedule",
+    "fade_delta_schedule",
+    "ESTIMATORS",
+    "get_estimator",
+    "compute_advantages",
+    "zero_variance_groups",
+]
+
+Array = Any  # np.ndarray or torch.Tensor
+
+
+# --- backend helpers (numpy or torch, chosen by the input) -------------------------------------
+def _mean(x: Array, axis: int | None) -> Array:
+    if is_torch(x):
+        return x.mean() if axis is None else x.mean(dim=axis, keepdim=True)
+    return x.mean() if axis is None else x.mean(axis=axis, keepdims=True)
+
+
+def _std(x: Array, axis: int | None, ddof: int) -> Array:
+    if is_torch(x):
+        return x.std(correction=ddof) if axis is None else x.std(dim=axis, correction=ddof, keepdim=True)
+    return x.std(ddof=ddof) if axis is None else x.std(axis=axis, ddof=ddof, keepdims=True)
+
+
+def _where(cond: Array, a: Array, b: Array) -> Array:
+    if is_torch(cond):
+        import torch
+
+        return torch.where(cond, a, b)
+    return np.where(cond, a, b)
+
+
+def _constant_rows(x: Array) -> Array:
+    """``[P, 1]`` bool: rows whose entries are exactly equal (max == min)."""
+    if is_torch(x):
+        return x.amax(dim=1, keepdim=True) == x.amin(dim=1, keepdim=True)
+    return x.max(axis=1, keepdims=True) == x.min(axis=1, keepdims=True)
+
+
+def _as_param(value: Any, like: Array, name: str) -> Array:
+    """Broadcast a scalar or per-prompt ``[P]`` parameter to a ``[P, 1]`` column."""
+    if is_torch(like):
+        import torch
+
+        v = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    else:
+        v = np.asarray(value, dtype=np.float64)
+    if v.ndim == 0:
+        return v
+    if v.ndim == 1 and v.shape[0] == like.shape[0]:
+        return v[:, None]
+    raise ValueError(
+        f"{name} must be a scalar or shaped [num_prompts]={like.shape[0]}, got shape {tuple(v.shape)}"
+    )
+
+
+def zero_variance_groups(rewards: Array) -> np.ndarray:
+    """Boolean mask ``[P]``: groups whose rewards are all equal (std = 0, so ``c_i = 0`` for all i).
+
+    Args:
+        rewards: ``[P, R]`` rewards.
+
+    Returns:
+        ``np.ndarray`` of bool, shape ``[P]``.
+    """
+    r = as_rewards(rewards)
+    z = _constant_rows(r)[:, 0]
+    return z.cpu().numpy() if is_torch(z) else z
+
+
+# --- estimators -----------------------------------------------------------------------------------
+def grpo_advantages(rewards: Array) -> Array:
+    """Mean-centred GRPO advantages, the seed paper's Eq. (15).
+
+    ``A_i = r_i - v_hat_R``, ``v_hat_R = (1/R) sum_j r_j`` (Eq. 14). The group mean includes
+    rollout ``i``'s own reward, so ``E[A_i | r_i] = (R-1)/R (r_i - E r)`` for i.i.d. rewards.
+
+    Args:
+        rewards: ``[P, R]`` rewards, ``R >= 2``.
+
+    Returns:
+        ``[P, R]`` advantages (same backend as ``rewards``); each row sums to zero.
+
+    >>> grpo_advantages([[1.0, 0.0, 0.0, 1.0]]).tolist()
+    [[0.5, -0.5, -0.5, 0.5]]
+    """
+    r = as_rewards(rewards)
+    check_group_size(r.shape[1], minimum=2, estimator="grpo")
+    return r - _mean(r, 1)
+
+
+def dr_grpo_advantages(rewards: Array) -> Array:
+    """Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training", Eq. 3).
+
+    ``A_i = r_i - mean``: identical to :func:`grpo_advantages`. Dr.GRPO's other change, dropping
+    the per-sequence length normalisation in favour of a constant, is a *loss aggregation*
+    choice: see :mod:`grpo_theory.aggregation`.
+
+    Args:
+        rewards: ``[P, R]`` rewards, ``R >= 2``.
+
+    Returns:
+        ``[P, R]`` advantages.
+    """
+    r = as_rewards(rewards)
+    check_group_size(r.shape[1], minimum=2, estimator="dr_grpo")
+    return r - _mean(r, 1)
+
+
+def grpo_std_advantages(
+    rewards: Array,
+    *,
+    ddof: int = 1,
+    eps: float = 0.0,
+    std_scope: Literal["group", "batch"] = "group",
+    on_zero_std: Literal["zero", "raise"] = "zero",
+) -> Array:
+    """Std-normalised GRPO advantages as published by Shao et al. (2024, DeepSeekMath, Sec. 4.1.2).
+
+    ``A_i = (r_i - mean) / (std + eps)`` with ``mean`` the group mean and ``std`` the standard
+    deviation of the group (``std_scope="group"``) or of the whole batch (``"batch"``, TRL's
+    ``scale_rewards="batch"``).
+
+    Args:
+        rewards: ``[P, R]`` rewards, ``R >= 2`` (``R >= ddof + 1``).
+        ddof: delta degrees of freedom of the std. Default 1 (``torch.std``'s default, which TRL,
+            verl and OpenRLHF use); the DeepSeekMath paper does not say which.
+        eps: added to the std before dividing. Default 0.0 (the published formula); TRL uses
+            1e-4, verl 1e-6, OpenRLHF 1e-9.
+        std_scope: ``"group"`` (default) or ``"batch"``.
+        on_zero_std: rule for a group whose std is 0 (all rewards equal) when ``eps == 0``.
+            ``"zero"`` (default) returns advantage 0 for that group: every centred reward is
+            exactly 0, and 0 is the limit of ``0 / (0 + eps)`` as ``eps -> 0`` and what every
+            framework with ``eps > 0`` returns. ``"raise"`` raises ``ValueError`` naming the groups.
+
+    Returns:
+        ``[P, R]`` advantages. A group with nonzero std has ``sum_i A_i = 0`` and, with ``eps = 0``,
+        ``sum_i A_i^2 = R - ddof``.
+
+    Raises:
+        ValueError: bad shape, NaN/inf, ``R < 2``, or a zero-variance group with
+            ``on_zero_std="raise"`` and ``eps == 0``.
+
+    >>> grpo_std_advantages([[1.0, 0.0]], ddof=0).tolist()
+    [[1.0, -1.0]]
+    >>> grpo_std_advantages([[1.0, 1.0]]).tolist()
+    [[0.0, 0.0]]
+    """
+    r = as_rewards(rewards)
+    R = r.shape[1]
+    check_group_size(R, minimum=max(2, ddof + 1), estimator="grpo_std")
+    if ddof < 0:
+        raise ValueError(f"ddof must be >= 0, got {ddof}")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    if std_scope not in ("group", "batch"):
+        raise ValueError(f"std_scope must be 'group' or 'batch', got {std_scope!r}")
+    if on_zero_std not in ("zero", "raise"):
+        raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
+    centred = r - _mean(r, 1)
+    std = _std(r, 1, ddof) if std_scope == "group" else _std(r, None, ddof)
+    # A group is zero-variance when its rewards are exactly equal. Detect that with max == min,
+    # not std == 0: the float mean of equal values (e.g. 0.1 three times) can differ from them by
+    # one ulp, which would make std ~1e-17 and the advantages ~1 instead of 0.
+    zero = _constant_rows(r)
+    if std_scope == "batch":
+        zero = zero | bool(r.max() == r.min())
+    zero_np = np.asarray(zero.cpu() if is_torch(zero) else zero).reshape(-1)
+    if zero_np.any() and on_zero_std == "raise" and eps == 0:
+        groups = np.flatnonzero(np.broadcast_to(zero_np, (r.shape[0],))).tolist()
+        raise ValueError(
+            f"grpo_std: zero-variance group(s) {groups} (all rewards equal) with eps=0: "
+            "the advantage is 0/0. Pass eps>0, or on_zero_std='zero' to return 0 for them."
+        )
+    denom = _where(zero, std * 0.0 + 1.0, std + eps)
+    return _where(zero, centred * 0.0, centred / denom)
+
+
+def rloo_advantages(rewards: Array) -> Array:
+    """RLOO (leave-one-out) advantages (Kool et al. 2019; Ahmadian et al. 2024, Eq. 7).
+
+    ``A_i = r_i - (1/(R-1)) sum_{j != i} r_j = R/(R-1) (r_i - mean)``. The baseline of rollout
+    ``i`` does not use ``r_i``, so ``E[A_i psi_i] = grad J`` exactly.
+
+    Args:
+        rewards: ``[P, R]`` rewards, ``R >= 2``.
+
+    Returns:
+        ``[P, R]`` advantages; rows sum to zero.
+
+    >>> rloo_advantages([[1.0, 0.0, 0.0]]).tolist()
+    [[1.0, -0.5, -0.5]]
+    """
+    r = as_rewards(rewards)
+    R = r.shape[1]
+    check_group_size(R, minimum=2, estimator="rloo")
+    total = r.sum(1, keepdim=True) if is_torch(r) else r.sum(axis=1, keepdims=True)
+    return r - (total - r) / (R - 1)
+
+
+def reinforce_advantages(rewards: Array, *, baseline: float = 0.0) -> Array:
+    """REINFORCE weights (Williams 1992): ``A_i = r_i - b`` with a constant baseline.
+
+    Args:
+        rewards: ``[P, R]`` rewards, any ``R >= 1``.
+        baseline: the constant ``b``. Default 0 (no baseline).
+
+    Returns:
+        ``[P, R]`` weights.
+    """
+    r = as_rewards(rewards)
+    if not np.isfinite(baseline):
+        raise ValueError(f"baseline must be finite, got {baseline}")
+    return r - baseline
+
+
+def asym_grpo_advantages(rewards: Array, *, delta: float | Array = 1.0) -> Array:
+    """AsymGRPO(delta) of the FADE framework (arXiv 2607.01490, as summarised in our notes).
+
+    ``A_i = c_i`` if ``c_i >= 0`` else ``c_i / delta``, ``c_i = r_i - mean``. For binary rewards
+    the negative side is exactly the failures. ``delta = 1`` is :func:`grpo_advantages`;
+    ``delta < 1`` puts more mass on failures (``m_F = m_S / delta``).
+
+    Args:
+        rewards: ``[P, R]`` rewards, ``R >= 2``.
+        delta: scalar or ``[P]``, ``delta > 0``. Default 1.
+
+    Returns:
+        ``[P, R]`` advantages.
+    """
+    r = as_rewards(rewards)
+    check_group_size(r.shape[1], minimum=2, estimator="asym_grpo")
+    d = _as_param(delta, r, "delta")
+    if bool((np.asarray(d.cpu() if is_torch(d) else d) <= 0).any()):
+        raise ValueError(f"delta must be > 0, got {delta}")
+    c = r - _mean(r, 1)
+    return _where(c >= 0, c, c / d)
+
+
+def power_alpha_advantages(rewards: Array, *, alpha: float | Array = 1.0) -> Array:
+    """Power-alpha advantages of the FADE framework (arXiv 2607.01490, as summarised).
+
+    ``A_i = (1 - mean)^(alpha - 1) * (r_i - mean)``, defined for rewards in ``[0, 1]``.
+    ``alpha = 1`` is :func:`grpo_advantages`; ``alpha > 1`` shrinks the signal of easy prompts
+    (``mean -> 1``). A group with ``mean = 1`` has ``c_i = 0`` and gets advantage 0 for every alpha.
+
+    Args:
+        rewards: ``[P, R]`` rewards in ``[0, 1]``, ``R >= 2``.
+        alpha: scalar or ``[P]``. Default 1.
+
+    Returns:
+        ``[P, R]`` advantages.
+    """
+    r = as_rewards(rewards)
+    check_group_size(r.shape[1], minimum=2, estimator="power_alpha")
+    lo, hi = (float(r.min()), float(r.max()))
+    if lo < 0 or hi > 1:
+        raise ValueError(f"power_alpha needs rewards in [0, 1], got range [{lo}, {hi}]")
+    a = _as_param(alpha, r, "alpha")
+    m = _mean(r, 1)
+    c = r - m
+    base = 1.0 - m
+    safe_base = _where(base > 0, base, base + 1.0)
+    factor = _where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0)
+    return factor * c
+
+
+def fade_advantages(
+    rewards: Array, *, alpha: float | Array = 1.0, delta: float | Array = 1.0
+) -> Array:
+    """FADE advantages: Power-alpha composed with AsymGRPO(delta) (arXiv 2607.01490).
+
+    ``A_i = f * c_i`` if ``c_i >= 0`` else ``f * c_i / delta``, ``f = (1 - mean)^(alpha - 1)``.
+    ``alpha`` and ``delta`` are usually scheduled: :func:`fade_alpha_schedule`,
+    :func:`fade_delta_schedule` (schedule constants unconfirmed; see ``docs/conventions.md``).
+
+    Args:
+        rewards: ``[P, R]`` rewards in ``[0, 1]``, ``R >= 2``.
+        alpha: scalar or ``[P]``.
+        delta: scalar or ``[P]``, ``> 0``.
+
+    Returns:
+        ``[P, R]`` advantages.
+    """
+    p = power_alpha_advantages(rewards, alpha=alpha)
+    d = _as_param(delta, p, "delta")
+    if bool((np.asarray(d.cpu() if is_torch(d) else d) <= 0).any()):
+        raise ValueError(f"delta must be > 0, got {delta}")
+    return _where(p >= 0, p, p / d)
+
+
+def fade_alpha_schedule(solve_rate: float | np.ndarray) -> np.ndarray:
+    """FADE's alpha from a (moving-average) solve rate: ``clip(3 (1 - p) / (2 p), 1, 3)``.
+
+    ``p = 0`` gives 3 (the limit). Constants as reported by secondary sources (unconfirmed).
+    """
+    p = np.asarray(solve_rate, dtype=np.float64)
+    if np.any((p < 0) | (p > 1)) or not np.all(np.isfinite(p)):
+        raise ValueError(f"solve_rate must be in [0, 1], got {solve_rate}")
+    with np.errstate(divide="ignore"):
+        raw = np.where(p > 0, 3.0 * (1.0 - p) / (2.0 * np.where(p > 0, p, 1.0)), np.inf)
+    return np.clip(raw, 1.0, 3.0)
+
+
+def fade_delta_schedule(entropy: float | np.ndarray, *, target: float) -> np.ndarray:
+    """FADE's delta from a (moving-average) token entropy: ``clip(1 + H - H_target, 0.3, 1)``."""
+    h = np.asarray(entropy, dtype=np.float64)
+    if not np.all(np.isfinite(h)) or not np.isfinite(target):
+        raise ValueError("entropy and target must be finite")
+    return np.clip(1.0 + h - target, 0.3, 1.0)
+
+
+ESTIMATORS: dict[str, Callable[..., Array]] = {
+    "grpo": grpo_advantages,
+    "grpo_std": grpo_std_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce": reinforce_advantages,
+    "asym_grpo": asym_grpo_advantages,
+    "power_alpha": power_alpha_advantages,
+    "fade": fade_advantages,
+}
+
+
+def get_estimator(name: str) -> Callable[..., Array]:
+    """Look an estimator up by registry name (see the module docstring for the list)."""
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}"
+        ) from None
+
+
+def compute_advantages(name: str, rewards: Array, **options: Any) -> Array:
+    """``get_estimator(name)(rewards, **options)``: advantages ``[P, R]`` by registry name."""
+    return get_estimator(name)(rewards, **options)
