@@ -1,26 +1,27 @@
 """Group advantage estimators as pure functions of a reward matrix.
 
-Every estimator takes ``rewards`` shaped ``[num_prompts, group_size]`` (``P x R``; NumPy array-like
-or ``torch.Tensor``) and returns advantages of the same shape and backend. Options are
+Every estimator takes ``rewards`` shaped ``[num_prompts, group_size]`` (``P x R``; NumPy
+array-like or ``torch.Tensor``) and returns advantages of the same shape and backend. Options are
 keyword-only, and every convention that changes the mathematics (ddof, eps, the scope of the std,
 the zero-variance rule) is a parameter with its default stated.
 
-Notation: for group ``p`` with rewards ``r_1..r_R``, ``mean = (1/R) sum_j r_j`` and ``c_i = r_i - mean``.
+Notation: for group ``p`` with rewards ``r_1..r_R``, ``mean = (1/R) sum_j r_j`` and
+``c_i = r_i - mean``.
 
 Estimators (registry name -> function):
 
-=================  =========================================================  =======================
-name               advantage ``A_i``                                          source
-=================  =========================================================  =======================
-``grpo``           ``r_i - mean``                                             seed paper, Eq. (15)
-``grpo_std``       ``(r_i - mean) / (std + eps)``                             Shao et al. 2024, Sec. 4.1.2
-``dr_grpo``        ``r_i - mean`` (its difference lives in the aggregation)   Liu et al. 2025 (Dr.GRPO)
-``rloo``           ``r_i - (1/(R-1)) sum_{j != i} r_j``                       Ahmadian et al. 2024
-``reinforce``      ``r_i - b`` (``b = 0`` by default)                         Williams 1992
-``asym_grpo``      ``c_i`` if ``c_i >= 0`` else ``c_i / delta``               FADE (arXiv 2607.01490)
-``power_alpha``    ``(1 - mean)^(alpha - 1) * c_i``                           FADE (arXiv 2607.01490)
-``fade``           ``asym_grpo(delta)`` applied to ``power_alpha(alpha)``     FADE (arXiv 2607.01490)
-=================  =========================================================  =======================
+===============  ==================================================  ==========================
+name             advantage ``A_i``                                   source
+===============  ==================================================  ==========================
+``grpo``         ``r_i - mean``                                      seed paper, Eq. (15)
+``grpo_std``     ``(r_i - mean) / (std + eps)``                      Shao et al. 2024, Sec 4.1.2
+``dr_grpo``      ``r_i - mean`` (the change is in the aggregation)   Liu et al. 2025 (Dr.GRPO)
+``rloo``         ``r_i - (1/(R-1)) sum_{j != i} r_j``                Ahmadian et al. 2024
+``reinforce``    ``r_i - b`` (``b = 0`` by default)                  Williams 1992
+``asym_grpo``    ``c_i`` if ``c_i >= 0`` else ``c_i / delta``        FADE (arXiv 2607.01490)
+``power_alpha``  ``(1 - mean)^(alpha - 1) * c_i``                    FADE (arXiv 2607.01490)
+``fade``         ``asym_grpo(delta)`` applied to ``power_alpha``     FADE (arXiv 2607.01490)
+===============  ==================================================  ==========================
 """
 
 from __future__ import annotations
@@ -61,8 +62,25 @@ def _mean(x: Array, axis: int | None) -> Array:
 
 def _std(x: Array, axis: int | None, ddof: int) -> Array:
     if is_torch(x):
-        return x.std(correction=ddof) if axis is None else x.std(dim=axis, correction=ddof, keepdim=True)
+        return (
+            x.std(correction=ddof)
+            if axis is None
+            else x.std(dim=axis, correction=ddof, keepdim=True)
+        )
     return x.std(ddof=ddof) if axis is None else x.std(axis=axis, ddof=ddof, keepdims=True)
+
+
+def _scaled_std(x: Array, axis: int | None, ddof: int) -> Array:
+    """Std of ``x`` computed as ``s * std(x / s)``, ``s = max |x|``: no under/overflow in squares.
+
+    (Tiny spreads such as ``[4e-233, 0]`` would otherwise square to 0 and give std = 0.)
+    """
+    if is_torch(x):
+        s = x.abs().amax() if axis is None else x.abs().amax(dim=axis, keepdim=True)
+    else:
+        s = np.abs(x).max() if axis is None else np.abs(x).max(axis=axis, keepdims=True)
+    safe = _where(s > 0, s, s * 0.0 + 1.0)
+    return safe * _std(x / safe, axis, ddof)
 
 
 def _where(cond: Array, a: Array, b: Array) -> Array:
@@ -93,7 +111,8 @@ def _as_param(value: Any, like: Array, name: str) -> Array:
     if v.ndim == 1 and v.shape[0] == like.shape[0]:
         return v[:, None]
     raise ValueError(
-        f"{name} must be a scalar or shaped [num_prompts]={like.shape[0]}, got shape {tuple(v.shape)}"
+        f"{name} must be a scalar or shaped [num_prompts]={like.shape[0]}, "
+        f"got shape {tuple(v.shape)}"
     )
 
 
@@ -201,7 +220,11 @@ def grpo_std_advantages(
     if on_zero_std not in ("zero", "raise"):
         raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
     centred = r - _mean(r, 1)
-    std = _std(r, 1, ddof) if std_scope == "group" else _std(r, None, ddof)
+    std = (
+        _scaled_std(centred, 1, ddof)
+        if std_scope == "group"
+        else _scaled_std(r - _mean(r, None), None, ddof)
+    )
     # A group is zero-variance when its rewards are exactly equal. Detect that with max == min,
     # not std == 0: the float mean of equal values (e.g. 0.1 three times) can differ from them by
     # one ulp, which would make std ~1e-17 and the advantages ~1 instead of 0.

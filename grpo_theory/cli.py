@@ -2,8 +2,9 @@
 
 Each package contributes its subcommands through a ``register(subparsers)`` function in its own
 ``cli.py`` (``sims.cli``, ``paper_checks.cli``, ``real_model.cli``); those modules must stay cheap
-to import (no torch/transformers at import time). ``grpo-audit tables KIND`` is shared: KIND is
-looked up in :data:`grpo_theory.tables_cli.TABLE_KINDS` and then in ``paper_checks.cli.TABLE_KINDS``.
+to import (no torch/transformers at import time). ``grpo-audit tables KIND`` is shared: the kinds
+of :data:`grpo_theory.tables_cli.TABLE_KINDS` are sub-subcommands, and
+``paper_checks.cli.register_tables(tables_subparsers)`` adds the audit's own.
 """
 
 from __future__ import annotations

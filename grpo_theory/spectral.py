@@ -87,12 +87,20 @@ def singular_values_from_gram(M: Any) -> np.ndarray:
         M: ``[R, R]`` symmetric positive semi-definite matrix.
 
     Returns:
-        ``[R]`` nonnegative singular values, descending.
+        ``[R]`` nonnegative singular values, descending; eigenvalues below the round-off floor
+        ``R * eps_machine * max|eig|`` are set to 0 (so singular values below about
+        ``1e-7 s_1`` read as 0).
     """
     m = _as_square(M, "M")
     m = 0.5 * (m + m.T)
     ev = np.linalg.eigvalsh(m)[::-1]
-    return np.sqrt(np.clip(ev, 0.0, None))
+    # Eigenvalues below the round-off floor R * eps_machine * max|eig| are numerically zero; the
+    # square root would turn that noise (~1e-16 relative) into spurious singular values
+    # (~1e-8 relative) that inflate the effective ranks. Singular values below
+    # sqrt(R * eps_machine) * s_1 (~1e-7 s_1) cannot be resolved from a Gram matrix.
+    floor = ev.size * np.finfo(np.float64).eps * (np.abs(ev).max() if ev.size else 0.0)
+    ev = np.where(ev > floor, ev, 0.0)
+    return np.sqrt(ev)
 
 
 def numerical_rank(s: Any, *, rtol: float = DEFAULT_RTOL) -> int:
@@ -191,15 +199,25 @@ def spectral_metrics(K: Any, weights: Any, *, rtol: float = DEFAULT_RTOL) -> Spe
 
 
 def spectral_metrics_from_matrix(G: Any, *, rtol: float = DEFAULT_RTOL) -> SpectralMetrics:
-    """Metrics from an explicit ``[R, d]`` matrix ``G`` (reference path: a full SVD)."""
+    """Metrics from an explicit ``[R, d]`` matrix ``G`` (reference path: an SVD, no Gram).
+
+    For ``d > R`` the SVD is taken of the ``R x R`` triangular factor of ``G^T = Q T``
+    (same singular values).
+    """
     g = np.asarray(G.detach().cpu().double() if hasattr(G, "detach") else G, dtype=np.float64)
     if g.ndim != 2:
         raise ValueError(f"G must be 2-D [R, d], got shape {g.shape}")
+    if not np.all(np.isfinite(g)):
+        raise ValueError("G contains NaN or inf")
+    if g.shape[1] > g.shape[0]:
+        # wide G (d > R): G^T = Q T with T an R x R triangle holding the same singular values;
+        # no squaring (unlike the Gram route) and much faster than an SVD of R x d.
+        g = np.linalg.qr(g.T, mode="r")
     s = np.linalg.svd(g, compute_uv=False)
     return _metrics_from_s(np.sort(s)[::-1], rtol)
 
 
-# --- closed-form reference Grams (limit d -> infinity, normalised by d) ----------------------------
+# --- closed-form reference Grams (limit d -> infinity, normalised by d) ------------------------
 def gram_isotropic(R: int) -> np.ndarray:
     """``E[K]/d`` for ``psi_i ~ N(0, I_d)`` i.i.d.: the identity (off-diagonals vanish as d grows).
 

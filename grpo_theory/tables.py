@@ -1,0 +1,294 @@
+"""Bound/tail tables: rows ``R``, columns ``eps``, one probability (or bound) per cell.
+
+Cells ``>= 1`` are flagged *vacuous* (a probability bound that says nothing). Every table renders
+as Markdown, CSV and LaTeX. Kinds (:data:`TABLE_KINDS`):
+
+* ``hoeffding``: ``2 exp(-2 R eps^2 / width^2)`` (Appendix A.2); option ``width``.
+* ``chebyshev``: ``(R-1) sigma2 / (R eps^2)`` (Thm 4.1(iv), Eq. 20); ``sigma2`` or ``p``.
+* ``bernstein``: ``2 exp(-R eps^2 / (2 sigma2 + 2 width eps / 3))``; ``sigma2`` or ``p``,
+  ``width``.
+* ``exact-baseline-tail``: ``P(|v_hat_R - p| > eps)``, or its sup over ``p`` when ``p`` is omitted.
+* ``exact-advantage-tail``: ``P(|A_1| > eps)`` for Bernoulli(p) rewards; ``p``, ``estimator`` and
+  its options.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .bounds import (
+    bernstein_bound,
+    chebyshev_bound,
+    exact_advantage_tail_bernoulli,
+    exact_baseline_tail_bernoulli,
+    hoeffding_bound,
+    sup_baseline_tail_bernoulli,
+)
+
+__all__ = ["TABLE_KINDS", "BoundTable", "bound_table"]
+
+TABLE_KINDS: dict[str, str] = {
+    "hoeffding": "Hoeffding bound 2 exp(-2 R eps^2 / width^2) on P(|v_hat_R - v| > eps) (App. A.2)",
+    "chebyshev": "Chebyshev bound (R-1) sigma2 / (R eps^2) on P(|A_i| > eps) (Thm 4.1(iv))",
+    "bernstein": "Bernstein bound 2 exp(-R eps^2 / (2 sigma2 + 2 width eps / 3)) "
+    "on P(|v_hat_R - v| > eps)",
+    "exact-baseline-tail": "exact P(|v_hat_R - p| > eps) for Bernoulli(p) rewards "
+    "(sup over p if p omitted)",
+    "exact-advantage-tail": "exact P(|A_1| > eps) for Bernoulli(p) rewards and a chosen estimator",
+}
+
+
+def _fmt_eps(e: float) -> str:
+    return f"{e:g}"
+
+
+@dataclass(frozen=True)
+class BoundTable:
+    """One table: ``values[i, j]`` is the cell for ``R_values[i]`` and ``eps_values[j]``.
+
+    Attributes:
+        kind: the table kind (a key of :data:`TABLE_KINDS`).
+        title: one-line description, with the parameters.
+        event: column header stem, e.g. ``"P(|v_hat_R - v| > eps)"``.
+        R_values: row labels.
+        eps_values: column labels.
+        values: ``[len(R_values), len(eps_values)]`` float array.
+        params: the parameters that produced the table.
+        extra: optional per-cell arrays (e.g. ``argmax_p`` of the sup table).
+        digits: default significant digits when rendering.
+        is_bound: True for upper bounds (a cell >= 1 is *vacuous*), False for exact
+            probabilities (a cell = 1 is an event that is certain, flagged ``(= 1)``).
+    """
+
+    kind: str
+    title: str
+    event: str
+    R_values: tuple[int, ...]
+    eps_values: tuple[float, ...]
+    values: np.ndarray
+    params: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    digits: int = 3
+    is_bound: bool = True
+
+    @property
+    def vacuous(self) -> np.ndarray:
+        """Bool mask of cells ``>= 1`` (a bound that says nothing)."""
+        return self.values >= 1.0
+
+    def _cell(self, i: int, j: int, digits: int, flag: str) -> str:
+        v = float(self.values[i, j])
+        s = f"{v:#.{digits}g}" if v != 0 else "0"
+        if "argmax_p" in self.extra:
+            s += f" (p*={float(self.extra['argmax_p'][i, j]):.3g})"
+        return s + (f" {flag}" if v >= 1.0 else "")
+
+    def _header(self) -> list[str]:
+        return ["R"] + [self.event.replace("eps", _fmt_eps(e)) for e in self.eps_values]
+
+    def to_markdown(self, *, digits: int | None = None) -> str:
+        """GitHub Markdown table with a title line; vacuous cells get ``(vacuous)``."""
+        d = self.digits if digits is None else digits
+        head = [h.replace("|", "\\|") for h in self._header()]  # a bare | splits a cell
+        lines = [f"**{self.title}**", "", "| " + " | ".join(head) + " |"]
+        lines.append("|" + "|".join(["---:"] * len(head)) + "|")
+        for i, R in enumerate(self.R_values):
+            flag = "(vacuous)" if self.is_bound else "(= 1)"
+            cells = [self._cell(i, j, d, flag) for j in range(len(self.eps_values))]
+            lines.append("| " + " | ".join([str(R)] + cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        """CSV with columns ``R, eps, value, vacuous`` (one row per cell, full precision)."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        cols = ["R", "eps", "value", "vacuous"] + sorted(self.extra)
+        w.writerow(cols)
+        for i, R in enumerate(self.R_values):
+            for j, e in enumerate(self.eps_values):
+                v = float(self.values[i, j])
+                row = [R, repr(float(e)), repr(v), int(v >= 1.0)]
+                row += [repr(float(self.extra[k][i, j])) for k in sorted(self.extra)]
+                w.writerow(row)
+        return buf.getvalue()
+
+    def to_latex(self, *, digits: int | None = None) -> str:
+        """A ``tabular`` (booktabs); vacuous cells are set in grey with a dagger."""
+        d = self.digits if digits is None else digits
+        head = ["$R$"] + [
+            "$"
+            + self.event.replace("eps", _fmt_eps(e))
+            .replace("|", "\\lvert ", 1)
+            .replace("|", "\\rvert", 1)
+            .replace("v_hat_R", "\\hat v_R")
+            .replace("A_1", "A_1")
+            + "$"
+            for e in self.eps_values
+        ]
+        lines = [
+            f"% {self.title}",
+            "\\begin{tabular}{r" + "r" * len(self.eps_values) + "}",
+            "\\toprule",
+            " & ".join(head) + " \\\\",
+            "\\midrule",
+        ]
+        for i, R in enumerate(self.R_values):
+            cells = []
+            for j in range(len(self.eps_values)):
+                c = self._cell(i, j, d, "").strip()
+                cells.append(
+                    f"\\textcolor{{gray}}{{{c}$^\\dagger$}}" if self.values[i, j] >= 1 else c
+                )
+            lines.append(" & ".join([str(R)] + cells) + " \\\\")
+        lines += ["\\bottomrule", "\\end{tabular}", "% $^\\dagger$ vacuous (>= 1)"]
+        return "\n".join(lines) + "\n"
+
+    def render(self, fmt: str, *, digits: int | None = None) -> str:
+        """``fmt`` in ``{"md", "csv", "latex"}``."""
+        if fmt == "md":
+            return self.to_markdown(digits=digits)
+        if fmt == "csv":
+            return self.to_csv()
+        if fmt == "latex":
+            return self.to_latex(digits=digits)
+        raise ValueError(f"format must be one of 'md', 'csv', 'latex', got {fmt!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "event": self.event,
+            "R_values": list(self.R_values),
+            "eps_values": list(self.eps_values),
+            "values": self.values.tolist(),
+            "vacuous": self.vacuous.tolist(),
+            "params": {
+                k: (v if isinstance(v, int | float | str | type(None)) else str(v))
+                for k, v in self.params.items()
+            },
+            "extra": {k: v.tolist() for k, v in self.extra.items()},
+        }
+
+
+def _sigma2(sigma2: float | None, p: float | None, kind: str) -> tuple[float, str]:
+    if (sigma2 is None) == (p is None):
+        raise ValueError(f"{kind} needs exactly one of sigma2 or p (sigma2 = p (1 - p))")
+    if p is not None:
+        if not 0 <= p <= 1:
+            raise ValueError(f"p must be in [0, 1], got {p}")
+        return p * (1 - p), f"p={p:g}, sigma2=p(1-p)={p * (1 - p):g}"
+    assert sigma2 is not None
+    return float(sigma2), f"sigma2={sigma2:g}"
+
+
+def bound_table(
+    kind: str,
+    *,
+    R_values: Sequence[int],
+    eps_values: Sequence[float],
+    digits: int = 3,
+    sigma2: float | None = None,
+    p: float | None = None,
+    width: float = 1.0,
+    estimator: str = "grpo",
+    estimator_options: dict[str, Any] | None = None,
+) -> BoundTable:
+    """Build a table of ``kind`` over ``R_values`` x ``eps_values``.
+
+    Args:
+        kind: one of :data:`TABLE_KINDS`.
+        R_values: group sizes (rows), each ``>= 1``.
+        eps_values: thresholds (columns), each ``> 0``.
+        digits: significant digits when rendering (default 3).
+        sigma2: reward variance (chebyshev, bernstein); or give ``p``.
+        p: Bernoulli success probability (chebyshev, bernstein: ``sigma2 = p(1-p)``;
+            exact tails). ``exact-baseline-tail`` without ``p`` tabulates the sup over ``p``.
+        width: reward range / deviation bound (hoeffding, bernstein); default 1.
+        estimator: estimator of ``exact-advantage-tail`` (default ``"grpo"``).
+        estimator_options: its options, e.g. ``{"ddof": 1, "eps": 1e-4}`` for grpo_std.
+
+    Returns:
+        :class:`BoundTable`.
+
+    >>> t = bound_table("hoeffding", R_values=[2, 16], eps_values=[0.3])
+    >>> t.vacuous.ravel().tolist()
+    [True, False]
+    """
+    if kind not in TABLE_KINDS:
+        raise ValueError(f"unknown table kind {kind!r}; choose one of {sorted(TABLE_KINDS)}")
+    Rs = tuple(int(r) for r in R_values)
+    es = tuple(float(e) for e in eps_values)
+    if not Rs or not es:
+        raise ValueError("R_values and eps_values must be non-empty")
+    if any(r < 1 for r in Rs):
+        raise ValueError(f"every R must be >= 1, got {Rs}")
+    if any(not e > 0 for e in es):
+        raise ValueError(f"every eps must be > 0, got {es}")
+    Rg = np.array(Rs, dtype=float)[:, None]
+    Eg = np.array(es, dtype=float)[None, :]
+    params: dict[str, Any] = {}
+    extra: dict[str, np.ndarray] = {}
+    if kind == "hoeffding":
+        vals = np.asarray(hoeffding_bound(R=Rg, eps=Eg, width=width))
+        title = (
+            f"Hoeffding bound on P(|v_hat_R - v| > eps), rewards in an interval of width {width:g}"
+        )
+        event, params = "P(|v_hat_R - v| > eps)", {"width": width}
+    elif kind == "chebyshev":
+        s2, desc = _sigma2(sigma2, p, kind)
+        vals = np.asarray(chebyshev_bound(R=Rg, eps=Eg, sigma2=s2))
+        title = f"Chebyshev bound (Thm 4.1(iv)) on P(|A_i| > eps), {desc}"
+        event, params = "P(|A_i| > eps)", {"sigma2": s2, "p": p}
+    elif kind == "bernstein":
+        s2, desc = _sigma2(sigma2, p, kind)
+        vals = np.asarray(bernstein_bound(R=Rg, eps=Eg, sigma2=s2, width=width))
+        title = f"Bernstein bound on P(|v_hat_R - v| > eps), {desc}, width {width:g}"
+        event, params = "P(|v_hat_R - v| > eps)", {"sigma2": s2, "p": p, "width": width}
+    elif kind == "exact-baseline-tail":
+        vals = np.zeros((len(Rs), len(es)))
+        if p is None:
+            arg = np.zeros_like(vals)
+            for i, R in enumerate(Rs):
+                for j, e in enumerate(es):
+                    vals[i, j], arg[i, j] = sup_baseline_tail_bernoulli(R=R, eps=e)
+            extra["argmax_p"] = arg
+            title = "Exact sup over p of P(|v_hat_R - p| > eps), Bernoulli(p) rewards"
+        else:
+            for i, R in enumerate(Rs):
+                for j, e in enumerate(es):
+                    vals[i, j] = exact_baseline_tail_bernoulli(R=R, eps=e, p=p)
+            title = f"Exact P(|v_hat_R - p| > eps), Bernoulli(p={p:g}) rewards"
+        event, params = "P(|v_hat_R - v| > eps)", {"p": p}
+    else:  # exact-advantage-tail
+        if p is None:
+            raise ValueError("exact-advantage-tail needs p")
+        opts = dict(estimator_options or {})
+        vals = np.zeros((len(Rs), len(es)))
+        for i, R in enumerate(Rs):
+            for j, e in enumerate(es):
+                vals[i, j] = exact_advantage_tail_bernoulli(
+                    R=R, eps=e, p=p, estimator=estimator, estimator_options=opts
+                )
+        o = ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
+        est = f"{estimator} ({o})" if o else estimator
+        title = f"Exact P(|A_1| > eps), estimator {est}, Bernoulli(p={p:g})"
+        event, params = "P(|A_1| > eps)", {"p": p, "estimator": estimator, **opts}
+    return BoundTable(
+        kind=kind,
+        title=title,
+        event=event,
+        R_values=Rs,
+        eps_values=es,
+        values=np.asarray(vals, dtype=float).reshape(len(Rs), len(es)),
+        params=params,
+        extra=extra,
+        digits=digits,
+        is_bound=kind in ("hoeffding", "chebyshev", "bernstein"),
+    )

@@ -1,0 +1,253 @@
+"""Per-module Gram contributions for :mod:`real_model.gram` (private helpers).
+
+Every function adds, in place, one parameter tensor's contribution ``<g_i, g_j>`` to an ``[R, R]``
+float64 accumulator ``K``, where ``g_i`` is rollout ``i``'s gradient of that parameter. The inputs
+are the captured per-rollout module inputs ``a`` and output gradients ``delta`` of ONE batched
+backward pass (batch axis first, one row per rollout).
+
+Shapes: ``R`` rollouts, ``T`` flattened positions per rollout, ``d_in``/``d_out`` feature sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = [
+    "Scratch",
+    "linear_identity_cost",
+    "linear_per_sample_cost",
+    "linear_weight_gram_identity",
+    "linear_weight_gram_per_sample",
+    "linear_weight_rows",
+    "bias_gram",
+    "embedding_rows_gram",
+    "generic_per_sample_grads",
+    "flat_gram",
+]
+
+
+class Scratch:
+    """Reusable flat work buffers (one per name, grown on demand).
+
+    Re-allocating large blocks for every layer costs a page fault per page on CPU; reusing them
+    keeps the per-layer work at the cost of the arithmetic.
+    """
+
+    def __init__(self) -> None:
+        self._bufs: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A flat buffer of at least ``numel`` entries (contents undefined)."""
+        buf = self._bufs.get(name)
+        if buf is None or buf.numel() < numel or buf.dtype != dtype or buf.device != device:
+            self._bufs.pop(name, None)
+            buf = torch.empty(numel, dtype=dtype, device=device)
+            self._bufs[name] = buf
+        return buf[:numel]
+
+
+def flat_gram(
+    K: torch.Tensor,
+    flat: torch.Tensor,
+    scratch: Scratch | None = None,
+    *,
+    product_dtype: torch.dtype = torch.float64,
+) -> None:
+    """``K += flat flat^T`` for ``flat`` shaped ``[R, n]``; ``K`` (float64) accumulates the blocks.
+
+    The block product runs in ``product_dtype`` (float64 by default; float32 is enough for
+    gradients that are themselves bfloat16/float16 and is much cheaper on a GPU).
+    """
+    if flat.dtype == product_dtype:
+        f = flat
+    elif scratch is None:
+        f = flat.to(product_dtype)
+    else:
+        f = scratch.get(f"prod_{product_dtype}", flat.numel(), product_dtype, flat.device)
+        f = f.view(flat.shape)
+        f.copy_(flat)
+    if product_dtype == torch.float64:
+        K.addmm_(f, f.T)
+    else:
+        K.add_((f @ f.T).to(torch.float64))
+
+
+def linear_identity_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
+    """Multiply-adds of the activation/backprop identity: ``(R T)^2 (d_in + d_out)`` (float64)."""
+    return 2.0 * float(R * T) ** 2 * (d_in + d_out)
+
+
+def linear_per_sample_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
+    """Multiply-adds of explicit per-sample gradients plus their float64 Gram."""
+    return float(R * T) * d_in * d_out + 2.0 * float(R) ** 2 * d_in * d_out + 4.0 * R * d_in * d_out
+
+
+def linear_weight_gram_identity(
+    K: torch.Tensor, a: torch.Tensor, delta: torch.Tensor, *, chunk_size: int
+) -> None:
+    """Add ``<dW_i, dW_j> = sum_{t,t'} (delta_it . delta_jt') (a_it . a_jt')`` to ``K``.
+
+    Args:
+        K: ``[R, R]`` float64 accumulator.
+        a: ``[R, T, d_in]`` layer inputs.
+        delta: ``[R, T, d_out]`` gradients of the summed loss w.r.t. the layer outputs.
+        chunk_size: at most about this many float64 entries per temporary ``[c T, R T]`` block.
+    """
+    R, T, _ = a.shape
+    a64 = a.to(torch.float64).reshape(R * T, -1)
+    g64 = delta.to(torch.float64).reshape(R * T, -1)
+    rows = max(1, chunk_size // max(1, R * T * T))
+    for i0 in range(0, R, rows):
+        i1 = min(R, i0 + rows)
+        blk_a = a64[i0 * T : i1 * T] @ a64.T  # [(i1-i0) T, R T]
+        blk_g = g64[i0 * T : i1 * T] @ g64.T
+        prod = (blk_a * blk_g).reshape(i1 - i0, T, R, T)
+        K[i0:i1].add_(prod.sum(dim=(1, 3)))
+
+
+def linear_weight_gram_per_sample(
+    K: torch.Tensor,
+    a: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    chunk_size: int,
+    scratch: Scratch | None = None,
+    product_dtype: torch.dtype = torch.float64,
+) -> None:
+    """Add the Gram of explicit per-sample gradients ``dW_i = delta_i^T a_i`` to ``K``.
+
+    The ``d_out`` rows are processed in chunks of ``c`` rows so that only ``[R, c, d_in]`` is ever
+    materialised (``R c d_in <= chunk_size``); the per-sample products run in the layer's dtype
+    (as autograd's own weight gradient does) and the Gram is accumulated in float64.
+    """
+    R, _, d_in = a.shape
+    d_out = delta.shape[-1]
+    rows = max(1, chunk_size // max(1, R * d_in))
+    rows = min(rows, d_out)
+    scratch = scratch if scratch is not None else Scratch()
+    buf = scratch.get("per_sample", R * rows * d_in, a.dtype, a.device)
+    gt = delta.transpose(1, 2)  # [R, d_out, T]
+    for o0 in range(0, d_out, rows):
+        c = min(rows, d_out - o0)
+        blk = buf[: R * c * d_in].view(R, c, d_in)
+        torch.bmm(gt[:, o0 : o0 + c], a, out=blk)  # per-sample gradient rows [R, c, d_in]
+        flat_gram(K, blk.view(R, -1), scratch, product_dtype=product_dtype)
+
+
+def linear_weight_rows(a: torch.Tensor, delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Per-sample gradient rows ``dW_i[rows] = delta_i[:, rows]^T a_i``: ``[R, n_rows, d_in]``."""
+    return torch.bmm(delta.index_select(-1, rows).transpose(1, 2), a)
+
+
+def bias_gram(K: torch.Tensor, delta: torch.Tensor) -> None:
+    """Add ``<db_i, db_j>`` with ``db_i = sum_t delta_it`` (``delta``: ``[R, T, d_out]``)."""
+    flat_gram(K, delta.to(torch.float64).sum(dim=1))
+
+
+def embedding_rows_gram(
+    K: torch.Tensor,
+    ids: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    chunk_size: int,
+    padding_idx: int | None,
+    tied_rows: torch.Tensor | None = None,
+    tied_values: torch.Tensor | None = None,
+) -> None:
+    """Add the Gram of per-sample embedding gradients ``E_i = sum_t onehot(id_it) delta_it^T``.
+
+    Equivalent to ``<E_i, E_j> = sum_{t,t'} [id_it == id_jt'] (delta_it . delta_jt')``; computed by
+    scattering each rollout's ``delta`` into the rows ``U`` of the distinct ids of the batch (chunks
+    of rows), so the cost is ``R T d + R^2 |U| d``.
+
+    Tied embeddings: when the same matrix also serves as a Linear weight (the LM head), its
+    per-rollout gradient is ``H_i + E_i`` and the Gram needs the cross terms too. ``tied_rows``
+    (sorted ids, ``[U]``) and ``tied_values`` (``H_i[U]``, ``[R, U, d]``) carry the head's
+    per-sample gradient on those rows; this function then adds
+    ``<E_i, E_j> + <H_i[U], E_j[U]> + <E_i[U], H_j[U]>`` (the ``<H_i, H_j>`` part is added by the
+    Linear path).
+
+    Args:
+        K: ``[R, R]`` float64 accumulator.
+        ids: ``[R, T]`` token ids fed to the embedding.
+        delta: ``[R, T, d]`` gradients w.r.t. the embedding output.
+        chunk_size: bound on the float64 entries of one ``[R, c, d]`` block.
+        padding_idx: the embedding's ``padding_idx`` (its row receives no gradient) or ``None``.
+        tied_rows: sorted distinct ids at which ``tied_values`` is given, or ``None``.
+        tied_values: ``[R, len(tied_rows), d]`` or ``None``.
+    """
+    R, T = ids.shape
+    d = delta.shape[-1]
+    if tied_rows is not None:
+        uniq = tied_rows
+        inv = torch.searchsorted(uniq, ids.reshape(-1)).reshape(R, T)
+        if not bool((uniq[inv.clamp(max=uniq.numel() - 1)] == ids).all()):
+            raise RuntimeError("tied embedding rows do not cover the embedding input ids")
+    else:
+        uniq, inv = torch.unique(ids, sorted=True, return_inverse=True)
+    keep = torch.ones_like(ids, dtype=torch.bool)
+    if padding_idx is not None:
+        keep = ids != padding_idx
+    n_u = uniq.numel()
+    rows = max(1, chunk_size // max(1, R * d))
+    g64 = delta.reshape(R, T, d).to(torch.float64)
+    r_idx = torch.arange(R, device=ids.device).unsqueeze(1).expand(R, T)
+    for u0 in range(0, n_u, rows):
+        u1 = min(n_u, u0 + rows)
+        sel = keep & (inv >= u0) & (inv < u1)
+        E = torch.zeros(R * (u1 - u0), d, dtype=torch.float64, device=delta.device)
+        flat_idx = r_idx[sel] * (u1 - u0) + (inv[sel] - u0)
+        E.index_add_(0, flat_idx, g64[sel])
+        E = E.reshape(R, -1)
+        K.add_(E @ E.T)
+        if tied_values is not None:
+            H = tied_values[:, u0:u1].reshape(R, -1).to(torch.float64)
+            cross = H @ E.T
+            K.add_(cross + cross.T)
+
+
+def generic_per_sample_grads(
+    module: torch.nn.Module,
+    names: list[str],
+    args: tuple[Any, ...],
+    delta: torch.Tensor,
+    *,
+    R: int,
+) -> torch.Tensor:
+    """Exact per-sample gradients of a small leaf module's parameters: ``[R, n_params]``.
+
+    For each rollout ``i``, the vector-Jacobian product of ``module(x_i)`` (the captured input
+    row, re-run as a batch of one) with ``delta_i``, w.r.t. the parameters ``names``; vectorised
+    with :func:`torch.func.vmap` (a Python loop over rollouts is the fallback for modules that
+    ``vmap`` cannot trace).
+    """
+    from torch.func import functional_call, vjp, vmap
+
+    params = {n: p.detach() for n, p in module.named_parameters(recurse=False) if n in names}
+    batched = [isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == R for x in args]
+
+    def one(row_args: tuple[Any, ...], g_row: torch.Tensor) -> dict[str, torch.Tensor]:
+        call_args = tuple(
+            x.unsqueeze(0) if b else x for x, b in zip(row_args, batched, strict=True)
+        )
+
+        def fn(pd: dict[str, torch.Tensor]) -> torch.Tensor:
+            return functional_call(module, pd, call_args)
+
+        _, pull = vjp(fn, params)
+        return pull(g_row.unsqueeze(0))[0]
+
+    in_dims = (tuple(0 if b else None for b in batched), 0)
+    try:
+        out = vmap(one, in_dims=in_dims)(tuple(args), delta)
+        flat = [out[n].reshape(R, -1) for n in names]
+    except Exception:  # noqa: BLE001 - vmap cannot trace every module; loop instead
+        rows = []
+        for i in range(R):
+            row_args = tuple(x[i] if b else x for x, b in zip(args, batched, strict=True))
+            g = one(row_args, delta[i])
+            rows.append(torch.cat([g[n].reshape(-1) for n in names]))
+        return torch.stack(rows)
+    return torch.cat(flat, dim=1)

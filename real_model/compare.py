@@ -1,0 +1,255 @@
+"""``grpo-audit compare``: toy worlds' rank behaviour beside a real model's and the paper's Table 1.
+
+Toy worlds (the ``d -> infinity`` limit Grams of ``sims.psi_models.limit_gram``, or the same closed
+forms of :mod:`grpo_theory.spectral` when ``sims`` is unavailable), for a group of size ``R`` whose
+binary rewards are i.i.d. Bernoulli(``p``) and conditioned on being mixed (``0 < k < R``):
+
+* ``isotropic``: ``K = I``;
+* ``clustered``: ``K = gram_clustered(r, within=1, between=0, noise=0.1)`` (clusters by reward);
+* ``common``: ``K = strength 1 1^T + I`` with ``strength = 1``.
+
+In these worlds the metrics of ``diag(A) K diag(A)`` (GRPO advantages ``A = r - mean r``) depend on
+the group only through the number of successes ``k``, so the conditional means are computed exactly
+by summing over ``k = 1 .. R-1`` with Binomial(``R``, ``p``) weights (no Monte Carlo).
+``p`` defaults to the real run's accuracy when ``--real`` is given, else 0.5.
+
+The real rows come from a ``grpo-audit real rank`` ``results.json`` (means over mixed groups).
+:data:`PAPER_TABLE1` holds the values the paper *reports* in its Table 1 (Nemotron-4B, GSM8K),
+labelled as such; they are the claims under test, not results of this code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from math import comb
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grpo_theory.advantages import compute_advantages
+from grpo_theory.spectral import spectral_metrics
+
+from ._io import write_json
+
+__all__ = ["PAPER_TABLE1", "TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
+
+# The seed paper's Table 1 as printed: R -> (max rank, eff. rank, top-1 fraction range).
+PAPER_TABLE1: dict[int, dict[str, Any]] = {
+    2: {
+        "max_rank": 1,
+        "effective_rank": 2.0,
+        "effective_rank_text": "~2",
+        "top1_range": (0.6, 0.7),
+    },
+    4: {
+        "max_rank": 3,
+        "effective_rank": 2.0,
+        "effective_rank_text": "~2",
+        "top1_range": (0.7, 0.8),
+    },
+    8: {
+        "max_rank": 7,
+        "effective_rank": 2.0,
+        "effective_rank_text": "~2",
+        "top1_range": (0.5, 0.6),
+    },
+}
+
+TOY_WORLDS: dict[str, dict[str, float]] = {
+    "isotropic": {},
+    "clustered": {"within": 1.0, "between": 0.0, "noise": 0.1},
+    "common": {"strength": 1.0},
+}
+
+
+def toy_gram(world: str, labels: Any) -> np.ndarray:
+    """Limit Gram of ``world`` for labels ``[R]`` (``sims`` if importable, else closed form)."""
+    lab = np.asarray(labels)
+    kw = TOY_WORLDS.get(world)
+    if kw is None:
+        raise ValueError(f"unknown toy world {world!r}; use one of {sorted(TOY_WORLDS)}")
+    try:
+        from sims.psi_models import limit_gram
+    except ImportError:
+        from grpo_theory.spectral import gram_clustered, gram_common_component, gram_isotropic
+
+        if world == "isotropic":
+            return gram_isotropic(lab.size)
+        if world == "clustered":
+            return gram_clustered(lab, **kw)
+        return gram_common_component(lab.size, **kw)
+    return np.asarray(limit_gram(world, lab, **kw), dtype=np.float64)
+
+
+def toy_rank_rows(
+    R_values: Sequence[int] = (2, 4, 8), *, p: float = 0.5, estimator: str = "grpo"
+) -> list[dict[str, Any]]:
+    """Exact conditional means (given a mixed group) of effective rank and top-1 per world and R."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must lie in (0, 1), got {p}")
+    rows = []
+    for world in TOY_WORLDS:
+        for R in sorted(R_values):
+            if R < 2:
+                raise ValueError(f"R must be >= 2, got {R}")
+            ws = np.array([comb(R, k) * p**k * (1 - p) ** (R - k) for k in range(1, R)])
+            ws = ws / ws.sum()
+            er, t1 = [], []
+            for k in range(1, R):
+                r = np.array([1.0] * k + [0.0] * (R - k))
+                A = np.asarray(compute_advantages(estimator, r[None, :]), dtype=float)[0]
+                m = spectral_metrics(toy_gram(world, r), A)
+                er.append(m.effective_rank)
+                t1.append(m.top1_fraction)
+            rows.append(
+                {
+                    "source": f"toy:{world}",
+                    "R": int(R),
+                    "p": p,
+                    "effective_rank_mean": float(ws @ np.array(er)),
+                    "top1_mean": float(ws @ np.array(t1)),
+                    "effective_rank_sd": None,
+                    "top1_sd": None,
+                }
+            )
+    return rows
+
+
+def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} does not exist (run `grpo-audit real rank --out DIR` first)")
+    res = json.loads(p.read_text(encoding="utf-8"))
+    if res.get("experiment") != "real_rank":
+        raise ValueError(f"{p} is not a `real rank` results.json")
+    name = (res.get("model") or {}).get("name", "real")
+    rows = [
+        {
+            "source": f"real:{name}",
+            "R": r["R"],
+            "p": res.get("accuracy"),
+            "effective_rank_mean": r["effective_rank_mean"],
+            "effective_rank_sd": r["effective_rank_sd"],
+            "top1_mean": r["top1_mean"],
+            "top1_sd": r["top1_sd"],
+            "mixed_groups": r["mixed_groups"],
+        }
+        for r in res["summary"]
+    ]
+    return rows, res
+
+
+def plot_compare(ax_rank: Any, ax_top1: Any, rows: Sequence[dict[str, Any]]) -> tuple[Any, Any]:
+    """Effective rank and top-1 fraction vs R for every source, with the paper's reported values."""
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    for n, src in enumerate(sources):
+        rr = sorted((r for r in rows if r["source"] == src), key=lambda r: r["R"])
+        Rs = [r["R"] for r in rr]
+        style = {"marker": "o", "ls": "-" if src.startswith("toy") else "-.", "color": f"C{n}"}
+        for ax, key in ((ax_rank, "effective_rank"), (ax_top1, "top1")):
+            y = [np.nan if r[f"{key}_mean"] is None else r[f"{key}_mean"] for r in rr]
+            e = [0.0 if r.get(f"{key}_sd") is None else r[f"{key}_sd"] for r in rr]
+            ax.errorbar(Rs, y, yerr=e, label=src, capsize=3, **style)
+    pR = sorted(PAPER_TABLE1)
+    ax_rank.scatter(
+        pR,
+        [PAPER_TABLE1[R]["effective_rank"] for R in pR],
+        marker="*",
+        s=120,
+        color="k",
+        zorder=4,
+        label="paper Table 1 (reported, ~2)",
+    )
+    lo = [PAPER_TABLE1[R]["top1_range"][0] for R in pR]
+    hi = [PAPER_TABLE1[R]["top1_range"][1] for R in pR]
+    ax_top1.vlines(pR, lo, hi, color="k", lw=4, label="paper Table 1 (reported range)")
+    allR = sorted({r["R"] for r in rows} | set(pR))
+    ax_rank.plot(allR, allR, ls=":", color="grey", label="R")
+    for ax, lab in ((ax_rank, "effective rank"), (ax_top1, "top-1 fraction")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(allR, [str(R) for R in allR])
+        ax.set_xlabel("group size R")
+        ax.set_ylabel(lab)
+    ax_top1.set_ylim(0, 1.02)
+    ax_rank.legend(fontsize=7)
+    return ax_rank, ax_top1
+
+
+def _md(rows: Sequence[dict[str, Any]]) -> str:
+    def f(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    out = "| R | source | effective rank | top-1 fraction |\n|---|---|---|---|\n"
+    for R in sorted({r["R"] for r in rows}):
+        for r in (r for r in rows if r["R"] == R):
+            er = f(r["effective_rank_mean"]) + (
+                f" ± {f(r['effective_rank_sd'])}" if r.get("effective_rank_sd") is not None else ""
+            )
+            t1 = f(r["top1_mean"]) + (
+                f" ± {f(r['top1_sd'])}" if r.get("top1_sd") is not None else ""
+            )
+            out += f"| {R} | {r['source']} | {er} | {t1} |\n"
+        if R in PAPER_TABLE1:
+            t = PAPER_TABLE1[R]
+            out += (
+                f"| {R} | paper Table 1 (reported; max rank {t['max_rank']}) | "
+                f"{t['effective_rank_text']} | {t['top1_range'][0]}–{t['top1_range'][1]} |\n"
+            )
+    return out
+
+
+def run_compare(
+    out_dir: str | Path,
+    *,
+    real: str | Path | None = None,
+    R_values: Sequence[int] = (2, 4, 8),
+    p: float | None = None,
+) -> dict[str, Any]:
+    """Write ``compare.json``, ``compare.md`` and ``compare.png`` to ``out_dir``; returns the JSON.
+
+    Args:
+        out_dir: output folder.
+        real: a ``real rank`` ``results.json`` (optional).
+        R_values: group sizes (default 2 4 8).
+        p: success probability of the toy groups (default: the real accuracy, else 0.5).
+    """
+    import matplotlib.pyplot as plt
+
+    from ._io import environment
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    real_rows, real_res = ([], None) if real is None else _real_rows(real)
+    if p is None:
+        acc = real_res.get("accuracy") if real_res else None
+        p = acc if acc is not None and 0 < acc < 1 else 0.5
+    rows = toy_rank_rows(R_values, p=p) + [r for r in real_rows if r["R"] in set(R_values)]
+    md = (
+        f"Toy worlds: exact means given a mixed group, rewards Bernoulli(p={p:.3f}); "
+        "real: means ± sd "
+        "over mixed groups; paper: values as reported in its Table 1.\n\n" + _md(rows)
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    plot_compare(axes[0], axes[1], rows)
+    fig.suptitle(
+        "GRPO gradient spectrum: toy worlds vs real model vs paper (GRPO advantages)", fontsize=10
+    )
+    fig.tight_layout()
+    fig.savefig(out / "compare.png", dpi=120)
+    plt.close(fig)
+    res = {
+        "experiment": "compare",
+        "p": p,
+        "R_values": list(R_values),
+        "toy_worlds": TOY_WORLDS,
+        "rows": rows,
+        "paper_table1_reported": PAPER_TABLE1,
+        "real_results": str(real) if real else None,
+        "environment": environment(),
+        "table_md": md,
+    }
+    write_json(out / "compare.json", res)
+    (out / "compare.md").write_text(md, encoding="utf-8")
+    return res

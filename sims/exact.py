@@ -1,0 +1,258 @@
+"""Exact expectations of group advantages by enumeration, for any registered estimator.
+
+The worlds of :mod:`sims` all reduce, for the questions of Theorem 4.1 and of unbiasedness, to a
+*categorical outcome model*: each rollout independently draws an outcome ``o`` (an arm, a whole
+token sequence) with probability ``pi_o``, has trajectory score ``psi_o`` and a reward whose law
+depends only on ``o``. With binary rewards (``r | o ~ Bernoulli(mu_o)``) every rollout's reward
+is marginally ``Bernoulli(p)``, ``p = sum_o pi_o mu_o``, independent of the others, so every
+group statistic is a finite sum over (own reward, number of successes among the others). The
+advantage values of each configuration are computed with :func:`grpo_theory.compute_advantages`
+itself (nothing is re-implemented), which makes these expectations exact up to float rounding
+for every estimator, linear or not (``grpo_std``, ``asym_grpo``, ``power_alpha``, ``fade``).
+
+Because rollouts are exchangeable, ``E[g_hat] = E[(1/R) sum_i A_i psi_i] = E[A_1 psi_1]`` and
+``E[A_1 psi_1] = sum_o pi_o psi_o E[A_1 | o]`` (seed paper Eq. 19 with the expectation taken
+exactly).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from grpo_theory import compute_advantages
+
+__all__ = [
+    "binom_pmf",
+    "ESTIMATOR_SPECS",
+    "estimator_options",
+    "own_reward_table",
+    "pair_table",
+    "bernoulli_advantage_moments",
+    "bernoulli_tail",
+    "cond_advantage_given_reward",
+    "expected_gradient_bernoulli",
+    "linear_coefficients",
+    "expected_gradient_linear",
+]
+
+#: Estimators checked by default, with the options used (stated, not hidden defaults).
+ESTIMATOR_SPECS: dict[str, dict[str, Any]] = {
+    "grpo": {},
+    "grpo_std": {"ddof": 1, "eps": 0.0},
+    "dr_grpo": {},
+    "rloo": {},
+    "reinforce": {"baseline": 0.0},
+    "asym_grpo": {"delta": 0.5},
+    "power_alpha": {"alpha": 2.0},
+    "fade": {"alpha": 2.0, "delta": 0.5},
+}
+
+
+def binom_pmf(k: np.ndarray, n: int, p: float) -> np.ndarray:
+    """Binomial(n, p) pmf at the integers ``k`` (``0 <= k <= n``; exact ``0^0 = 1``)."""
+    k = np.asarray(k, dtype=np.int64)
+    coef = np.array([math.comb(n, int(j)) for j in k.ravel()], dtype=np.float64).reshape(k.shape)
+    return coef * np.power(p, k) * np.power(1.0 - p, n - k)
+
+
+def estimator_options(name: str, opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Options for ``name``: ``opts`` if given, else :data:`ESTIMATOR_SPECS` (``{}`` if unknown)."""
+    if opts is not None:
+        return dict(opts)
+    return dict(ESTIMATOR_SPECS.get(name, {}))
+
+
+def _check_R_p(R: int, p: float) -> None:
+    if int(R) != R or R < 2:
+        raise ValueError(f"group size R must be an integer >= 2, got {R}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"success probability p must be in [0, 1], got {p}")
+
+
+def own_reward_table(estimator: str, *, R: int, opts: dict[str, Any] | None = None) -> np.ndarray:
+    """``T[r1, k] = A_1`` for the group ``[r1, 1 (k times), 0 (R-1-k times)]``.
+
+    Args:
+        estimator: registry name of :data:`grpo_theory.ESTIMATORS`.
+        R: group size.
+        opts: estimator options (default :data:`ESTIMATOR_SPECS`).
+
+    Returns:
+        ``[2, R]`` float64 array, ``k = 0..R-1`` successes among the other ``R-1`` rollouts.
+    """
+    _check_R_p(R, 0.5)
+    rows = np.zeros((2 * R, R))
+    for r1 in (0, 1):
+        for k in range(R):
+            rows[r1 * R + k, 0] = r1
+            rows[r1 * R + k, 1 : 1 + k] = 1.0
+    A = np.asarray(compute_advantages(estimator, rows, **estimator_options(estimator, opts)))
+    return A[:, 0].reshape(2, R)
+
+
+def pair_table(estimator: str, *, R: int, opts: dict[str, Any] | None = None) -> np.ndarray:
+    """``T[r1, r2, k] = (A_1, A_2)`` for ``[r1, r2, 1 (k times), 0 (R-2-k times)]``.
+
+    Returns:
+        ``[2, 2, R-1, 2]`` float64 array.
+    """
+    _check_R_p(R, 0.5)
+    rows = np.zeros((4 * (R - 1), R))
+    i = 0
+    for r1 in (0, 1):
+        for r2 in (0, 1):
+            for k in range(R - 1):
+                rows[i, 0], rows[i, 1] = r1, r2
+                rows[i, 2 : 2 + k] = 1.0
+                i += 1
+    A = np.asarray(compute_advantages(estimator, rows, **estimator_options(estimator, opts)))
+    return A[:, :2].reshape(2, 2, R - 1, 2)
+
+
+def cond_advantage_given_reward(
+    estimator: str, *, R: int, p: float, opts: dict[str, Any] | None = None
+) -> np.ndarray:
+    """``[E[A_1 | r_1 = 0], E[A_1 | r_1 = 1]]`` for i.i.d. Bernoulli(p) rewards (exact)."""
+    _check_R_p(R, p)
+    T = own_reward_table(estimator, R=R, opts=opts)
+    w = binom_pmf(np.arange(R), R - 1, p)
+    return T @ w
+
+
+def bernoulli_advantage_moments(
+    estimator: str, *, R: int, p: float, opts: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """Exact moments of the advantages of a group of ``R`` i.i.d. Bernoulli(p) rewards.
+
+    Returns:
+        dict with ``mean`` (E A_i), ``var`` (Var A_i), ``cov`` (Cov(A_i, A_j), i != j),
+        ``mean_sum`` (E sum_i A_i), ``max_abs_sum`` (max over all groups of |sum_i A_i|),
+        ``cond_mean_failure``, ``cond_mean_success``, ``sigma2`` (= p (1 - p)).
+    """
+    _check_R_p(R, p)
+    T = own_reward_table(estimator, R=R, opts=opts)
+    wk = binom_pmf(np.arange(R), R - 1, p)
+    pr = np.array([1.0 - p, p])
+    m1 = float(pr @ T @ wk)
+    m2 = float(pr @ (T**2) @ wk)
+    P2 = pair_table(estimator, R=R, opts=opts)
+    wk2 = binom_pmf(np.arange(R - 1), R - 2, p)
+    prod = P2[..., 0] * P2[..., 1]
+    e12 = float(np.einsum("a,b,abk,k->", pr, pr, prod, wk2))
+    # full-group sums, k = 0..R successes
+    rows = (np.arange(R)[None, :] < np.arange(R + 1)[:, None]).astype(np.float64)
+    opts_ = estimator_options(estimator, opts)
+    sums = np.asarray(compute_advantages(estimator, rows, **opts_)).sum(axis=1)
+    return {
+        "mean": m1,
+        "var": m2 - m1**2,
+        "cov": e12 - m1**2,
+        "mean_sum": float(binom_pmf(np.arange(R + 1), R, p) @ sums),
+        "max_abs_sum": float(np.max(np.abs(sums))),
+        "cond_mean_failure": float(T[0] @ wk),
+        "cond_mean_success": float(T[1] @ wk),
+        "sigma2": p * (1.0 - p),
+    }
+
+
+def bernoulli_tail(
+    estimator: str, *, R: int, p: float, eps: float, opts: dict[str, Any] | None = None
+) -> float:
+    """Exact ``P(|A_1| > eps)`` (strict) for i.i.d. Bernoulli(p) rewards."""
+    _check_R_p(R, p)
+    T = own_reward_table(estimator, R=R, opts=opts)
+    wk = binom_pmf(np.arange(R), R - 1, p)
+    pr = np.array([1.0 - p, p])
+    return float(pr @ (np.abs(T) > eps).astype(np.float64) @ wk)
+
+
+def expected_gradient_bernoulli(
+    estimator: str,
+    *,
+    probs: np.ndarray,
+    means: np.ndarray,
+    psi: np.ndarray,
+    R: int,
+    opts: dict[str, Any] | None = None,
+) -> np.ndarray:
+    """Exact ``E[g_hat]``, ``g_hat = (1/R) sum_i A_i psi_i`` (Eq. 19), binary rewards.
+
+    ``E[g_hat] = sum_o pi_o psi_o (mu_o E[A_1 | r_1=1] + (1 - mu_o) E[A_1 | r_1=0])``.
+
+    Args:
+        estimator: registry name.
+        probs: ``[O]`` outcome probabilities (sum to 1).
+        means: ``[O]`` success probabilities ``mu_o``.
+        psi: ``[O, d]`` trajectory scores.
+        R: group size.
+        opts: estimator options.
+
+    Returns:
+        ``[d]`` exact expected gradient.
+    """
+    probs, means, psi = _outcome_arrays(probs, means, psi)
+    p = float(np.clip(probs @ means, 0.0, 1.0))
+    c0, c1 = cond_advantage_given_reward(estimator, R=R, p=p, opts=opts)
+    w = probs * (means * c1 + (1.0 - means) * c0)
+    return w @ psi
+
+
+def linear_coefficients(
+    estimator: str, *, R: int, opts: dict[str, Any] | None = None, check_rng_seed: int = 0
+) -> tuple[float, float, float]:
+    """``(a, b, c)`` with ``A_1 = a r_1 + b sum_{j != 1} r_j + c`` for a linear estimator.
+
+    Raises:
+        ValueError: when the estimator is not linear (checked on random reward rows).
+    """
+    opts_ = estimator_options(estimator, opts)
+    basis = np.zeros((3, R))
+    basis[1, 0] = 1.0
+    basis[2, 1] = 1.0
+    A = np.asarray(compute_advantages(estimator, basis, **opts_))[:, 0]
+    c, a, b = A[0], A[1] - A[0], A[2] - A[0]
+    x = np.random.default_rng(check_rng_seed).random((8, R))
+    pred = a * x[:, 0] + b * (x[:, 1:].sum(1)) + c
+    got = np.asarray(compute_advantages(estimator, x, **opts_))[:, 0]
+    if not np.allclose(pred, got, atol=1e-12, rtol=1e-10):
+        raise ValueError(f"estimator {estimator!r} is not linear in the rewards")
+    return float(a), float(b), float(c)
+
+
+def expected_gradient_linear(
+    estimator: str,
+    *,
+    probs: np.ndarray,
+    means: np.ndarray,
+    psi: np.ndarray,
+    R: int,
+    opts: dict[str, Any] | None = None,
+) -> np.ndarray:
+    """Exact ``E[g_hat]`` for a linear estimator and ANY reward law with conditional means ``mu_o``.
+
+    ``E[A_1 | o] = a mu_o + b (R-1) J + c`` with :func:`linear_coefficients`, ``J = pi . mu``.
+    """
+    probs, means, psi = _outcome_arrays(probs, means, psi, binary=False)
+    a, b, c = linear_coefficients(estimator, R=R, opts=opts)
+    J = float(probs @ means)
+    return (probs * (a * means + b * (R - 1) * J + c)) @ psi
+
+
+def _outcome_arrays(
+    probs: Any, means: Any, psi: Any, *, binary: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    probs = np.asarray(probs, dtype=np.float64)
+    means = np.asarray(means, dtype=np.float64)
+    psi = np.asarray(psi, dtype=np.float64)
+    if probs.ndim != 1 or means.shape != probs.shape or psi.ndim != 2 or psi.shape[0] != probs.size:
+        raise ValueError(
+            f"need probs [O], means [O], psi [O, d]; got {probs.shape}, {means.shape}, {psi.shape}"
+        )
+    if abs(probs.sum() - 1.0) > 1e-9 or (probs < 0).any():
+        raise ValueError(f"probs must be a distribution (sum {probs.sum()})")
+    if binary and ((means < 0).any() or (means > 1).any()):
+        raise ValueError("means must be success probabilities in [0, 1]")
+    return probs, means, psi

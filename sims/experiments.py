@@ -1,0 +1,598 @@
+"""Experiments of :mod:`sims`: each writes ``results.json``, ``table.md`` and ``figure.png``.
+
+``EXPERIMENTS[name](out_dir, *, seed, quick) -> dict`` runs one experiment (``quick=True``: a few
+seconds, used by the audit) and returns the dict it wrote to ``results.json`` (with the seed,
+library versions, device and the command that reproduces it). Plot functions take an ``ax``;
+figures are ``matplotlib.figure.Figure`` objects (no pyplot, no backend switch, no restyling).
+
+=================  =========================================================================
+name               what
+=================  =========================================================================
+``moments``        Thm 4.1 (i)-(iv) per estimator and R in a Bernoulli bandit (+ Beta rewards)
+``unbiasedness``   E[g_hat] vs grad J (ratio, cosine), E[A_i | outcome]; bandit, token MDP, batch
+``multiturn``      E[A_GRPO(h) | prefix] vs exact / Eq. 26-27, and the gradient bias
+``spectra``        effective rank / top-1 of diag(A) Psi vs R per psi model
+``training``       GRPO dynamics: sigma_r, zero-advantage groups, |g|, effective rank, masses
+``tails``          sampled vs exact P(|A_i| > eps), P(|v_hat - v| > eps), Chebyshev, Hoeffding
+=================  =========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .results import CheckResult, _jsonable, md_escape, results_table
+
+__all__ = ["EXPERIMENTS", "run_experiment", "environment_info"]
+
+ALL_ESTIMATORS = (
+    "grpo",
+    "grpo_std",
+    "dr_grpo",
+    "rloo",
+    "reinforce",
+    "asym_grpo",
+    "power_alpha",
+    "fade",
+)
+
+
+def environment_info() -> dict[str, Any]:
+    """Python / library versions and the device (all of :mod:`sims` runs on the CPU in NumPy)."""
+    vers = {}
+    for pkg in ("numpy", "scipy", "matplotlib", "grpo-audit"):
+        try:
+            vers[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            vers[pkg] = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": f"cpu ({platform.processor() or platform.machine()}), numpy",
+        "versions": vers,
+    }
+
+
+def _bandit(reward: str = "bernoulli") -> Any:
+    from .bandit import SoftmaxBandit
+
+    return SoftmaxBandit(
+        np.array([0.0, 0.5, -0.5, 1.0]), np.array([0.2, 0.5, 0.7, 0.9]), reward=reward
+    )  # type: ignore[arg-type]
+
+
+def _write(
+    out_dir: Path,
+    name: str,
+    seed: int,
+    quick: bool,
+    payload: dict[str, Any],
+    table: str,
+    fig: Any,
+    t0: float,
+) -> dict[str, Any]:
+    out_dir = Path(out_dir)  # callers may pass a str
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = {
+        "experiment": name,
+        "seed": seed,
+        "quick": quick,
+        "command": f"grpo-audit sims {name} --out {out_dir} --seed {seed}" + (" --quick" * quick),
+        "environment": environment_info(),
+        "wall_time_s": round(time.perf_counter() - t0, 3),
+        **payload,
+    }
+    res = _jsonable(res)
+    (out_dir / "results.json").write_text(json.dumps(res, indent=2, allow_nan=False))
+    (out_dir / "table.md").write_text(
+        f"# sims: {name} (seed {seed}{', quick' if quick else ''})\n\n" + table + "\n"
+    )
+    fig.savefig(out_dir / "figure.png", dpi=110, bbox_inches="tight")
+    return res
+
+
+def _checks_payload(checks: list[CheckResult]) -> dict[str, Any]:
+    return {
+        "checks": [c.as_dict() for c in checks],
+        "n_checks": len(checks),
+        "n_passed": sum(c.passed for c in checks),
+    }
+
+
+def _fig(ncols: int = 1, w: float = 5.0, h: float = 3.6) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure  # no pyplot: no global state, no backend switch
+
+    fig = Figure(figsize=(w * ncols, h))
+    axes = fig.subplots(1, ncols, squeeze=False)
+    return fig, axes[0]
+
+
+# --- moments ------------------------------------------------------------------------------------
+def plot_variance_ratio(ax: Any, checks: list[CheckResult]) -> None:
+    """``Var(A_i) / sigma_r^2`` vs R per estimator: exact (line), MC (+-2 SE), paper (dashed)."""
+    rows: dict[str, list[tuple[int, float, float, float]]] = {}
+    for c in checks:
+        if c.name.startswith("thm4.1(ii)") and "(beta)" not in c.name:
+            est = c.name.split()[2]
+            R = int(c.name.split("R=")[1].split()[0])
+            s2 = c.details["sigma2"]
+            rows.setdefault(est, []).append((R, c.estimate / s2, c.exact / s2, c.se / s2))
+    for est, r in rows.items():
+        r.sort()
+        Rs = [x[0] for x in r]
+        line = ax.plot(Rs, [x[2] for x in r], marker="o", ms=3, label=est)[0]
+        ax.errorbar(
+            Rs, [x[1] for x in r], yerr=[2 * x[3] for x in r], fmt="x", color=line.get_color()
+        )
+    Rg = np.array(sorted({x[0] for r in rows.values() for x in r}))
+    ax.plot(Rg, (Rg - 1) / Rg, "k--", label="paper (R-1)/R")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("group size R")
+    ax.set_ylabel("Var(A_i) / sigma_r^2")
+    ax.legend(fontsize=6, ncol=2)
+
+
+def exp_moments(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
+    """Thm 4.1 (i)-(iv) for every estimator in a 4-arm Bernoulli bandit, and Beta rewards."""
+    from .checks import check_theorem41
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    Rs = (4,) if quick else (2, 4, 8, 16)
+    n = 20_000 if quick else 200_000
+    ests = ("grpo", "grpo_std", "rloo") if quick else ALL_ESTIMATORS
+    bern, beta = _bandit(), _bandit("beta")
+    checks: list[CheckResult] = []
+    for R in Rs:
+        for e in ests:
+            checks += check_theorem41(bern, e, R=R, n_groups=n, rng=rng, eps_values=(0.3,))
+        for e in ("grpo", "rloo"):
+            checks += check_theorem41(beta, e, R=R, n_groups=n, rng=rng)
+    fig, (ax,) = _fig()
+    plot_variance_ratio(ax, checks)
+    ax.set_title("Thm 4.1(ii): Var(A_i)/sigma^2 (x: MC +-2SE)")
+    return _write(
+        out_dir, "moments", seed, quick, _checks_payload(checks), results_table(checks), fig, t0
+    )
+
+
+# --- unbiasedness -------------------------------------------------------------------------------
+def plot_gradient_ratio(ax: Any, checks: list[CheckResult], *, world: str) -> None:
+    """``<E g_hat, grad J>/|grad J|^2`` vs R: exact (line) and MC (95% CI)."""
+    rows: dict[str, list[tuple[int, float, float, float]]] = {}
+    for c in checks:
+        if c.name.startswith("E[g_hat] ratio") and world in c.name and "(beta)" not in c.name:
+            parts = c.name.split()
+            rows.setdefault(parts[2], []).append((int(parts[3][2:]), c.estimate, c.exact, c.se))
+    for est, r in rows.items():
+        r.sort()
+        Rs = [x[0] for x in r]
+        line = ax.plot(Rs, [x[2] for x in r], marker="o", ms=3, label=est)[0]
+        ax.errorbar(
+            Rs, [x[1] for x in r], yerr=[1.96 * x[3] for x in r], fmt="x", color=line.get_color()
+        )
+    ax.axhline(1.0, color="k", ls="--", lw=0.8, label="unbiased (paper Eqs. 6-7)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("group size R")
+    ax.set_ylabel("projection ratio of E[g_hat] on grad J")
+    ax.set_title(world)
+    ax.legend(fontsize=6, ncol=2)
+
+
+def exp_unbiasedness(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
+    """E[g_hat] vs grad J and E[A_i | outcome] vs the true advantage for several R."""
+    from .bandit import SoftmaxBandit
+    from .checks import check_unbiasedness, check_unbiasedness_batch
+    from .token_mdp import TokenMDP
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    Rs = (2, 8) if quick else (2, 4, 8, 16)
+    n = 10_000 if quick else 100_000
+    ests = ("grpo", "grpo_std", "rloo") if quick else ALL_ESTIMATORS
+    bandit = _bandit()
+    mdp = TokenMDP.random(np.random.default_rng(seed + 1), vocab=3, length=3)
+    # three prompts of different difficulty (solve rates ~0.1, ~0.5, ~0.9), separate parameters
+    batch = [
+        SoftmaxBandit(np.array([0.0, 0.5, -0.5]), np.array(m))
+        for m in ([0.05, 0.1, 0.3], [0.3, 0.6, 0.5], [0.8, 0.95, 0.9])
+    ]
+    checks: list[CheckResult] = []
+    for R in Rs:
+        for e in ests:
+            checks += check_unbiasedness(bandit, e, R=R, n_groups=n, rng=rng)
+            checks += check_unbiasedness(mdp, e, R=R, n_groups=n, rng=rng, n_outcomes=3)
+        checks += check_unbiasedness(_bandit("beta"), "grpo", R=R, n_groups=n, rng=rng)
+        for e in ests:
+            checks += check_unbiasedness_batch(batch, e, R=R, n_groups=n // 2, rng=rng)
+    fig, axes = _fig(2)
+    plot_gradient_ratio(axes[0], checks, world="SoftmaxBandit")
+    plot_gradient_ratio(axes[1], checks, world="TokenMDP")
+    return _write(
+        out_dir,
+        "unbiasedness",
+        seed,
+        quick,
+        _checks_payload(checks),
+        results_table(checks),
+        fig,
+        t0,
+    )
+
+
+# --- multiturn ----------------------------------------------------------------------------------
+def plot_multiturn_bias(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Per prefix: exact bias of E[A_GRPO(h)|prefix] vs the paper's Eq. 23 bias, coloured by h."""
+    H = max(r["h"] for r in rows) + 1
+    for h in range(H):
+        rr = [r for r in rows if r["h"] == h]
+        ax.scatter(
+            [r["paper_bias"] for r in rr],
+            [r["exact_bias"] for r in rr],
+            s=10,
+            label=f"stage h={h + 1}",
+        )
+    lim = [
+        min(min(r["paper_bias"], r["exact_bias"]) for r in rows),
+        max(max(r["paper_bias"], r["exact_bias"]) for r in rows),
+    ]
+    ax.plot(lim, lim, "k--", lw=0.8, label="exact = Eq. 23")
+    ax.set_xlabel("paper bias, Eq. 23")
+    ax.set_ylabel("exact bias E[A_hat(h)|prefix] - A(s_h,a_h)")
+    ax.legend(fontsize=7)
+
+
+def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
+    """Per-stage advantage bias (exact, MC, Eq. 23) and the bias of the gradient."""
+    from .checks import check_multiturn, multiturn_bias_table
+    from .multiturn import MultiTurnMDP
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    mdp = MultiTurnMDP.random(np.random.default_rng(seed + 2), H=3, S=3, A=2)
+    Rs = (4,) if quick else (2, 4, 8)
+    n = 20_000 if quick else 200_000
+    ests = ("grpo", "rloo", "grpo_std")
+    checks: list[CheckResult] = []
+    stage_summary = []
+    for R in Rs:
+        for e in ests:
+            checks += check_multiturn(mdp, e, R=R, n=n, rng=rng)
+            rows = multiturn_bias_table(mdp, e, R=R)
+            for h in range(mdp.shape[0]):
+                rr = [r for r in rows if r["h"] == h]
+                w = np.array([r["prob"] for r in rr])
+                stage_summary.append(
+                    {
+                        "estimator": e,
+                        "R": R,
+                        "h": h + 1,
+                        "mean_exact_bias": float(w @ [r["exact_bias"] for r in rr]),
+                        "mean_paper_bias": float(w @ [r["paper_bias"] for r in rr]),
+                        "mean_abs_exact_bias": float(w @ np.abs([r["exact_bias"] for r in rr])),
+                        "mean_abs_paper_bias": float(w @ np.abs([r["paper_bias"] for r in rr])),
+                        "max_abs_exact_minus_paper_cond_adv": float(
+                            np.max(np.abs([r["exact_cond_adv"] - r["paper_cond_adv"] for r in rr]))
+                        ),
+                    }
+                )
+    grpo_rows = multiturn_bias_table(mdp, "grpo", R=4)
+    v, _ = mdp.values()
+    payload = {
+        **_checks_payload(checks),
+        "mdp": {
+            "H": mdp.shape[0],
+            "S": mdp.shape[1],
+            "A": mdp.shape[2],
+            "J": mdp.J(),
+            "v0": float(v[0, mdp.init_state]),
+        },
+        "stage_summary": stage_summary,
+        "prefix_table_grpo_R4": grpo_rows,
+    }
+    lines = [
+        "| estimator | R | stage h | E bias (exact) | E bias (Eq. 23) | E abs bias (exact) | "
+        "E abs bias (Eq. 23) | max abs(exact - Eq. 26) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in stage_summary:
+        lines.append(
+            f"| {s['estimator']} | {s['R']} | {s['h']} | {s['mean_exact_bias']:.4f} | "
+            f"{s['mean_paper_bias']:.4f} | {s['mean_abs_exact_bias']:.4f} | "
+            f"{s['mean_abs_paper_bias']:.4f} | "
+            f"{s['max_abs_exact_minus_paper_cond_adv']:.4f} |"
+        )
+    table = (
+        results_table(checks)
+        + "\n\nPer-stage bias (prefix-probability weighted):\n\n"
+        + "\n".join(lines)
+    )
+    fig, (ax,) = _fig()
+    plot_multiturn_bias(ax, grpo_rows)
+    ax.set_title("GRPO R=4: per-prefix advantage bias")
+    return _write(out_dir, "multiturn", seed, quick, payload, table, fig, t0)
+
+
+# --- spectra ------------------------------------------------------------------------------------
+def _spectra_models(quick: bool) -> list[tuple[str, str, dict[str, Any], int | None]]:
+    d = 512 if quick else 4096
+    return [
+        ("isotropic d=inf", "isotropic", {}, None),
+        (f"isotropic d={d}", "isotropic", {}, d),
+        ("clustered d=inf", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, None),
+        (f"clustered d={d}", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, d),
+        ("common s=4 d=inf", "common", {"strength": 4.0}, None),
+        ("common s=4 d=" + str(d), "common", {"strength": 4.0}, d),
+        ("token_mdp psi", "token_mdp", {}, None),
+    ]
+
+
+def plot_spectra(ax: Any, summary: list[dict[str, Any]], *, metric: str = "effective_rank") -> None:
+    """Mean (and 25-75% band) of a spectral metric vs R, one line per psi model."""
+    labels = sorted(
+        {s["model"] for s in summary}, key=lambda x: [s["model"] for s in summary].index(x)
+    )
+    for lab in labels:
+        rr = sorted([s for s in summary if s["model"] == lab and s[metric]], key=lambda s: s["R"])
+        if not rr:
+            continue
+        Rs = [s["R"] for s in rr]
+        line = ax.plot(Rs, [s[metric]["mean"] for s in rr], marker="o", ms=3, label=lab)[0]
+        ax.fill_between(
+            Rs,
+            [s[metric]["quantiles"]["q25"] for s in rr],
+            [s[metric]["quantiles"]["q75"] for s in rr],
+            color=line.get_color(),
+            alpha=0.12,
+        )
+    if metric == "effective_rank":
+        ax.axhline(2.0, color="k", ls="--", lw=0.8, label="paper: ~2 for all R")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("group size R")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.legend(fontsize=6)
+
+
+def exp_spectra(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
+    """Distributions of rank / effective ranks / top-1 of diag(A) Psi for R in {2,4,8,16}."""
+    from grpo_theory import compute_advantages, spectral_metrics
+
+    from .checks import check_spectra_limit, spectra_summary
+    from .psi_models import sample_gram
+    from .token_mdp import TokenMDP
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    Rs = (2, 4, 8, 16)
+    n = 100 if quick else 1000
+    p = 0.5
+    mdp = TokenMDP.random(
+        np.random.default_rng(seed + 3), vocab=3, length=3, success_fraction=0.5, logit_scale=0.5
+    )
+    psi_tab = mdp.psi()
+    summary: list[dict[str, Any]] = []
+    for lab, model, kw, d in _spectra_models(quick):
+        for R in Rs:
+            if model == "token_mdp":
+                idx, rewards = mdp.sample(n, R, rng)
+            else:
+                rewards = (rng.random((n, R)) < p).astype(np.float64)
+            A = np.asarray(compute_advantages("grpo", rewards))
+            mets = []
+            for i in range(n):
+                if model == "token_mdp":
+                    Ps = psi_tab[idx[i]]
+                    K = Ps @ Ps.T
+                else:
+                    K = sample_gram(model, rewards[i], d=d, rng=rng, **kw)
+                mets.append(spectral_metrics(K, A[i]))
+            summary.append({"model": lab, "R": R, "estimator": "grpo", **spectra_summary(mets)})
+    checks: list[CheckResult] = []
+    for model, kw in (
+        ("isotropic", {}),
+        ("clustered", {"noise": 0.1}),
+        ("common", {"strength": 4.0}),
+    ):
+        for R in Rs:
+            checks += check_spectra_limit(model, "grpo", R=R, p=p, n_groups=n, rng=rng, **kw)
+    lines = [
+        "| psi model | R | frac. degenerate | rank (mean) | eff. rank mean [q05, q95] | "
+        "entropy eff. rank | top-1 mean |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        if s["effective_rank"] is None:
+            continue
+        er = s["effective_rank"]
+        lines.append(
+            f"| {s['model']} | {s['R']} | {s['frac_degenerate']:.3f} | {s['rank']['mean']:.3f} | "
+            f"{er['mean']:.3f} [{er['quantiles']['q05']:.3f}, {er['quantiles']['q95']:.3f}] | "
+            f"{s['entropy_effective_rank']['mean']:.3f} | {s['top1_fraction']['mean']:.3f} |"
+        )
+    table = (
+        "Rewards i.i.d. Bernoulli(0.5) (token MDP: its own rewards), GRPO advantages; "
+        "metrics over non-degenerate groups.\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+        + results_table(checks)
+    )
+    fig, axes = _fig(2)
+    plot_spectra(axes[0], summary, metric="effective_rank")
+    plot_spectra(axes[1], summary, metric="top1_fraction")
+    payload = {**_checks_payload(checks), "summary": summary, "p": p, "n_groups_per_cell": n}
+    return _write(out_dir, "spectra", seed, quick, payload, table, fig, t0)
+
+
+# --- training -----------------------------------------------------------------------------------
+def plot_training(ax: Any, runs: dict[str, dict[str, Any]], *, key: str) -> None:
+    """A tracked statistic over training steps, one line per estimator (NaN steps skipped)."""
+    for est, run in runs.items():
+        y = np.asarray(run["history"][key], dtype=np.float64)
+        x = np.arange(y.size)
+        ok = np.isfinite(y)
+        if key in ("eff_rank", "top1", "grad_norm") and y.size > 20:
+            # running mean over a window of 10 steps of the finite values (noisy per step)
+            w = 10
+            yy = np.where(ok, y, 0.0)
+            num = np.convolve(yy, np.ones(w), "same")
+            den = np.convolve(ok.astype(float), np.ones(w), "same")
+            y = np.where(den > 0, num / np.maximum(den, 1), np.nan)
+            ok = np.isfinite(y)
+        ax.plot(x[ok], y[ok], label=est, lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.legend(fontsize=6)
+
+
+def exp_training(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
+    """GRPO training with each estimator: sigma_r, zero-advantage groups, |g|, effective rank."""
+    from .training import make_prompts, run_training, summarize_training
+
+    t0 = time.perf_counter()
+    ests = ("grpo",) if quick else ("grpo", "grpo_std", "rloo", "asym_grpo", "fade")
+    steps = 25 if quick else 300
+    n_prompts = 8 if quick else 32
+    runs, summaries = {}, {}
+    variants = [(e, e, "sampled") for e in ests]
+    if not quick:
+        variants.append(("grpo exact E[g]", "grpo", "exact"))
+    for label, e, grad in variants:
+        prompts = make_prompts(np.random.default_rng(seed), n_prompts=n_prompts)
+        runs[label] = run_training(
+            estimator=e,
+            rng=np.random.default_rng(seed + 100),
+            prompts=prompts,
+            R=8,
+            steps=steps,
+            lr=0.5,
+            gradient=grad,  # type: ignore[arg-type]
+        )
+        summaries[label] = summarize_training(runs[label])
+    checks = [CheckResult(**s["zero_adv_check"]) for s in summaries.values()]
+    lines = [
+        "| estimator | J first -> last | sigma_r first -> last | eff. rank first -> last | "
+        "slope log norm(g) vs log sigma_r | Spearman(norm(g), sigma_r) | "
+        "Spearman(eff. rank, sigma_r) | mean m_S | mean m_F |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e, s in summaries.items():
+        f = lambda v: "nan" if v is None or not math.isfinite(v) else f"{v:.3f}"  # noqa: E731
+        lines.append(
+            f"| {e} | {f(s['J_first_last'][0])} -> {f(s['J_first_last'][1])} | "
+            f"{f(s['sigma_r_first_last'][0])} -> {f(s['sigma_r_first_last'][1])} | "
+            f"{f(s['eff_rank_first_last'][0])} -> {f(s['eff_rank_first_last'][1])} | "
+            f"{f(s['gradnorm_vs_sigma_loglog_slope'])} | {f(s['spearman_gradnorm_sigma'])} | "
+            f"{f(s['spearman_effrank_sigma'])} | {f(s['mean_m_S'])} | {f(s['mean_m_F'])} |"
+        )
+    table = "\n".join(lines) + "\n\n" + results_table(checks)
+    fig, axes = _fig(3, w=4.2)
+    plot_training(axes[0], runs, key="sigma_r")
+    plot_training(axes[1], runs, key="eff_rank")
+    plot_training(axes[2], runs, key="grad_norm")
+    payload = {**_checks_payload(checks), "summaries": summaries, "runs": runs}
+    return _write(out_dir, "training", seed, quick, payload, table, fig, t0)
+
+
+# --- tails --------------------------------------------------------------------------------------
+def plot_tails(ax: Any, curve: dict[str, Any]) -> None:
+    """Exact and sampled ``P(|A_i| > eps)``, ``P(|v_hat - v| > eps)`` with both bounds vs eps."""
+    e = curve["eps"]
+    ax.plot(e, curve["exact_adv_tail"], "C0-", label="P(|A_i|>eps) exact")
+    ax.plot(e, curve["mc_adv_tail"], "C0x", ms=3, label="... sampled")
+    ax.plot(e, curve["exact_base_tail"], "C1-", label="P(|v_hat-v|>eps) exact")
+    ax.plot(e, curve["mc_base_tail"], "C1x", ms=3, label="... sampled")
+    ax.plot(e, curve["chebyshev"], "C0--", label="Chebyshev (Eq. 20)")
+    ax.plot(e, curve["hoeffding"], "C1--", label="Hoeffding (App. A.2)")
+    ax.set_ylim(0, 1.5)
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.set_xlabel("eps")
+    ax.set_title(f"R={curve['R']}, p={curve['p']}")
+    ax.legend(fontsize=5)
+
+
+def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
+    """Sampled vs exact tails of the advantage and of the baseline error, with both bounds."""
+    from grpo_theory.bounds import chebyshev_bound, hoeffding_bound
+
+    from .checks import check_tails, exact_baseline_tail
+    from .exact import bernoulli_tail
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    p = 0.5
+    Rs = (2, 4, 8, 16)
+    n = 20_000 if quick else 200_000
+    checks: list[CheckResult] = []
+    for R in Rs:
+        checks += check_tails(
+            estimator="grpo", R=R, p=p, eps_values=(0.1, 0.2, 0.3), n_groups=n, rng=rng
+        )
+    eps_grid = np.round(np.linspace(0.02, 0.6, 30), 4)
+    curves = []
+    for R in Rs:
+        rew = (rng.random((n, R)) < p).astype(np.float64)
+        A = rew - rew.mean(1, keepdims=True)
+        curves.append(
+            {
+                "R": R,
+                "p": p,
+                "eps": eps_grid.tolist(),
+                "exact_adv_tail": [
+                    bernoulli_tail("grpo", R=R, p=p, eps=float(e)) for e in eps_grid
+                ],
+                "mc_adv_tail": [float((np.abs(A) > e).mean()) for e in eps_grid],
+                "exact_base_tail": [exact_baseline_tail(R=R, eps=float(e), p=p) for e in eps_grid],
+                "mc_base_tail": [
+                    float((np.abs(rew.mean(1) - p) > e + 1e-15).mean()) for e in eps_grid
+                ],
+                "chebyshev": [
+                    float(chebyshev_bound(R=R, eps=float(e), sigma2=p * (1 - p))) for e in eps_grid
+                ],
+                "hoeffding": [float(hoeffding_bound(R=R, eps=float(e))) for e in eps_grid],
+            }
+        )
+    lines = [
+        "| check | exact | bound | bound holds | bound vacuous (>= 1) |",
+        "|---|---|---|---|---|",
+    ]
+    for c in checks:
+        b = c.details.get("chebyshev_bound", c.details.get("hoeffding_bound"))
+        lines.append(
+            f"| {md_escape(c.name)} | {c.exact:.4f} | {b:.4f} | {c.details['bound_holds']} | "
+            f"{c.details['bound_vacuous']} |"
+        )
+    table = results_table(checks) + "\n\nBounds vs exact:\n\n" + "\n".join(lines)
+    fig, axes = _fig(len(Rs), w=3.6)
+    for ax, cv in zip(axes, curves, strict=True):
+        plot_tails(ax, cv)
+    payload = {**_checks_payload(checks), "curves": curves}
+    return _write(out_dir, "tails", seed, quick, payload, table, fig, t0)
+
+
+EXPERIMENTS: dict[str, Callable[..., dict[str, Any]]] = {
+    "moments": exp_moments,
+    "unbiasedness": exp_unbiasedness,
+    "multiturn": exp_multiturn,
+    "spectra": exp_spectra,
+    "training": exp_training,
+    "tails": exp_tails,
+}
+
+
+def run_experiment(
+    name: str, out_dir: str | Path, *, seed: int = 0, quick: bool = False
+) -> dict[str, Any]:
+    """Run ``EXPERIMENTS[name]`` writing into ``out_dir``; ValueError for an unknown name."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown sims experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
+    return EXPERIMENTS[name](Path(out_dir), seed=int(seed), quick=bool(quick))

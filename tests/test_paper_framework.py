@@ -1,0 +1,221 @@
+"""Tests of the audit machinery: registry, feasible-range maths, tables, report files and CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paper_checks.claims_rank import effective_rank_range
+from paper_checks.paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
+from paper_checks.registry import (
+    REGISTRY,
+    SECTION_ORDER,
+    CheckContext,
+    Outcome,
+    claim,
+    ordered_ids,
+    run_claim,
+)
+
+
+# --- registry -----------------------------------------------------------------------------------
+def test_registry_ids_unique_snake_case_and_every_section_covered():
+    ids = ordered_ids()
+    assert len(ids) == len(set(ids)) >= 55
+    assert all(i == i.lower() and " " not in i for i in ids)
+    sections = {REGISTRY[i].section for i in ids}
+    assert sections == set(SECTION_ORDER)
+
+
+def test_registry_has_one_claim_per_appendix_a2_cell():
+    for R in PAPER_A2_R:
+        for e in PAPER_A2_EPS:
+            assert f"a2_cell_r{R}_eps{str(e).replace('.', '_')}" in ordered_ids()
+    assert len(PAPER_A2_TABLE) == len(PAPER_A2_R) * len(PAPER_A2_EPS)
+
+
+def test_outcome_rejects_unknown_verdict_and_missing_correction_or_conditions():
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        Outcome("true", {})
+    with pytest.raises(ValueError, match="needs a correction"):
+        Outcome("refuted", {"x": 1.0})
+    with pytest.raises(ValueError, match="conditions"):
+        Outcome("holds-with-conditions", {"x": 1.0})
+
+
+def test_duplicate_claim_id_is_rejected():
+    with pytest.raises(ValueError, match="registered twice"):
+        claim("thm4_1_i_zero_sum", location="-", text="-", check="-")(lambda ctx: None)
+
+
+def test_nonfinite_evidence_raises_naming_the_entry(monkeypatch):
+    def bad(ctx: CheckContext) -> Outcome:
+        return Outcome("holds", {"inner": {"x": float("nan")}})
+
+    monkeypatch.setitem(REGISTRY, "tmp_bad_claim",
+                        REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_bad_claim", "-", "-", "-",
+                                                                bad))
+    with pytest.raises(ValueError, match=r"inner\.x is nan"):
+        run_claim("tmp_bad_claim")
+
+
+def test_checks_are_seeded_reproducible():
+    a = run_claim("thm4_1_iii_covariance", seed=3).evidence
+    b = run_claim("thm4_1_iii_covariance", seed=3).evidence
+    assert a == b
+
+
+# --- feasible effective-rank range ---------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.01, 10.0), min_size=1, max_size=12))
+def test_effective_rank_range_contains_every_spectrum(s):
+    s = np.sort(np.array(s))[::-1]
+    q = float(np.sum(s**2))
+    top1 = float(s[0] ** 2 / q)
+    eff = float(s.sum() ** 2 / q)
+    lo, hi = effective_rank_range(top1, s.size)
+    assert lo * (1 - 1e-6) <= eff <= hi * (1 + 1e-6)
+    assert hi <= s.size * (1 + 1e-6)  # effective rank <= rank
+
+
+@pytest.mark.parametrize("r", [1, 2, 3, 7])
+def test_effective_rank_range_flat_spectrum_is_a_point(r):
+    lo, hi = effective_rank_range(1.0 / r, r)
+    assert lo == pytest.approx(r) and hi == pytest.approx(r)
+
+
+def test_effective_rank_range_rejects_impossible_rows():
+    with pytest.raises(ValueError, match="rank 1 forces top1 = 1"):
+        effective_rank_range(0.65, 1)  # Table 1's R = 2 row
+    with pytest.raises(ValueError, match="infeasible"):
+        effective_rank_range(0.2, 3)
+
+
+# --- tables -------------------------------------------------------------------------------------
+def test_appendix_a2_table_recomputes_hoeffding_cell_by_cell():
+    from paper_checks.tables import appendix_a2_table
+
+    tab = appendix_a2_table()
+    assert len(tab.rows) == 12
+    for row in tab.rows:
+        R, eps = int(row[0]), float(row[1])
+        assert row[4] == pytest.approx(2 * math.exp(-2 * R * eps**2), rel=1e-12)
+        assert float(row[2]) == PAPER_A2_TABLE[(R, eps)][0]
+    csv = tab.to_csv().strip().splitlines()
+    assert len(csv) == 13
+    assert "\\begin{tabular}" in tab.to_latex()
+
+
+def test_table1_toy_rows_have_rank_r_and_paper_values():
+    from paper_checks.tables import table1_toy
+
+    tab = table1_toy(seed=0, quick=True)
+    assert {r[1] for r in tab.rows} == {2, 4, 8}
+    iso = [r for r in tab.rows if r[0].startswith("isotropic")]
+    # isotropic scores, p = 1/2: E[4k(R-k)/R | 0 < k < R], computed here independently
+    for row in iso:
+        R = row[1]
+        from scipy.stats import binom
+
+        k = np.arange(1, R)
+        w = binom.pmf(k, R, 0.5)
+        assert float(row[4]) == pytest.approx(float(w @ (4 * k * (R - k) / R) / w.sum()),
+                                              abs=5e-4)
+
+
+# --- CLI and report ---------------------------------------------------------------------------
+def test_cli_module_is_cheap_to_import():
+    code = ("import sys, paper_checks.cli; "
+            "bad = [m for m in ('torch', 'sympy', 'matplotlib', 'scipy') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_audit_cli_writes_claims_json_report_and_figures(tmp_path):
+    from grpo_theory.cli import main
+
+    out = tmp_path / "audit"
+    code = main(["audit", "--out", str(out), "--quick", "--only", "thm4_1_i_zero_sum",
+                 "sec5_1_small_advantages_near_extremes", "a2_cell_r4_eps0_3"])
+    assert code == 0
+    claims = json.loads((out / "claims.json").read_text())
+    assert [c["id"] for c in claims] == ["thm4_1_i_zero_sum",
+                                        "sec5_1_small_advantages_near_extremes",
+                                        "a2_cell_r4_eps0_3"]
+    for c in claims:
+        assert {"id", "location", "claim", "verdict", "evidence", "correction"} <= set(c)
+        assert isinstance(c["evidence"], dict) and c["evidence"]
+    report = (out / "REPORT.md").read_text()
+    assert report.startswith("# Proof audit")
+    assert report.index("## Summary") < report.index("### Count by verdict")
+    assert "| refuted | 2 |" in report
+    assert (out / "figures" / "sec5_1_small_advantages_near_extremes.png").stat().st_size > 1000
+    assert (out / "figures" / "appendix_a2.png").exists()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["seed"] == 0 and meta["environment"]["numpy"]
+
+
+def test_tables_cli_prints_appendix_a2(capsys):
+    from grpo_theory.cli import main
+
+    assert main(["tables", "appendix-a2", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 13 and lines[0].startswith("R,eps,")
+
+
+def test_audit_without_out_is_a_clear_error(capsys):
+    from grpo_theory.cli import main
+
+    assert main(["audit"]) == 2
+    assert "--out DIR is required" in capsys.readouterr().err
+
+
+# --- equivalence: brute-force enumeration vs sims' conditioning -------------------------------
+@pytest.mark.parametrize("estimator,opts", [("grpo", {}), ("grpo_std", {"ddof": 1, "eps": 0.0}),
+                                            ("rloo", {})])
+def test_brute_force_expected_gradient_matches_sims_conditioning(estimator, opts):
+    from paper_checks._exact import bandit_world, brute_force_expected_gradient, expected_gradient
+
+    w = bandit_world([0.3, -0.4, 0.1], [0.7, 0.2, 0.5])
+    bf = brute_force_expected_gradient(w, estimator, R=3, **opts)
+    np.testing.assert_allclose(bf, expected_gradient(w, estimator, R=3, **opts), atol=1e-14)
+
+
+@pytest.mark.slow
+def test_quick_audit_end_to_end_under_two_minutes(tmp_path):
+    import time
+
+    t0 = time.perf_counter()
+    r = subprocess.run(["grpo-audit", "audit", "--out", str(tmp_path / "a"), "--quick"],
+                       capture_output=True, text=True, check=True)
+    assert time.perf_counter() - t0 < 120
+    claims = json.loads((tmp_path / "a" / "claims.json").read_text())
+    assert len(claims) == len(ordered_ids())
+    assert "total" in r.stdout
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    logits=st.lists(st.floats(-2, 2), min_size=2, max_size=4),
+    data=st.data(),
+    R=st.integers(2, 8),
+    est=st.sampled_from(["grpo", "grpo_std", "rloo"]),
+)
+def test_expected_gradient_is_scalar_multiple_of_grad_j_in_a_bandit(logits, data, R, est):
+    """One prompt, binary rewards: E[g_hat] = c grad J with c = E_k[A(S | k+1) - A(F | k)],
+    k ~ Bin(R-1, J) (the scale used by eq15/sec6 checks), against sims' exact E[g_hat]."""
+    from paper_checks._exact import bandit_world, expected_gradient
+    from paper_checks.claims_derivation import _scale_factor
+
+    succ = data.draw(st.lists(st.floats(0.0, 1.0), min_size=len(logits), max_size=len(logits)))
+    w = bandit_world(logits, succ)
+    opts = {"ddof": 1, "eps": 0.0} if est == "grpo_std" else {}
+    g = expected_gradient(w, est, R=R, **opts)
+    np.testing.assert_allclose(g, _scale_factor(est, R, w.J, **opts) * w.grad_J, atol=1e-12)

@@ -1,0 +1,320 @@
+"""Exactness of :func:`real_model.gram.trajectory_gram` on tiny random float64 models.
+
+Tiers: equivalence (exact mode == naive reference to 1e-9 relative, several architectures, padding
+sides, float token weights, R=1), properties (hypothesis: random shapes/masks; scaling of the
+weights), an independent identity (sum_ij K_ij = ||grad of the summed batch loss||^2 from plain
+autograd), and the clear errors for unsupported parameters and malformed inputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+pytest.importorskip("transformers")
+from transformers import (  # noqa: E402
+    LlamaConfig,
+    LlamaForCausalLM,
+    NemotronConfig,
+    NemotronForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
+
+RTOL = 1e-9
+V = 40
+
+
+def _jitter(model: nn.Module, seed: int) -> nn.Module:
+    """float64, eval mode, and every parameter perturbed (norm weights are 1 / 0 at init)."""
+    g = torch.Generator().manual_seed(seed)
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+def llama(*, tied: bool, bias: bool = False, kv_heads: int = 2, pad: int | None = None,
+          seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=kv_heads, attention_bias=bias,
+                      mlp_bias=bias, tie_word_embeddings=tied, max_position_embeddings=64,
+                      pad_token_id=pad)
+    return _jitter(LlamaForCausalLM(cfg), seed)
+
+
+def qwen2(seed: int = 1) -> nn.Module:
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                      max_position_embeddings=64)
+    return _jitter(Qwen2ForCausalLM(cfg), seed)
+
+
+def nemotron(seed: int = 2) -> nn.Module:
+    torch.manual_seed(seed)
+    cfg = NemotronConfig(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=4,
+                         partial_rotary_factor=0.5, max_position_embeddings=64)
+    return _jitter(NemotronForCausalLM(cfg), seed)
+
+
+def batch(R: int = 3, T: int = 9, *, side: str = "left", seed: int = 0, floats: bool = True):
+    """Rollouts of different lengths: prompt of 3 tokens, completion weights after it."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V, (R, T), generator=g)  # 0 = padding_idx of one model
+    am = torch.ones(R, T, dtype=torch.long)
+    cm = torch.zeros(R, T, dtype=torch.float64)
+    for i in range(R):
+        n = T - (i % 3)  # real length of row i
+        real = slice(T - n, T) if side == "left" else slice(0, n)
+        pad = slice(0, T - n) if side == "left" else slice(n, T)
+        am[i, pad] = 0
+        ids[i, pad] = 0
+        w = torch.rand(n, generator=g, dtype=torch.float64) + 0.5 if floats else torch.ones(n)
+        w[:3] = 0.0  # prompt
+        cm[i, real] = w
+    return ids, am, cm
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, nn.Module]:
+    return {
+        "llama_tied_bias_gqa_pad": llama(tied=True, bias=True, kv_heads=2, pad=0),
+        "llama_untied_mha": llama(tied=False, bias=False, kv_heads=4, seed=3),
+        "qwen2_qkv_bias": qwen2(),
+        "nemotron_ln1p_relu2_partial_rotary": nemotron(),
+    }
+
+
+@pytest.mark.parametrize("name", ["llama_tied_bias_gqa_pad", "llama_untied_mha", "qwen2_qkv_bias",
+                                  "nemotron_ln1p_relu2_partial_rotary"])
+@pytest.mark.parametrize("linear_method", ["auto", "identity", "per_sample"])
+def test_exact_gram_equals_naive_reference(models, name, linear_method):
+    model = models[name]
+    ids, am, cm = batch(R=4, T=9, side="left")
+    K = trajectory_gram(model, ids, am, cm, linear_method=linear_method)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    assert K.dtype == torch.float64 and K.shape == (4, 4)
+    assert rel_err(K, K_ref) <= RTOL
+
+
+def test_tied_embedding_cross_terms_matter(models):
+    """The tied case is a real test: dropping the head/embedding cross terms changes K."""
+    model = models["llama_tied_bias_gqa_pad"]
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ids, am, cm = batch(R=3, side="right")
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    emb = model.model.embed_tokens
+    emb.weight.requires_grad_(False)  # keeps neither the head nor the embedding part
+    try:
+        K_no_tied = trajectory_gram(model, ids, am, cm, method="naive")
+    finally:
+        emb.weight.requires_grad_(True)
+    assert rel_err(K_no_tied, K_ref) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["llama_tied_bias_gqa_pad", "nemotron_ln1p_relu2_partial_rotary"])
+def test_left_and_right_padding_give_the_same_gram(models, name):
+    model = models[name]
+    ids_l, am_l, cm_l = batch(R=3, side="left", seed=5)
+    # the same sequences, right padded
+    ids_r, am_r, cm_r = ids_l.clone(), am_l.clone(), cm_l.clone()
+    for i in range(3):
+        n = int(am_l[i].sum())
+        for dst, src in ((ids_r, ids_l), (am_r, am_l), (cm_r, cm_l)):
+            dst[i] = torch.cat([src[i, -n:], src[i, :-n]]) if n < src.shape[1] else src[i]
+    K_l = trajectory_gram(model, ids_l, am_l, cm_l)
+    K_r = trajectory_gram(model, ids_r, am_r, cm_r)
+    assert rel_err(K_l, K_r) <= RTOL
+
+
+def test_single_rollout_gram_is_squared_gradient_norm(models):
+    model = models["llama_untied_mha"]
+    ids, am, cm = batch(R=1, T=7)
+    K = trajectory_gram(model, ids, am, cm)
+    model.zero_grad(set_to_none=True)
+    loss = (token_logprobs(model, ids, am) * cm).sum()
+    loss.backward()
+    sq = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters() if p.grad is not None)
+    model.zero_grad(set_to_none=True)
+    assert K.shape == (1, 1)
+    assert abs(float(K[0, 0]) - sq) <= RTOL * sq
+
+
+def test_gram_sum_equals_squared_norm_of_summed_batch_gradient(models):
+    """Independent of both modes: 1^T K 1 = ||sum_i psi_i||^2, with sum_i psi_i from .backward()."""
+    model = models["llama_tied_bias_gqa_pad"]
+    ids, am, cm = batch(R=4, side="right", seed=7)
+    K = trajectory_gram(model, ids, am, cm)
+    model.zero_grad(set_to_none=True)
+    (token_logprobs(model, ids, am) * cm).sum().backward()
+    sq = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters() if p.grad is not None)
+    model.zero_grad(set_to_none=True)
+    assert abs(float(K.sum()) - sq) <= RTOL * sq
+
+
+def test_exact_gram_leaves_grad_fields_untouched(models):
+    model = models["qwen2_qkv_bias"]
+    model.zero_grad(set_to_none=True)
+    trajectory_gram(model, *batch(R=2))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_tiny_chunk_size_gives_the_same_gram(models):
+    model = models["llama_tied_bias_gqa_pad"]
+    ids, am, cm = batch(R=3)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    for lm in ("identity", "per_sample"):
+        K = trajectory_gram(model, ids, am, cm, chunk_size=7, linear_method=lm)
+        assert rel_err(K, K_ref) <= RTOL
+
+
+def test_return_logprobs_matches_naive_per_token_logprobs(models):
+    model = models["nemotron_ln1p_relu2_partial_rotary"]
+    ids, am, cm = batch(R=3)
+    K, lp = trajectory_gram(model, ids, am, cm, return_logprobs=True)
+    _, lp_ref = trajectory_gram(model, ids, am, cm, method="naive", return_logprobs=True)
+    assert lp.shape == ids.shape and lp.dtype == torch.float64
+    assert torch.all(lp[:, 0] == 0)
+    assert float((lp - lp_ref)[am.bool()].abs().max()) <= 1e-10
+
+
+def test_gram_scales_quadratically_with_token_weights(models):
+    # a power of two keeps every rounding identical (RMSNorm computes in float32 even here)
+    model = models["llama_untied_mha"]
+    ids, am, cm = batch(R=3)
+    K1 = trajectory_gram(model, ids, am, cm)
+    K4 = trajectory_gram(model, ids, am, 4.0 * cm)
+    assert rel_err(K4, 16.0 * K1) <= RTOL
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(R=st.integers(1, 4), T=st.integers(4, 10), seed=st.integers(0, 10_000),
+       side=st.sampled_from(["left", "right"]), floats=st.booleans())
+def test_exact_equals_naive_on_random_batches(models, R, T, seed, side, floats):
+    model = models["llama_tied_bias_gqa_pad"]
+    ids, am, cm = batch(R=R, T=T, side=side, seed=seed, floats=floats)
+    g = torch.Generator().manual_seed(seed)
+    cm = cm * (torch.rand(cm.shape, generator=g, dtype=torch.float64) < 0.8)  # zero some weights
+    K = trajectory_gram(model, ids, am, cm)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    scale = float(K_ref.abs().max())
+    assert float((K - K_ref).abs().max()) <= RTOL * max(scale, 1e-300)
+
+
+class _ScaledTanh(nn.Module):
+    """A small leaf module with its own parameter: handled by the generic per-sample path."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, n, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * self.scale)
+
+
+class _Wrapper(nn.Module):
+    """A non-leaf module that owns a parameter directly: not attributable, must be refused."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.gain = nn.Parameter(torch.tensor(1.1, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * self.gain
+
+
+def test_generic_leaf_module_parameters_are_exact():
+    model = llama(tied=False, seed=11)
+    model.model.layers[0].mlp.act_fn = _ScaledTanh(24)
+    ids, am, cm = batch(R=3)
+    K = trajectory_gram(model, ids, am, cm)
+    assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL
+
+
+def test_unsupported_parameter_raises_naming_the_module_type():
+    model = llama(tied=False, seed=12)
+    model.model.layers[1].mlp.act_fn = _Wrapper(nn.SiLU())
+    with pytest.raises(ValueError, match=r"unsupported module type _Wrapper.*gain"):
+        trajectory_gram(model, *batch(R=2))
+    model.model.layers[1].mlp.act_fn.gain.requires_grad_(False)  # frozen: nothing to attribute
+    ids, am, cm = batch(R=2)
+    K = trajectory_gram(model, ids, am, cm)
+    assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL
+
+
+def test_parameter_used_outside_its_module_raises():
+    model = llama(tied=False, seed=13)
+    model.unused_head = nn.Linear(16, 4).double()  # never called by forward
+    with pytest.raises(ValueError, match=r"'unused_head' \(Linear\).*never called"):
+        trajectory_gram(model, *batch(R=2))
+
+
+def test_module_called_twice_raises():
+    model = llama(tied=False, seed=14)
+    layer = model.model.layers[0]
+    model.model.layers[1] = layer  # the same block twice in one forward
+    with pytest.raises(ValueError, match=r"called 2 times"):
+        trajectory_gram(model, *batch(R=2))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda ids, am, cm: (ids, am, cm.index_fill(1, torch.tensor([0]), 1.0)), r"\[:, 0\]"),
+        (lambda ids, am, cm: (ids, am, cm.index_put((torch.tensor([2]), torch.tensor([1])),
+                                                    torch.tensor(1.0, dtype=cm.dtype))),
+         r"padding token"),
+        (lambda ids, am, cm: (ids, am[:, 1:], cm), r"attention_mask shape"),
+        (lambda ids, am, cm: (ids, am, cm.masked_fill(cm > 0.9, float("nan"))), r"non-finite"),
+        (lambda ids, am, cm: (ids.double(), am, cm), r"integer token ids"),
+        (lambda ids, am, cm: (ids, 2 * am, cm), r"only 0 and 1"),
+    ],
+)
+def test_malformed_inputs_raise_clear_errors(models, mutate, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        trajectory_gram(models["llama_untied_mha"], *mutate(*batch(R=3, side="left")))
+
+
+def test_bad_options_raise(models):
+    m = models["llama_untied_mha"]
+    with pytest.raises(ValueError, match="method"):
+        trajectory_gram(m, *batch(R=2), method="fast")
+    with pytest.raises(ValueError, match="linear_method"):
+        trajectory_gram(m, *batch(R=2), linear_method="magic")
+    with pytest.raises(ValueError, match="gram_precision"):
+        trajectory_gram(m, *batch(R=2), gram_precision="half")
+    frozen = llama(tied=False, seed=15).requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter with requires_grad"):
+        trajectory_gram(frozen, *batch(R=2))
+
+
+def test_float32_products_and_low_precision_models_stay_close_to_reference(models):
+    """float32 block products: ~1e-8 here; bf16 model vs its own naive reference: bf16 rounding of
+    the per-sample gradients (unit roundoff 2^-8 = 3.9e-3), so a 2e-2 bound with margin."""
+    ids, am, cm = batch(R=4)
+    model = models["llama_tied_bias_gqa_pad"]
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    assert rel_err(trajectory_gram(model, ids, am, cm, gram_precision="float32"), K_ref) <= 1e-6
+    m32 = llama(tied=True, bias=True, kv_heads=2, pad=0).float()
+    K32 = trajectory_gram(m32, ids, am, cm)
+    assert rel_err(K32, trajectory_gram(m32, ids, am, cm, method="naive")) <= 1e-5
+    mb = llama(tied=True, bias=True, kv_heads=2, pad=0).to(torch.bfloat16)
+    Kb = trajectory_gram(mb, ids, am, cm)
+    assert Kb.dtype == torch.float64
+    assert rel_err(Kb, trajectory_gram(mb, ids, am, cm, method="naive")) <= 2e-2

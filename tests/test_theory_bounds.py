@@ -1,0 +1,202 @@
+"""Bounds, exact tails and tables: exact, statistical (k = 4 standard errors) and CLI checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from grpo_theory import (
+    bernstein_bound,
+    bound_table,
+    chebyshev_bound,
+    compute_advantages,
+    exact_advantage_tail_bernoulli,
+    exact_baseline_tail_bernoulli,
+    hoeffding_bound,
+    sup_baseline_tail_bernoulli,
+)
+from grpo_theory.cli import main
+
+K_SE = 4.0  # statistical tests: |estimate - exact| <= K_SE * SE
+
+
+def test_closed_form_bounds_values_and_broadcasting() -> None:
+    R = np.array([[2], [16]])
+    eps = np.array([[0.3, 0.1]])
+    h = hoeffding_bound(R=R, eps=eps)
+    assert h.shape == (2, 2)
+    assert h[1, 0] == pytest.approx(2 * math.exp(-2 * 16 * 0.09), rel=1e-15)
+    assert chebyshev_bound(R=4, eps=0.5, sigma2=0.25) == pytest.approx(3 * 0.25 / (4 * 0.25))
+    assert bernstein_bound(R=8, eps=0.2, sigma2=0.1) == pytest.approx(
+        2 * math.exp(-8 * 0.04 / (0.2 + 2 * 0.2 / 3))
+    )
+
+
+def test_baseline_tail_exact_rational_by_hand() -> None:
+    # R = 4, p = 1/2: |k/4 - 1/2| > 1/5 iff k in {0, 1, 3, 4} -> 10/16; > 3/10 iff k in {0, 4}.
+    half = sp.Rational(1, 2)
+    assert exact_baseline_tail_bernoulli(R=4, eps=sp.Rational(1, 5), p=half) == sp.Rational(5, 8)
+    assert exact_baseline_tail_bernoulli(R=4, eps=sp.Rational(3, 10), p=half) == sp.Rational(1, 8)
+    # strict '>': k/R - p == eps exactly is excluded (R=2, p=1/2, eps=1/2 -> 0).
+    assert exact_baseline_tail_bernoulli(R=2, eps=0.5, p=sp.Rational(1, 2)) == 0
+    # float p decided exactly: p = 0.3, R = 5, eps = 0.3: k/5 = 0.6 sits exactly on the boundary.
+    val = exact_baseline_tail_bernoulli(R=5, eps=0.3, p=0.3)
+    ks = [4, 5]  # k = 0 and k = 3 sit exactly at distance eps and are excluded
+    expected = sum(math.comb(5, k) * 0.3**k * 0.7 ** (5 - k) for k in ks)
+    assert val == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("R", [1, 2, 3, 5, 8, 16])
+@pytest.mark.parametrize("eps", [0.05, 0.1, 0.25, 0.3, 0.5])
+def test_sup_baseline_tail_dominates_dense_grid_and_is_attained_nearby(R: int, eps: float) -> None:
+    val, arg = sup_baseline_tail_bernoulli(R=R, eps=eps)
+    # independent route: float binomial sums on a dense grid (scipy), no piecewise analysis
+    from scipy.stats import binom
+
+    grid = np.linspace(0.0, 1.0, 4001)
+    k = np.arange(R + 1)[:, None]
+    tails = (binom.pmf(k, R, grid[None, :]) * (np.abs(k / R - grid[None, :]) > eps)).sum(axis=0)
+    assert val >= tails.max() - 1e-9
+    assert val <= 1.0 + 1e-12
+    # the sup is a limit at argmax from one side: values just beside argmax come close to it
+    near = [
+        exact_baseline_tail_bernoulli(R=R, eps=eps, p=min(max(arg + d, 0.0), 1.0))
+        for d in (-1e-9, 1e-9)
+    ]
+    assert max(near) == pytest.approx(val, abs=1e-6)
+
+
+@pytest.mark.parametrize("R", [2, 4, 8, 16])
+def test_hoeffding_and_bernstein_dominate_exact_baseline_tail(R: int) -> None:
+    for p in (0.05, 0.3, 0.5, 0.9):
+        for eps in (0.1, 0.2, 0.3):
+            exact = exact_baseline_tail_bernoulli(R=R, eps=eps, p=p)
+            assert exact <= hoeffding_bound(R=R, eps=eps) + 1e-12
+            assert exact <= bernstein_bound(R=R, eps=eps, sigma2=p * (1 - p)) + 1e-12
+
+
+@pytest.mark.parametrize("R", [2, 4, 8])
+def test_chebyshev_dominates_exact_grpo_advantage_tail(R: int) -> None:
+    for p in (0.1, 0.5, 0.8):
+        for eps in (0.1, 0.3, 0.5):
+            exact = exact_advantage_tail_bernoulli(R=R, eps=eps, p=p)
+            assert exact <= chebyshev_bound(R=R, eps=eps, sigma2=p * (1 - p)) + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("estimator", "opts"),
+    [("grpo", {}), ("grpo_std", {"eps": 1e-4}), ("fade", {"alpha": 2.0, "delta": 0.5})],
+)
+def test_exact_advantage_tail_vs_monte_carlo_statistical(estimator: str, opts: dict) -> None:
+    rng = np.random.default_rng(20260721)
+    R, p, eps, n = 6, 0.35, 0.3, 40_000
+    rewards = (rng.random((n, R)) < p).astype(float)
+    a = np.asarray(compute_advantages(estimator, rewards, **opts))[:, 0]
+    hits = np.abs(a) > eps
+    est, se = hits.mean(), hits.std(ddof=1) / math.sqrt(n)
+    exact = exact_advantage_tail_bernoulli(
+        R=R, eps=eps, p=p, estimator=estimator, estimator_options=opts
+    )
+    assert abs(est - exact) <= K_SE * se
+
+
+def test_exact_baseline_tail_vs_monte_carlo_statistical() -> None:
+    rng = np.random.default_rng(7)
+    R, p, eps, n = 8, 0.45, 0.2, 40_000
+    vhat = (rng.random((n, R)) < p).mean(axis=1)
+    hits = np.abs(vhat - p) > eps
+    est, se = hits.mean(), hits.std(ddof=1) / math.sqrt(n)
+    assert abs(est - exact_baseline_tail_bernoulli(R=R, eps=eps, p=p)) <= K_SE * se
+
+
+def test_bound_table_formats_and_vacuous_flags() -> None:
+    t = bound_table("hoeffding", R_values=[2, 4, 8, 16], eps_values=[0.3, 0.2, 0.1])
+    expect = 2 * np.exp(-2 * np.array([2, 4, 8, 16])[:, None] * np.array([0.3, 0.2, 0.1]) ** 2)
+    np.testing.assert_allclose(t.values, expect, rtol=1e-15)
+    np.testing.assert_array_equal(t.vacuous, expect >= 1)
+    md = t.to_markdown()
+    assert md.count("(vacuous)") == int((expect >= 1).sum())
+    csv_lines = t.to_csv().strip().splitlines()
+    assert csv_lines[0] == "R,eps,value,vacuous" and len(csv_lines) == 13
+    tex = t.to_latex()
+    assert "\\begin{tabular}" in tex and tex.count("\\dagger") == int((expect >= 1).sum()) + 1
+
+
+def test_bound_table_kinds_and_errors() -> None:
+    sup = bound_table("exact-baseline-tail", R_values=[2, 4], eps_values=[0.3])
+    assert "argmax_p" in sup.extra
+    assert sup.values[0, 0] == pytest.approx(sup_baseline_tail_bernoulli(R=2, eps=0.3)[0])
+    adv = bound_table("exact-advantage-tail", R_values=[4], eps_values=[0.3], p=0.5)
+    assert adv.values[0, 0] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="exactly one of sigma2 or p"):
+        bound_table("chebyshev", R_values=[2], eps_values=[0.1])
+    with pytest.raises(ValueError, match="unknown table kind"):
+        bound_table("nope", R_values=[2], eps_values=[0.1])
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        bound_table("hoeffding", R_values=[2], eps_values=[0.0])
+
+
+def test_cli_tables_hoeffding_prints_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "tables",
+            "hoeffding",
+            "--R",
+            "2",
+            "4",
+            "8",
+            "16",
+            "--eps",
+            "0.3",
+            "0.2",
+            "0.1",
+            "--format",
+            "md",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("\n| ") == 5  # header + 4 rows
+    assert f"{2 * math.exp(-2 * 16 * 0.09):#.3g}" in out
+
+
+def test_cli_tables_other_kinds_and_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tables", "chebyshev", "--p", "0.5", "--format", "csv"]) == 0
+    assert (
+        main(
+            [
+                "tables",
+                "exact-advantage-tail",
+                "--p",
+                "0.5",
+                "--estimator",
+                "grpo_std",
+                "--option",
+                "eps=1e-4",
+                "--format",
+                "latex",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "R,eps,value,vacuous" in out and "\\begin{tabular}" in out
+    assert main(["tables", "bernstein", "--sigma2", "-1"]) == 2  # clear error, exit code 2
+
+
+def test_bounds_bad_input() -> None:
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        hoeffding_bound(R=4, eps=0.0)
+    with pytest.raises(ValueError, match="sigma2 must be >= 0"):
+        chebyshev_bound(R=4, eps=0.1, sigma2=-1.0)
+    with pytest.raises(ValueError, match="R must be integer"):
+        bernstein_bound(R=2.5, eps=0.1, sigma2=0.1)
+    with pytest.raises(ValueError, match="must be finite"):
+        hoeffding_bound(R=4, eps=np.nan)
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        exact_baseline_tail_bernoulli(R=4, eps=-0.1, p=0.5)
+    with pytest.raises(ValueError, match="p must be in"):
+        exact_advantage_tail_bernoulli(R=4, eps=0.1, p=-0.1)

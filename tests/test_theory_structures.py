@@ -1,0 +1,173 @@
+"""Aggregation weights (vs torch autograd of the framework losses), masses and multi-turn forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from grpo_theory import (
+    aggregation_weights,
+    compute_advantages,
+    effective_weights,
+    gradient_mass,
+    multiturn_advantages,
+    past_rewards,
+    reference_loss,
+    reward_to_go,
+)
+
+# (our mode, framework, framework mode)
+LOSS_MAP = [
+    ("token_mean", "trl", "dapo"),
+    ("token_mean", "trl", "bnpo"),
+    ("token_mean", "verl", "token-mean"),
+    ("sequence_mean", "trl", "grpo"),
+    ("sequence_mean", "verl", "seq-mean-token-mean"),
+    ("sequence_sum", "verl", "seq-mean-token-sum"),
+    ("dr_grpo", "trl", "dr_grpo"),
+]
+
+
+@pytest.mark.parametrize(("mode", "framework", "fmode"), LOSS_MAP)
+def test_aggregation_weights_reproduce_framework_loss_gradient(
+    mode: str, framework: str, fmode: str
+) -> None:
+    # Equivalence: grad of the framework's reduced loss of l_it = -A_i <theta, g_it> equals
+    # -sum_i w_i A_i psi_i with psi_i = sum_t g_it (Eq. 18) and our weights w_i.
+    rng = np.random.default_rng(1)
+    P, R, T, d = 3, 4, 7, 5
+    lengths = rng.integers(1, T + 1, size=(P, R))
+    lengths[0, 0] = T
+    mask = (np.arange(T)[None, None, :] < lengths[:, :, None]).astype(float)
+    g = rng.standard_normal((P, R, T, d))
+    A = np.asarray(
+        compute_advantages(
+            "grpo", rng.integers(0, 2, (P, R)).astype(float) + 0.1 * rng.random((P, R))
+        )
+    )
+    theta = torch.zeros(d, dtype=torch.float64, requires_grad=True)
+    gt = torch.tensor(g.reshape(P * R, T, d))
+    per_tok = -torch.tensor(A.reshape(-1, 1)) * (gt @ theta)
+    loss = reference_loss(
+        per_tok, torch.tensor(mask.reshape(P * R, T)), framework=framework, mode=fmode, max_tokens=T
+    )
+    loss.backward()
+    psi = (g * mask[..., None]).sum(axis=2)  # [P, R, d]
+    w = aggregation_weights(lengths, mode=mode, max_tokens=T if mode == "dr_grpo" else None)
+    ours = -(w[..., None] * A[..., None] * psi).sum(axis=(0, 1))
+    # verl's seq-mean-token-mean divides by (L_i + 1e-8): a relative difference <= 1e-8 / L_i
+    rtol = 2e-8 if fmode == "seq-mean-token-mean" else 1e-10
+    np.testing.assert_allclose(theta.grad.numpy(), ours, rtol=rtol, atol=1e-12)
+
+
+def test_verl_seq_mean_token_sum_norm_is_dr_grpo_times_batch() -> None:
+    rng = np.random.default_rng(2)
+    P, R, T = 2, 3, 6
+    lengths = rng.integers(1, T + 1, size=(P, R))
+    x = torch.tensor(rng.standard_normal((P * R, T)))
+    mask = torch.tensor((np.arange(T)[None, :] < lengths.reshape(-1, 1)).astype(float))
+    a = reference_loss(x, mask, framework="verl", mode="seq-mean-token-sum-norm", max_tokens=T)
+    b = reference_loss(x, mask, framework="trl", mode="dr_grpo", max_tokens=T)
+    assert float(a) == pytest.approx(float(b) * P * R)
+
+
+def test_aggregation_bad_input() -> None:
+    with pytest.raises(ValueError, match="needs max_tokens"):
+        aggregation_weights([[1, 2]], mode="dr_grpo")
+    with pytest.raises(ValueError, match="smaller than the longest"):
+        aggregation_weights([[1, 9]], mode="dr_grpo", max_tokens=4)
+    with pytest.raises(ValueError, match="only used by mode='dr_grpo'"):
+        aggregation_weights([[1, 2]], mode="token_mean", max_tokens=4)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        aggregation_weights([[1.5, 2]], mode="token_mean")
+    with pytest.raises(ValueError, match="no completion tokens"):
+        aggregation_weights([[0, 0]], mode="token_mean")
+    with pytest.raises(ValueError, match="unknown aggregation mode"):
+        aggregation_weights([[1, 2]], mode="mean")
+    with pytest.raises(ValueError, match="does not match"):
+        effective_weights([[1.0, 2.0, 3.0]], [[1, 2]], mode="token_mean")
+    assert aggregation_weights([[0, 2]], mode="sequence_mean").tolist() == [[0.0, 0.25]]
+
+
+# --- mass ----------------------------------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(
+    st.tuples(st.integers(1, 4), st.integers(2, 8)).flatmap(
+        lambda s: arrays(np.float64, s, elements=st.sampled_from([0.0, 1.0]))
+    )
+)
+def test_gradient_mass_balance_rules(r: np.ndarray) -> None:
+    for name in ("grpo", "rloo", "grpo_std"):
+        ms, mf = gradient_mass(compute_advantages(name, r), r)
+        np.testing.assert_allclose(ms, mf, atol=1e-12)
+    ms, mf = gradient_mass(compute_advantages("asym_grpo", r, delta=0.25), r)
+    np.testing.assert_allclose(mf, 4 * ms, rtol=1e-12, atol=1e-12)
+    ms, mf = gradient_mass(compute_advantages("reinforce", r), r)
+    assert np.all(mf == 0) and np.allclose(ms, r.sum(axis=1))
+
+
+def test_gradient_mass_bad_input() -> None:
+    with pytest.raises(ValueError, match="binary"):
+        gradient_mass([[0.5, -0.5]], [[0.7, 0.2]])
+    ms, mf = gradient_mass([[0.5, -0.5]], [[0.7, 0.2]], success_threshold=0.5)
+    assert ms.tolist() == [0.5] and mf.tolist() == [0.5]
+    with pytest.raises(ValueError, match="does not match"):
+        gradient_mass([[0.5, -0.5, 0.0]], [[1.0, 0.0]])
+
+
+# --- multi-turn --------------------------------------------------------------------------------
+def stage_rewards() -> st.SearchStrategy[np.ndarray]:
+    shapes = st.tuples(st.integers(1, 3), st.integers(2, 6), st.integers(1, 5))
+    return shapes.flatmap(lambda s: arrays(np.float64, s, elements=st.integers(-3, 3).map(float)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(stage_rewards())
+def test_multiturn_identities(r: np.ndarray) -> None:
+    g = r.sum(axis=2)
+    eq22 = multiturn_advantages(r)
+    # Eq. 22 is the same at every stage and equals single-turn GRPO on the total return
+    np.testing.assert_allclose(
+        eq22, np.repeat(np.asarray(compute_advantages("grpo", g))[..., None], r.shape[2], 2)
+    )
+    loo = multiturn_advantages(r, baseline="leave_one_out")
+    np.testing.assert_allclose(loo[..., 0], np.asarray(compute_advantages("rloo", g)))
+    rtg_g = multiturn_advantages(r, mode="reward_to_go_minus_group_mean")
+    # Eq. 22 minus the reward-to-go form is exactly the past reward (Eq. 23's leakage term)
+    np.testing.assert_allclose(eq22 - rtg_g, past_rewards(r), atol=1e-12)
+    rtg_s = multiturn_advantages(r, mode="reward_to_go_minus_stage_mean")
+    np.testing.assert_allclose(rtg_s.sum(axis=1), 0.0, atol=1e-9)  # zero-sum at every stage
+    np.testing.assert_allclose(rtg_s[..., 0], eq22[..., 0], atol=1e-12)  # stage 1 coincide
+    np.testing.assert_allclose(reward_to_go(r)[..., 0], g)
+    t = multiturn_advantages(torch.tensor(r), mode="reward_to_go_minus_stage_mean")
+    np.testing.assert_allclose(t.numpy(), rtg_s, atol=1e-12)
+
+
+def test_multiturn_bad_input() -> None:
+    with pytest.raises(ValueError, match="3-D"):
+        multiturn_advantages(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        multiturn_advantages(np.zeros((2, 1, 3)))
+    with pytest.raises(ValueError, match="unknown multi-turn mode"):
+        multiturn_advantages(np.zeros((1, 2, 3)), mode="gae")
+    with pytest.raises(ValueError, match="non-finite"):
+        multiturn_advantages(np.full((1, 2, 2), np.nan))
+
+
+def test_plot_expected_mass_draws_on_given_axes() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from grpo_theory import plot_expected_mass
+
+    fig, ax = plt.subplots()
+    p, ms, mf = plot_expected_mass(ax, "asym_grpo", R=8, delta=0.5)
+    assert len(ax.lines) == 2
+    np.testing.assert_allclose(mf, 2 * ms, rtol=1e-12, atol=1e-15)
+    plt.close(fig)
