@@ -4,7 +4,8 @@ On the SAME batch (seeded random token ids; the first quarter of each row is the
 0), each mode runs in a fresh subprocess and reports its wall time and peak memory:
 
 * (a) ``plain``: one batched forward + ``loss.backward()`` of ``sum_i sum_t w_it log pi``;
-* (b) ``exact``: ``trajectory_gram(..., method="exact")`` (one forward + backward + per-layer Grams);
+* (b) ``exact``: ``trajectory_gram(..., method="exact")`` (one forward + backward, per-layer
+  Grams);
 * (c) ``naive``: ``trajectory_gram(..., method="naive")`` (R backward passes, stored gradients).
 
 It prints the ratios (b)/(a), (c)/(a) and the relative error ``max|K_b - K_c| / max|K_c|``, and
@@ -95,6 +96,11 @@ def load(args: argparse.Namespace):
         return model.eval()
     if args.random_init:
         raise SystemExit("--random-init is only for --config nemotron-mini-4b")
+    if args.model_path:  # float32 copy saved by the parent process (fast load)
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=dtype)
+        return model.to(args.device).eval()
     try:
         from real_model.loading import load_model
 
@@ -168,7 +174,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             loss.backward()
             return None
         return trajectory_gram(model, ids, am, cm, method=args.mode,
-                               linear_method=args.linear_method)
+                               linear_method=args.linear_method,
+                               gram_precision=args.gram_precision)
 
     # warm-up on a 2-row, 16-token slice (kernels, allocator); not timed
     small = argparse.Namespace(**{**vars(args), "R": min(2, args.R), "tokens": 16})
@@ -181,18 +188,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         sync()
         torch.cuda.reset_peak_memory_stats()
         base_alloc = torch.cuda.memory_allocated() / 2**20
-    times = []
+    times, cpu_times = [], []
     K = None
     for _ in range(args.repeat):
         sync()
-        s = time.perf_counter()
+        s, c = time.perf_counter(), time.process_time()
         K = run()
         sync()
         times.append(time.perf_counter() - s)
+        cpu_times.append(time.process_time() - c)
     res: dict[str, Any] = {
         "mode": args.mode,
         "time_s": min(times),
         "times_s": times,
+        "cpu_time_s": min(cpu_times),
         "load_s": load_s,
         "gram_helpers_s": {k: v / args.repeat for k, v in spent.items()},
         "num_parameters": sum(p.numel() for p in model.parameters()),
@@ -231,14 +240,17 @@ def summarise(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> d
     out: dict[str, Any] = {"config": args.config, "random_init": args.random_init, "R": args.R,
                            "tokens": args.tokens, "dtype": args.dtype, "device": args.device,
                            "seed": args.seed, "repeat": args.repeat,
-                           "linear_method": args.linear_method, "versions": versions(args.device),
+                           "linear_method": args.linear_method,
+                           "gram_precision": args.gram_precision, "versions": versions(args.device),
                            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                            "modes": {m: {k: v for k, v in r.items() if k != "K"}
                                      for m, r in results.items()}}
     base = results.get("plain", {}).get("time_s")
+    cbase = results.get("plain", {}).get("cpu_time_s")
     for m in ("exact", "naive"):
         if base and m in results:
             out[f"ratio_{m}_over_plain"] = results[m]["time_s"] / base
+            out[f"cpu_ratio_{m}_over_plain"] = results[m]["cpu_time_s"] / cbase
     if "exact" in results and "naive" in results:
         Kb = torch.tensor(results["exact"]["K"], dtype=torch.float64)
         Kc = torch.tensor(results["naive"]["K"], dtype=torch.float64)
@@ -255,27 +267,32 @@ def markdown(s: dict[str, Any]) -> str:
         f"R={s['R']}, {s['tokens']} tokens, {s['dtype']}, {s['device']}; "
         f"torch {s['versions']['torch']}; peak = {kind}",
         "",
-        "| mode | time (s) | time / plain | peak memory (MiB) | memory after load (MiB) |",
-        "|---|---:|---:|---:|---:|",
+        "| mode | wall (s) | wall / plain | CPU (s) | CPU / plain | peak memory (MiB) "
+        "| memory after load (MiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     label = {"plain": "(a) plain forward+backward", "exact": "(b) exact Gram",
              "naive": "(c) naive Gram (R backward passes)"}
     base = modes.get("plain", {}).get("time_s")
+    cbase = modes.get("plain", {}).get("cpu_time_s")
     for m in MODES:
         if m not in modes:
             continue
         r = modes[m]
         ratio = f"{r['time_s'] / base:.2f}" if base else "-"
-        lines.append(f"| {label[m]} | {r['time_s']:.2f} | {ratio} | {r['peak_mem_mib']:.0f} | "
-                     f"{r['mem_after_load_mib']:.0f} |")
+        cratio = f"{r['cpu_time_s'] / cbase:.2f}" if cbase else "-"
+        lines.append(f"| {label[m]} | {r['time_s']:.2f} | {ratio} | {r['cpu_time_s']:.2f} | "
+                     f"{cratio} | {r['peak_mem_mib']:.0f} | {r['mem_after_load_mib']:.0f} |")
     if "rel_err_exact_vs_naive" in s:
-        lines += ["", f"relative error max|K_b - K_c| / max|K_c| = {s['rel_err_exact_vs_naive']:.3e}"]
+        err = s["rel_err_exact_vs_naive"]
+        lines += ["", f"relative error max|K_b - K_c| / max|K_c| = {err:.3e}"]
     if "exact" in modes and modes["exact"]["gram_helpers_s"]:
         h = modes["exact"]["gram_helpers_s"]
         tot = sum(h.values())
         parts = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(h.items(), key=lambda kv: -kv[1]))
         lines += ["", f"exact mode: {tot:.2f} s of {modes['exact']['time_s']:.2f} s in per-module "
-                      f"Gram work ({parts}); the rest is the forward and the input-gradient backward."]
+                      f"Gram work ({parts}); the rest is the forward and the input-gradient "
+                      "backward."]
     return "\n".join(lines)
 
 
@@ -304,12 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="timed runs per mode (min is reported)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     p.add_argument("--linear-method", default="auto", choices=["auto", "identity", "per_sample"])
+    p.add_argument("--gram-precision", default="auto", choices=["auto", "float64", "float32"])
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--json", default=None)
     p.add_argument("--md", default=None)
     p.add_argument("--png", default=None)
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--model-path", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         args.mode = args.worker
@@ -321,6 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
     with tempfile.TemporaryDirectory() as tmp:
+        if args.config == "smollm2-135m" and not args.model_path:
+            # de-quantise the GGUF once; the workers load a float32 copy (seconds, not ~25 s)
+            print("[bench_gram] de-quantising the GGUF model once ...", file=sys.stderr, flush=True)
+            cpu = argparse.Namespace(**{**vars(args), "device": "cpu", "dtype": "float32"})
+            model = load(cpu)
+            model.save_pretrained(Path(tmp) / "model")
+            del model
+            passthrough += ["--model-path", str(Path(tmp) / "model")]
         for m in modes:
             out = Path(tmp) / f"{m}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), *passthrough, "--worker", m,

@@ -37,8 +37,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from grpo_theory import compute_advantages
+    from sims._stats import var_cov_stats
     from sims.bandit import SoftmaxBandit
-    from sims.checks import _var_cov_stats, check_theorem41, check_unbiasedness
+    from sims.checks import check_theorem41, check_unbiasedness
     from sims.exact import ESTIMATOR_SPECS
     from sims.token_mdp import TokenMDP
 
@@ -62,7 +63,7 @@ def main() -> None:
     def moments() -> None:
         _, r = b.sample(nm, Rm, rng)
         A = np.asarray(compute_advantages("grpo", r))
-        _var_cov_stats(A)
+        var_cov_stats(A)
 
     tm = _best_of(moments)
     out["moment_pipeline_R8"] = {"groups_per_s": nm / tm, "rewards_per_s": nm * Rm / tm}

@@ -213,8 +213,14 @@ def ordered_ids() -> list[str]:
     """Every claim id in paper order (section, then registration)."""
     _load_all()
     rank = {s: i for i, s in enumerate(SECTION_ORDER)}
+    mods = {f"{__package__}.{m}": i for i, m in enumerate(CLAIM_MODULES)}
     ids = list(REGISTRY)
-    return sorted(ids, key=lambda c: (rank.get(REGISTRY[c].section, len(rank)), ids.index(c)))
+
+    def key(c: str) -> tuple[int, int, int]:
+        return (rank.get(REGISTRY[c].section, len(rank)),
+                mods.get(REGISTRY[c].fn.__module__, len(mods)), ids.index(c))
+
+    return sorted(ids, key=key)
 
 
 def run_claims(
@@ -231,8 +237,22 @@ def verdict_from(ok: bool, *, otherwise: str = "refuted") -> str:
     return "holds" if ok else otherwise
 
 
+#: Claim modules in paper order (this also orders claims that share a section).
+CLAIM_MODULES: tuple[str, ...] = (
+    "claims_derivation",
+    "claims_grpo_gradient",
+    "claims_structure",
+    "claims_theorem41",
+    "claims_rank",
+    "claims_appendix",
+)
+
+
 def _load_all() -> None:
-    from . import claims_appendix, claims_derivation, claims_rank, claims_structure  # noqa: F401
+    import importlib
+
+    for name in CLAIM_MODULES:
+        importlib.import_module(f"{__package__}.{name}")
 
 
 def _jsonable(x: Any) -> Any:

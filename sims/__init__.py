@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     "check_unbiasedness": "checks",
     "check_unbiasedness_batch": "checks",
     "check_multiturn": "checks",
+    "check_multiturn_modes": "checks",
     "check_spectra_limit": "checks",
     "exact_baseline_tail": "checks",
     "multiturn_bias_table": "checks",

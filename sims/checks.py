@@ -12,8 +12,10 @@ Checks:
   (iv) tails ``P(|A_i| > eps)`` with Chebyshev (Eq. 20); App. A.2 baseline error with Hoeffding.
 * :func:`check_unbiasedness`: ``E[g_hat]`` vs ``grad J`` (ratio and cosine, Eq. 15/19) and
   ``E[A_i | outcome_i]`` vs the true advantage (Eq. 13).
-* :func:`check_multiturn`: ``E[A_GRPO(h) | prefix]`` vs exact and vs Eq. 26-27, and whether the
-  per-stage bias biases ``E[g_hat]``.
+* :func:`check_unbiasedness_batch`: the same over a batch of prompts of different difficulty.
+* :func:`check_multiturn`, :func:`check_multiturn_modes`, :func:`multiturn_bias_table`
+  (defined in :mod:`sims.multiturn_checks`, re-exported here): ``E[A_GRPO(h) | prefix]`` vs
+  exact and vs Eq. 26-27, and whether the per-stage bias biases ``E[g_hat]``.
 * :func:`check_spectra_limit`: spectral metrics of ``diag(A) Psi`` under the limit Grams.
 """
 
@@ -26,6 +28,10 @@ import numpy as np
 from grpo_theory import compute_advantages, spectral_metrics
 from grpo_theory.bounds import chebyshev_bound, hoeffding_bound
 
+from ._stats import adv as _adv
+from ._stats import jackknife_cosine as _jackknife_cosine
+from ._stats import mean_se as _mean_se
+from ._stats import var_cov_stats as _var_cov_stats
 from .exact import (
     bernoulli_advantage_moments,
     bernoulli_tail,
@@ -35,6 +41,12 @@ from .exact import (
     expected_gradient_bernoulli,
     expected_gradient_linear,
     linear_coefficients,
+)
+from .multiturn_checks import (
+    check_multiturn,
+    check_multiturn_modes,
+    multiturn_bias_table,
+    multiturn_mode_coefficients,
 )
 from .results import DEFAULT_K, CheckResult, make_check
 
@@ -47,6 +59,8 @@ __all__ = [
     "check_unbiasedness_batch",
     "check_multiturn",
     "multiturn_bias_table",
+    "multiturn_mode_coefficients",
+    "check_multiturn_modes",
     "spectra_summary",
     "check_spectra_limit",
 ]
@@ -62,41 +76,6 @@ def exact_baseline_tail(*, R: int, eps: float, p: float) -> float:
     """
     k = np.arange(R + 1)
     return float(binom_pmf(k, R, p) @ (np.abs(k / R - p) > eps + 1e-15))
-
-
-# --- helpers -----------------------------------------------------------------------------------
-def _mean_se(x: np.ndarray) -> tuple[float, float]:
-    x = np.asarray(x, dtype=np.float64)
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
-
-
-def _adv(estimator: str, rewards: np.ndarray, opts: dict[str, Any] | None) -> np.ndarray:
-    return np.asarray(compute_advantages(estimator, rewards, **estimator_options(estimator, opts)))
-
-
-def _var_cov_stats(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-group unbiased-in-expectation statistics of Var(A_i) and Cov(A_i, A_j)."""
-    R = A.shape[1]
-    c = A - A.mean()
-    s1 = c.sum(1)
-    s2 = (c**2).sum(1)
-    return s2 / R, (s1**2 - s2) / (R * (R - 1))
-
-
-def _jackknife_cosine(g: np.ndarray, ref: np.ndarray, n_batches: int = 20) -> tuple[float, float]:
-    """Cosine of the mean of ``g [n, d]`` with ``ref``, and its jackknife SE over batches."""
-
-    def cos(v: np.ndarray) -> float:
-        return float(v @ ref / (np.linalg.norm(v) * np.linalg.norm(ref)))
-
-    n = g.shape[0]
-    nb = min(n_batches, n)
-    sums = np.stack([b.sum(0) for b in np.array_split(g, nb)])
-    counts = np.array([b.shape[0] for b in np.array_split(g, nb)], dtype=np.float64)
-    full = cos(sums.sum(0) / n)
-    loo = np.array([cos((sums.sum(0) - sums[i]) / (n - counts[i])) for i in range(nb)])
-    se = float(np.sqrt((nb - 1) / nb * np.sum((loo - loo.mean()) ** 2)))
-    return full, se
 
 
 # --- Theorem 4.1 -------------------------------------------------------------------------------
@@ -461,118 +440,6 @@ def check_unbiasedness_batch(
             details={"se_method": "jackknife over 20 batches"},
         ),
     ]
-
-
-# --- multi-turn ---------------------------------------------------------------------------------
-def multiturn_bias_table(
-    mdp: Any, estimator: str, *, R: int, opts: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Every reachable prefix ``(h, s_h, a_h, past)``: exact ``E[A_hat(h) | prefix]``, true
-    ``A_h(s_h, a_h)``, the paper's Eq. 26-27 prediction ``past + q_h - v_0`` and both biases
-    (exact: ``E[A_hat] - A``; paper Eq. 23: ``past + v_h(s_h) - v_0(s_0)``)."""
-    v, q = mdp.values()
-    v0 = v[0, mdp.init_state]
-    c = mdp.reward_value
-    rows = []
-    for pr in mdp.prefix_table():
-        h, s, a, pc = pr["h"], pr["s"], pr["a"], pr["past_count"]
-        ex = mdp.conditional_advantage(estimator, R=R, h=h, s=s, a=a, past_count=pc, opts=opts)
-        true_a = q[h, s, a] - v[h, s]
-        rows.append(
-            {
-                **pr,
-                "exact_cond_adv": ex,
-                "true_adv": float(true_a),
-                "paper_cond_adv": float(c * pc + q[h, s, a] - v0),
-                "exact_bias": float(ex - true_a),
-                "paper_bias": float(c * pc + v[h, s] - v0),
-            }
-        )
-    return rows
-
-
-def check_multiturn(
-    mdp: Any,
-    estimator: str,
-    *,
-    R: int,
-    n: int,
-    rng: np.random.Generator,
-    k: float = DEFAULT_K,
-    opts: dict[str, Any] | None = None,
-) -> list[CheckResult]:
-    """Multi-turn checks (seed paper Sec. 6, App. A.3).
-
-    1. For each stage ``h`` (named 1..H as in the paper; 0-based in the code), the most probable
-       prefix: Monte Carlo ``E[A_hat(h) | prefix]`` (own
-       continuation from ``(s_h, a_h)`` sampled, the other ``R-1`` rollouts sampled from ``s_0``,
-       advantages from the estimator on the total returns, Eq. 22) vs the exact value; paper value
-       Eq. 26-27 ``past + q_h(s_h, a_h) - v_0(s_0)``; details carry the true ``A_h`` and both
-       biases.
-    2. Whether this per-stage bias biases the gradient: ``E[g_hat]`` (exact, enumeration) vs
-       ``grad J`` as ratio and cosine, each with a Monte Carlo estimate.
-    """
-    opts_ = estimator_options(estimator, opts)
-    table = multiturn_bias_table(mdp, estimator, R=R, opts=opts)
-    out = []
-    H = mdp.shape[0]
-    for h in range(H):
-        rows = [r for r in table if r["h"] == h]
-        top = max(rows, key=lambda r: r["prob"])
-        fut = mdp.sample_continuation(top["h"], top["s"], top["a"], n, rng)
-        others = mdp.sample(n, R - 1, rng)["stage_rewards"].sum(-1)
-        totals = np.concatenate([(mdp.reward_value * top["past_count"] + fut)[:, None], others], 1)
-        A1 = np.asarray(compute_advantages(estimator, totals, **opts_))[:, 0]
-        m, se = _mean_se(A1)
-        out.append(
-            make_check(
-                f"E[A_hat(h={h + 1})|prefix s={top['s']},a={top['a']},past={top['past_count']}] "
-                f"{estimator} R={R}",
-                estimate=m,
-                exact=top["exact_cond_adv"],
-                se=se,
-                n=n,
-                k=k,
-                paper_value=top["paper_cond_adv"],
-                details={key: top[key] for key in ("true_adv", "exact_bias", "paper_bias", "prob")},
-            )
-        )
-    gJ = mdp.grad_J()
-    Eg = mdp.expected_gradient(estimator, R=R, opts=opts)
-    nrm2 = float(gJ @ gJ)
-    smp = mdp.sample(n, R, rng)
-    totals = smp["stage_rewards"].sum(-1)
-    A = np.asarray(compute_advantages(estimator, totals, **opts_))
-    g = np.einsum("nr,nrd->nd", A, mdp.psi(smp["states"], smp["actions"])) / R
-    m, se = _mean_se(g @ gJ / nrm2)
-    out.append(
-        make_check(
-            f"multiturn E[g_hat] ratio {estimator} R={R}",
-            estimate=m,
-            exact=float(Eg @ gJ / nrm2),
-            se=se,
-            n=n,
-            k=k,
-            paper_value=None,
-            details={
-                "true_advantage_gradient_ratio": float(
-                    mdp.expected_gradient_true_advantage() @ gJ / nrm2
-                )
-            },
-        )
-    )
-    cos, cse = _jackknife_cosine(g, gJ)
-    out.append(
-        make_check(
-            f"multiturn E[g_hat] cosine {estimator} R={R}",
-            estimate=cos,
-            exact=float(Eg @ gJ / (np.linalg.norm(Eg) * np.sqrt(nrm2))),
-            se=cse,
-            n=n,
-            k=k,
-        )
-    )
-    return out
 
 
 # --- spectra ------------------------------------------------------------------------------------

@@ -254,7 +254,7 @@ def plot_multiturn_bias(ax: Any, rows: list[dict[str, Any]]) -> None:
 
 def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     """Per-stage advantage bias (exact, MC, Eq. 23) and the bias of the gradient."""
-    from .checks import check_multiturn, multiturn_bias_table
+    from .checks import check_multiturn, check_multiturn_modes, multiturn_bias_table
     from .multiturn import MultiTurnMDP
 
     t0 = time.perf_counter()
@@ -286,6 +286,12 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
                         ),
                     }
                 )
+    mode_rows: list[dict[str, Any]] = []
+    for R in Rs:
+        for bl in ("group_mean", "leave_one_out"):
+            cm, rows_m = check_multiturn_modes(mdp, R=R, n=n // 2, rng=rng, baseline=bl)
+            checks += cm
+            mode_rows += rows_m
     grpo_rows = multiturn_bias_table(mdp, "grpo", R=4)
     v, _ = mdp.values()
     payload = {
@@ -299,6 +305,7 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
         },
         "stage_summary": stage_summary,
         "prefix_table_grpo_R4": grpo_rows,
+        "stagewise_modes": mode_rows,
     }
     lines = [
         "| estimator | R | stage h | E bias (exact) | E bias (Eq. 23) | E abs bias (exact) | "
@@ -312,10 +319,21 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
             f"{s['mean_abs_paper_bias']:.4f} | "
             f"{s['max_abs_exact_minus_paper_cond_adv']:.4f} |"
         )
+    mlines = [
+        "| mode | baseline | R | exact ratio E[g]/grad J | exact cosine | MC tr Cov(g_hat) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in mode_rows:
+        mlines.append(
+            f"| {r['mode']} | {r['baseline']} | {r['R']} | {r['exact_ratio']:.4f} | "
+            f"{r['exact_cosine']:.6f} | {r['mc_trace_cov_g']:.4g} |"
+        )
     table = (
         results_table(checks)
         + "\n\nPer-stage bias (prefix-probability weighted):\n\n"
         + "\n".join(lines)
+        + "\n\nStage-wise advantage modes (grpo_theory.multiturn_advantages): gradient bias "
+        "and variance:\n\n" + "\n".join(mlines)
     )
     fig, (ax,) = _fig()
     plot_multiturn_bias(ax, grpo_rows)

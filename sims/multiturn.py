@@ -375,6 +375,29 @@ class MultiTurnMDP:
         cnt = tr["rewards"].sum(1).astype(np.int64)
         return (tr["prob"] * g[cnt]) @ self.psi(tr["states"], tr["actions"])
 
+    def stage_cross_moments(self) -> np.ndarray:
+        """``M[h, h'] = E[r_{h'} grad log pi_h(a_h | s_h)]`` (``[H, H, d]``, block ``h`` nonzero),
+        by enumeration; ``r`` in reward units (``c`` times the 0/1 outcome)."""
+        H, S, A = self.shape
+        tr = self.trajectories
+        blocks = self.psi(tr["states"], tr["actions"]).reshape(-1, H, S * A)
+        r = self.reward_value * tr["rewards"]
+        M = np.zeros((H, H, H, S * A))
+        for h in range(H):
+            M[h, :, h] = np.einsum("n,nk,nd->kd", tr["prob"], r, blocks[:, h])
+        return M.reshape(H, H, -1)
+
+    def expected_gradient_stagewise(self, coef: np.ndarray) -> np.ndarray:
+        """Exact ``E[g_hat]`` for per-stage advantages linear in the own stage rewards,
+        ``A_1(h) = sum_h' coef[h, h'] r_{1,h'} + (terms in the other, independent rollouts)``:
+        ``E[g_hat] = sum_{h,h'} coef[h, h'] M[h, h']`` (:meth:`stage_cross_moments`); the
+        other rollouts' terms multiply the own score, whose mean is 0."""
+        H = self.shape[0]
+        coef = np.asarray(coef, dtype=np.float64)
+        if coef.shape != (H, H):
+            raise ValueError(f"coef must be shaped [H, H]=[{H}, {H}], got {coef.shape}")
+        return np.einsum("ab,abd->d", coef, self.stage_cross_moments())
+
     def expected_gradient_true_advantage(self) -> np.ndarray:
         """``E[sum_h A_h(s_h, a_h) grad log pi_h(a_h|s_h)]`` by enumeration (= grad J, Eq. 10)."""
         H, S, A = self.shape

@@ -157,7 +157,6 @@ class TokenMDP:
         V = self.vocab
         v = np.zeros(self.n_states)
         q = np.zeros((self.n_states, V))
-        pol = self.policy
         for t in range(self.length):
             s = self.state_index[:, t]
             mass = np.bincount(s, weights=P, minlength=self.n_states)
@@ -170,8 +169,6 @@ class TokenMDP:
                 q[ok, a] = r_a[ok] / m_a[ok]
             ok = mass > 0
             v[ok] = rew[ok] / mass[ok]
-        # states never reached (probability 0 cannot happen with finite logits) keep 0
-        del pol
         return v, q
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:

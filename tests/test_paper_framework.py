@@ -211,11 +211,11 @@ def test_quick_audit_end_to_end_under_two_minutes(tmp_path):
 def test_expected_gradient_is_scalar_multiple_of_grad_j_in_a_bandit(logits, data, R, est):
     """One prompt, binary rewards: E[g_hat] = c grad J with c = E_k[A(S | k+1) - A(F | k)],
     k ~ Bin(R-1, J) (the scale used by eq15/sec6 checks), against sims' exact E[g_hat]."""
+    from paper_checks._common import scale_factor
     from paper_checks._exact import bandit_world, expected_gradient
-    from paper_checks.claims_derivation import _scale_factor
 
     succ = data.draw(st.lists(st.floats(0.0, 1.0), min_size=len(logits), max_size=len(logits)))
     w = bandit_world(logits, succ)
     opts = {"ddof": 1, "eps": 0.0} if est == "grpo_std" else {}
     g = expected_gradient(w, est, R=R, **opts)
-    np.testing.assert_allclose(g, _scale_factor(est, R, w.J, **opts) * w.grad_J, atol=1e-12)
+    np.testing.assert_allclose(g, scale_factor(est, R, w.J, **opts) * w.grad_J, atol=1e-12)

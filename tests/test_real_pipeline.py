@@ -221,15 +221,15 @@ def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> N
     kw = dict(R_values=(2, 4), max_new_tokens=5, shots=1, prompts_per_step=2, lr=1e-2,
               stop_strings=("\n",))
     a, b = tmp_path / "a", tmp_path / "b"
-    run_train(a, TrainConfig(steps=3, **kw), loaded=_tiny_loaded(), progress=False,
+    run_train(a, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
               reward_fn=_odd_reward)
-    run_train(b, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
+    run_train(b, TrainConfig(steps=1, **kw), loaded=_tiny_loaded(), progress=False,
               reward_fn=_odd_reward)
-    res = run_train(b, TrainConfig(steps=3, **kw), loaded=_tiny_loaded(), progress=False,
+    res = run_train(b, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
                     reward_fn=_odd_reward)
     ra = [json.loads(x) for x in (a / "steps.jsonl").read_text().splitlines()]
     rb = [json.loads(x) for x in (b / "steps.jsonl").read_text().splitlines()]
-    assert res["steps_done"] == 3 and [r["step"] for r in rb] == [0, 1, 2]
+    assert res["steps_done"] == 2 and [r["step"] for r in rb] == [0, 1]
     for x, y in zip(ra, rb, strict=True):
         x.pop("time_s"), y.pop("time_s")
         assert x == y
@@ -268,3 +268,23 @@ def test_cli_registers_and_stays_cheap_to_import() -> None:
         "assert b.func.__name__ == '_compare'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_summarize_rank_averages_mixed_groups_only() -> None:
+    from real_model.rank import summarize_rank
+
+    rng = np.random.default_rng(3)
+    recs, ers = [], []
+    for rewards in ([1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0]):
+        Psi = rng.standard_normal((4, 12))
+        r = np.array(rewards, dtype=float)
+        g = nested_group_geometry(Psi @ Psi.T, r, np.full(4, 3), R_values=(4,))
+        recs.append({"by_R": {"4": g[4]}})
+        if r.min() != r.max():
+            w = r - r.mean()
+            s = np.linalg.svd(w[:, None] * Psi, compute_uv=False)
+            ers.append(s.sum() ** 2 / (s**2).sum())
+    (row,) = summarize_rank(recs, R_values=(4,))
+    assert (row["groups"], row["mixed_groups"], row["max_rank"]) == (3, 2, 4)
+    assert row["effective_rank_mean"] == pytest.approx(np.mean(ers), 1e-9)
+    assert row["effective_rank_sd"] == pytest.approx(np.std(ers, ddof=1), 1e-9)

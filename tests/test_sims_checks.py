@@ -285,3 +285,16 @@ def test_batch_unbiasedness_reweights_prompts_by_difficulty() -> None:
     )
     assert rl[1].exact == pytest.approx(1.0, abs=1e-12)
     assert gs[1].exact < 0.999
+
+
+def test_multiturn_modes_gradient_ratio_checks() -> None:
+    m = MultiTurnMDP.random(np.random.default_rng(13))
+    for bl, ratio in (("group_mean", 0.75), ("leave_one_out", 1.0)):
+        res, rows = checks.check_multiturn_modes(
+            m, R=4, n=5_000, rng=np.random.default_rng(14), baseline=bl
+        )
+        assert len(res) == 3 and all(r.passed for r in res)
+        # exact ratio from the probed coefficients and enumeration; by linearity it is the own
+        # reward's coefficient (R-1)/R (group mean) or 1 (leave-one-out)
+        assert all(r.exact == pytest.approx(ratio, abs=1e-12) for r in res)
+        assert all(row["mc_trace_cov_g"] > 0 for row in rows)

@@ -236,3 +236,26 @@ def test_trajectory_enumeration_count() -> None:
     H, S, A = m.shape
     expected = sum(1 for c in itertools.product(range(S), repeat=H) if c[0] == 0) * (2 * A) ** H
     assert m.trajectories["prob"].size == expected
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ["total_minus_group_mean", "reward_to_go_minus_stage_mean", "reward_to_go_minus_group_mean"],
+)
+def test_stagewise_expected_gradient_matches_pairwise_bruteforce(mode: str) -> None:
+    from sims.checks import multiturn_mode_coefficients
+
+    m = MultiTurnMDP.random(np.random.default_rng(15), H=3, S=2, A=2)
+    H, S, A = m.shape
+    tr = m.trajectories
+    N = tr["prob"].size
+    r = tr["rewards"]
+    blocks = m.psi(tr["states"], tr["actions"]).reshape(N, H, S * A)
+    pairs = np.stack([np.repeat(r, N, axis=0), np.tile(r, (N, 1))], axis=1)  # [N*N, 2, H]
+    adv = np.asarray(multiturn_advantages(pairs, mode=mode)).reshape(N, N, 2, H)
+    w = tr["prob"][:, None] * tr["prob"][None, :]
+    g1 = np.einsum("ij,ijh,ihd->hd", w, adv[:, :, 0], blocks)
+    g2 = np.einsum("ij,ijh,jhd->hd", w, adv[:, :, 1], blocks)
+    brute = ((g1 + g2) / 2).reshape(-1)
+    coef = multiturn_mode_coefficients(mode, R=2, H=H)
+    np.testing.assert_allclose(m.expected_gradient_stagewise(coef), brute, atol=1e-12)

@@ -1,0 +1,50 @@
+"""Small statistics helpers shared by the checks (sample mean/SE, jackknife cosine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grpo_theory import compute_advantages
+
+from .exact import estimator_options
+
+__all__ = ["mean_se", "adv", "var_cov_stats", "jackknife_cosine"]
+
+
+def mean_se(x: np.ndarray) -> tuple[float, float]:
+    """Sample mean and its standard error ``std(ddof=1) / sqrt(n)`` (SE 0 for one sample)."""
+    x = np.asarray(x, dtype=np.float64)
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
+
+
+def adv(estimator: str, rewards: np.ndarray, opts: dict[str, Any] | None) -> np.ndarray:
+    """Advantages ``[P, R]`` via :func:`grpo_theory.compute_advantages` (default options of
+    :data:`sims.exact.ESTIMATOR_SPECS` when ``opts`` is None)."""
+    return np.asarray(compute_advantages(estimator, rewards, **estimator_options(estimator, opts)))
+
+
+def var_cov_stats(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group unbiased-in-expectation statistics of Var(A_i) and Cov(A_i, A_j)."""
+    R = A.shape[1]
+    c = A - A.mean()
+    s1 = c.sum(1)
+    s2 = (c**2).sum(1)
+    return s2 / R, (s1**2 - s2) / (R * (R - 1))
+
+
+def jackknife_cosine(g: np.ndarray, ref: np.ndarray, n_batches: int = 20) -> tuple[float, float]:
+    """Cosine of the mean of ``g [n, d]`` with ``ref``, and its jackknife SE over batches."""
+
+    def cos(v: np.ndarray) -> float:
+        return float(v @ ref / (np.linalg.norm(v) * np.linalg.norm(ref)))
+
+    n = g.shape[0]
+    nb = min(n_batches, n)
+    sums = np.stack([b.sum(0) for b in np.array_split(g, nb)])
+    counts = np.array([b.shape[0] for b in np.array_split(g, nb)], dtype=np.float64)
+    full = cos(sums.sum(0) / n)
+    loo = np.array([cos((sums.sum(0) - sums[i]) / (n - counts[i])) for i in range(nb)])
+    se = float(np.sqrt((nb - 1) / nb * np.sum((loo - loo.mean()) ** 2)))
+    return full, se
