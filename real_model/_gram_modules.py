@@ -24,6 +24,7 @@ __all__ = [
     "bias_gram",
     "embedding_rows_gram",
     "generic_per_sample_grads",
+    "fast_leaf_grads",
     "flat_gram",
 ]
 
@@ -206,6 +207,54 @@ def embedding_rows_gram(
             H = tied_values[:, u0:u1].reshape(R, -1).to(torch.float64)
             cross = H @ E.T
             K.add_(cross + cross.T)
+
+
+def fast_leaf_grads(
+    module: torch.nn.Module,
+    names: list[str],
+    args: tuple[Any, ...],
+    delta: torch.Tensor,
+    grad_fn: Any,
+    *,
+    R: int,
+) -> torch.Tensor | None:
+    """Closed-form per-sample gradients of common norm layers, or ``None`` if not applicable.
+
+    * ``out = weight * z`` (RMSNorm family; recognised from the autograd node of the output, a
+      ``MulBackward0`` that saved the weight itself and a ``z`` of the output's shape):
+      ``g_i = sum_t delta_it * z_it``, with the very ``z`` autograd saved.
+    * ``nn.LayerNorm`` and subclasses with an affine weight (and bias):
+      ``g_i(weight) = sum_t delta_it * xhat_it``, ``g_i(bias) = sum_t delta_it``, with
+      ``xhat = layer_norm(x)`` without affine terms (the ``+1`` of LayerNorm1P does not change it).
+
+    The caller checks each module class once per call against :func:`generic_per_sample_grads`.
+    """
+    if names == ["weight"] and type(grad_fn).__name__ == "MulBackward0":
+        w = module.weight
+        try:
+            pair = (grad_fn._saved_self, grad_fn._saved_other)
+        except (AttributeError, RuntimeError):
+            return None
+        for wv, z in (pair, pair[::-1]):
+            if (
+                isinstance(wv, torch.Tensor) and isinstance(z, torch.Tensor)
+                and wv.shape == w.shape and wv.data_ptr() == w.data_ptr()
+                and z.shape == delta.shape
+            ):
+                return (delta * z.detach()).reshape(R, -1, w.numel()).sum(dim=1)
+        return None
+    if (
+        isinstance(module, torch.nn.LayerNorm) and module.elementwise_affine
+        and len(args) == 1 and isinstance(args[0], torch.Tensor)
+        and set(names) <= {"weight", "bias"} and delta.shape == args[0].shape
+    ):
+        n = module.weight.numel()
+        xhat = torch.nn.functional.layer_norm(args[0], module.normalized_shape, None, None,
+                                              module.eps)
+        parts = {"weight": (delta * xhat.to(delta.dtype)).reshape(R, -1, n).sum(dim=1),
+                 "bias": delta.reshape(R, -1, n).sum(dim=1)}
+        return torch.cat([parts[k] for k in names], dim=1)
+    return None
 
 
 def generic_per_sample_grads(

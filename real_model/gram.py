@@ -148,7 +148,7 @@ def trajectory_gram(
     completion_mask: torch.Tensor,
     *,
     method: Method = "exact",
-    chunk_size: int = 1 << 23,
+    chunk_size: int | None = None,
     return_logprobs: bool = False,
     position_ids: Any = "from_mask",
     linear_method: LinearMethod = "auto",
@@ -169,8 +169,8 @@ def trajectory_gram(
             tokens; column 0 must be 0.
         method: ``"exact"`` (one batched forward + backward, per-layer identities) or ``"naive"``
             (``R`` backward passes and stored flat gradients; the reference).
-        chunk_size: bound on the number of float64 entries of any temporary block (default 2^23,
-            64 MiB).
+        chunk_size: bound on the number of entries of any temporary block (default ``None``:
+            2^23 on CPU, 2^26 on a GPU, where fewer, larger kernels matter more).
         return_logprobs: also return the detached per-token log-probabilities ``[R, T]`` float64
             (column 0 is 0; unweighted).
         position_ids: ``"from_mask"`` (default: ``cumsum(attention_mask) - 1``), ``None`` (the
@@ -199,6 +199,8 @@ def trajectory_gram(
         raise ValueError(
             f"gram_precision must be auto, float64 or float32, got {gram_precision!r}"
         )
+    if chunk_size is None:
+        chunk_size = 1 << 26 if input_ids.device.type == "cuda" else 1 << 23
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     w = _check_inputs(input_ids, attention_mask, completion_mask)
@@ -335,6 +337,7 @@ def _exact_gram(
     R = ids.shape[0]
     K = torch.zeros(R, R, dtype=torch.float64, device=ids.device)
     scratch = gm.Scratch()
+    fast_ok: dict[type, bool] = {}  # module class -> closed-form norm gradients verified
     prod = _product_dtype(model, gram_precision)
     calls: dict[str, int] = defaultdict(int)
     saved: dict[str, Any] = {}
@@ -391,8 +394,17 @@ def _exact_gram(
                 tied_rows=tied_rows.get(mname), tied_values=tied_vals.pop(mname, None),
             )
         else:
-            gm.flat_gram(K, gm.generic_per_sample_grads(mod, names, x, delta, R=R), scratch,
-                         product_dtype=prod)
+            args, grad_fn = x
+            fast = gm.fast_leaf_grads(mod, names, args, delta, grad_fn, R=R) if (
+                fast_ok.get(type(mod), True)) else None
+            if fast is not None and type(mod) not in fast_ok:  # check the closed form once
+                ref = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
+                tol = 64 * torch.finfo(ref.dtype).eps * float(ref.abs().max())
+                fast_ok[type(mod)] = bool((fast.to(ref.dtype) - ref).abs().max() <= tol)
+                fast = fast if fast_ok[type(mod)] else ref
+            if fast is None:
+                fast = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
+            gm.flat_gram(K, fast, scratch, product_dtype=prod)
 
     def fwd_hook(mname: str):
         def hook(mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
@@ -425,7 +437,10 @@ def _exact_gram(
                 tensors = [v for v in args if isinstance(v, torch.Tensor)]
                 for v in tensors:
                     check_rows(mname, v)
-                saved[mname] = tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in args)
+                saved[mname] = (
+                    tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in args),
+                    out.grad_fn,
+                )
                 src_grad = any(v.requires_grad for v in tensors)
             if not out.requires_grad:
                 return

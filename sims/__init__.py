@@ -50,6 +50,8 @@ _SUBMODULES = (
     "results",
     "exact",
     "checks",
+    "multiturn_checks",
+    "plots",
     "training",
     "experiments",
     "cli",

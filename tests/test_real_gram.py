@@ -318,3 +318,48 @@ def test_float32_products_and_low_precision_models_stay_close_to_reference(model
     Kb = trajectory_gram(mb, ids, am, cm)
     assert Kb.dtype == torch.float64
     assert rel_err(Kb, trajectory_gram(mb, ids, am, cm, method="naive")) <= 2e-2
+
+
+def _norm_cases():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.nemotron.modeling_nemotron import NemotronLayerNorm1P
+
+    return [LlamaRMSNorm(6), NemotronLayerNorm1P(6), nn.LayerNorm(6)]
+
+
+@pytest.mark.parametrize("idx", [0, 1, 2])
+def test_closed_form_norm_gradients_equal_per_sample_vjp(idx):
+    from real_model._gram_modules import fast_leaf_grads, generic_per_sample_grads
+
+    norm = _norm_cases()[idx].double()
+    g = torch.Generator().manual_seed(idx)
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    x = torch.randn(3, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    delta = torch.randn(3, 5, 6, generator=g, dtype=torch.float64)
+    out = norm(x)
+    names = [n for n, _ in norm.named_parameters()]
+    fast = fast_leaf_grads(norm, names, (x.detach(),), delta, out.grad_fn, R=3)
+    ref = generic_per_sample_grads(norm, names, (x.detach(),), delta, R=3)
+    assert fast is not None
+    assert float((fast - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+
+
+class _WeightTwice(nn.Module):
+    """out = w * (x * w): looks like ``weight * z`` to autograd, but z depends on w too."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, n, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * self.weight)
+
+
+def test_closed_form_shortcut_is_checked_and_rejected_when_wrong():
+    model = llama(tied=False, seed=16)
+    model.model.layers[0].mlp.act_fn = _WeightTwice(24)
+    ids, am, cm = batch(R=3)
+    K = trajectory_gram(model, ids, am, cm)
+    assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL
