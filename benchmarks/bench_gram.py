@@ -255,6 +255,7 @@ def summarise(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> d
         Kb = torch.tensor(results["exact"]["K"], dtype=torch.float64)
         Kc = torch.tensor(results["naive"]["K"], dtype=torch.float64)
         out["rel_err_exact_vs_naive"] = float((Kb - Kc).abs().max() / Kc.abs().max())
+    if "exact" in results:
         out["K_exact"] = results["exact"]["K"]
     return out
 

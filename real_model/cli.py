@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 from typing import Any
 
 __all__ = ["register"]
@@ -47,6 +48,12 @@ def _model_args(p: argparse.ArgumentParser) -> None:
         choices=["add", "sub", "mul", "times", "split"],
         help="operations of generated problems (default add sub mul: easy enough for SmolLM2)",
     )
+    p.add_argument(
+        "--stop",
+        nargs="*",
+        default=["\\n\\n", "Question:"],
+        help="stop strings, backslash escapes allowed (default '\\n\\n' 'Question:'; none: --stop)",
+    )
     p.add_argument("--prompt-style", default="fewshot", choices=["fewshot", "chat"])
     p.add_argument("--shots", type=int, default=3, help="few-shot examples (default 3)")
     p.add_argument(
@@ -80,6 +87,7 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
         "data_path": args.data,
         "difficulty": tuple(args.difficulty),
         "operations": tuple(args.operations),
+        "stop_strings": tuple(codecs.decode(x, "unicode_escape") for x in args.stop),
         "shots": args.shots,
         "prompt_style": args.prompt_style,
         "estimators": tuple(args.estimators),

@@ -1,13 +1,16 @@
 """Exact per-rollout gradient Gram matrix of a causal LM from ONE batched forward + backward.
 
 For a batch of ``R`` rollouts (one row each of ``input_ids``), the trajectory score of rollout ``i``
-is (seed paper, Sec. 5/7: the rows ``psi_i`` of the GRPO gradient matrix ``G = Psi^T A``)::
+(seed paper, Eq. 18; the GRPO gradient is ``(1/R) sum_i A_i psi_i``, Eq. 19) is::
 
     psi_i = grad_theta  sum_t  w_it  log pi_theta(y_it | y_i,<t)        (w = completion_mask)
 
 over ALL trainable parameters ``theta`` (``requires_grad=True``), and
 
     K_ij = <psi_i, psi_j>,   K in R^{R x R}.
+
+The paper's gradient matrix (Sec. 7.1) has rows ``A_i psi_i^T``, so its Gram is
+``G G^T = diag(A) K diag(A)``: its singular values are those of ``G`` without forming ``G``.
 
 ``method="exact"`` (default) runs one batched forward and one backward of
 ``L = sum_i sum_t w_it log pi(y_it | y_i,<t)``. Rollouts do not interact in a causal-LM forward
@@ -157,8 +160,8 @@ def trajectory_gram(
     """Gram matrix ``K_ij = <psi_i, psi_j>`` of the per-rollout trajectory scores.
 
     ``psi_i = grad_theta sum_t completion_mask[i,t] log pi(input_ids[i,t] | input_ids[i,<t])`` over
-    every parameter with ``requires_grad=True`` (the rows of ``Psi`` in the seed paper's
-    ``G = Psi^T A``, Sec. 5 and 7). The model is used as it is (call ``model.eval()`` first if it
+    every parameter with ``requires_grad=True`` (seed paper Eq. 18, weighted per token). The
+    model is used as it is (call ``model.eval()`` first if it
     has dropout); its ``.grad`` fields are not touched.
 
     Args:

@@ -288,3 +288,16 @@ def test_summarize_rank_averages_mixed_groups_only() -> None:
     assert (row["groups"], row["mixed_groups"], row["max_rank"]) == (3, 2, 4)
     assert row["effective_rank_mean"] == pytest.approx(np.mean(ers), 1e-9)
     assert row["effective_rank_sd"] == pytest.approx(np.std(ers, ddof=1), 1e-9)
+
+
+def test_jsonl_reader_drops_truncated_tail_and_strict_json(tmp_path: Path) -> None:
+    from real_model._io import append_jsonl, read_jsonl
+
+    p = tmp_path / "r.jsonl"
+    append_jsonl(p, {"a": 1, "x": float("nan"), "v": np.arange(2)})
+    with p.open("a") as fh:
+        fh.write('{"a": 2, "trunc')  # an interrupted write
+    assert read_jsonl(p) == [{"a": 1, "x": None, "v": [0, 1]}]
+    p.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
+    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+        read_jsonl(p)
