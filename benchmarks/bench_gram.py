@@ -175,7 +175,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             return None
         return trajectory_gram(model, ids, am, cm, method=args.mode,
                                linear_method=args.linear_method,
-                               gram_precision=args.gram_precision)
+                               gram_precision=args.gram_precision, naive_stored=stored)
+
+    stored = args.naive_stored if args.naive_stored > 0 else None
+    if args.mode == "naive" and stored is None and cuda:
+        # R flat gradients of a 4B model do not fit: store what half the free memory holds
+        per_psi = sum(p.numel() * p.element_size() for p in model.parameters())
+        free = torch.cuda.mem_get_info()[0]
+        stored = max(1, min(args.R, int(0.5 * free // per_psi) - 1))
 
     # warm-up on a 2-row, 16-token slice (kernels, allocator); not timed
     small = argparse.Namespace(**{**vars(args), "R": min(2, args.R), "tokens": 16})
@@ -199,6 +206,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         cpu_times.append(time.process_time() - c)
     res: dict[str, Any] = {
         "mode": args.mode,
+        "naive_stored": stored if args.mode == "naive" else None,
         "time_s": min(times),
         "times_s": times,
         "cpu_time_s": min(cpu_times),
@@ -323,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     p.add_argument("--linear-method", default="auto", choices=["auto", "identity", "per_sample"])
     p.add_argument("--gram-precision", default="auto", choices=["auto", "float64", "float32"])
+    p.add_argument("--naive-stored", type=int, default=0,
+                   help="naive mode: flat gradients held at once (0: all R on CPU, what half the "
+                        "free GPU memory holds on CUDA)")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--json", default=None)
     p.add_argument("--md", default=None)

@@ -24,17 +24,23 @@ to row ``i``, is exactly the gradient of rollout ``i``'s own term, and per modul
 * ``nn.Embedding``: ``<dE_i, dE_j> = sum_{t,t'} [id_it == id_jt'] (delta_it . delta_jt')``.
 * tied embeddings (``lm_head.weight is embed_tokens.weight``): the parameter's gradient is the sum
   ``H_i + E_i`` of both uses, so the cross terms ``<H_i, E_j> + <E_i, H_j>`` are included.
-* any other small leaf module (RMSNorm, LayerNorm, LayerNorm1P, ...): exact per-sample
-  vector-Jacobian products of the module on its captured input (:func:`torch.func.vmap`).
+* norms: closed forms (``out = weight * z`` of RMSNorm, from the ``z`` autograd saved;
+  ``nn.LayerNorm`` and subclasses such as Nemotron's LayerNorm1P), each module class checked once
+  per call against the generic path;
+* any other small leaf module: exact per-sample vector-Jacobian products of the module on its
+  captured input (:func:`torch.func.vmap`).
 
-The backward only asks autograd for the gradients w.r.t. the embedding outputs, so autograd skips
+The backward only asks autograd for the gradients w.r.t. the outputs of the modules whose inputs
+need no gradient (the embeddings), so autograd skips
 the batched weight gradients, which the per-sample products replace: the cost stays close to one
 plain forward + backward. Every trainable parameter must be accounted for, or a ``ValueError``
 names the module type that is not supported. No ``[R, num_parameters]`` buffer is created; Gram
 entries are accumulated in float64.
 
 ``method="naive"`` is the reference: ``R`` separate forward + backward passes (one per rollout),
-each ``psi_i`` flattened and stored, and ``K`` from float64 chunked dot products.
+each ``psi_i`` flattened and stored (at most ``naive_stored`` at once), and ``K`` from float64
+chunked dot products. Docs and benchmark: ``docs/real_model_gram.md``,
+``benchmarks/bench_gram.py``.
 """
 
 from __future__ import annotations
@@ -47,13 +53,13 @@ import torch
 from torch import nn
 
 from real_model import _gram_modules as gm
+from real_model._gram_plan import Plan
 
 __all__ = ["trajectory_gram", "token_logprobs", "trainable_parameters"]
 
 Method = Literal["exact", "naive"]
 LinearMethod = Literal["auto", "identity", "per_sample"]
 GramPrecision = Literal["auto", "float64", "float32"]
-_GENERIC_MAX_PARAMS = 1 << 20
 
 
 def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -156,6 +162,7 @@ def trajectory_gram(
     position_ids: Any = "from_mask",
     linear_method: LinearMethod = "auto",
     gram_precision: GramPrecision = "auto",
+    naive_stored: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Gram matrix ``K_ij = <psi_i, psi_j>`` of the per-rollout trajectory scores.
 
@@ -184,6 +191,9 @@ def trajectory_gram(
             (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
             float64, except float32 when every trainable parameter is bfloat16/float16, whose
             gradients carry ~3 significant digits), ``"float64"`` or ``"float32"``.
+        naive_stored: naive mode only: at most this many flat gradients ``psi_i`` held at once
+            (default ``None``: all ``R``); fewer trade memory for recomputation, about
+            ``R + R^2 / (2 naive_stored)`` single-rollout backward passes.
 
     Returns:
         ``K`` float64 ``[R, R]`` on the device of ``input_ids`` (symmetric), or ``(K, logprobs)``.
@@ -202,6 +212,8 @@ def trajectory_gram(
         raise ValueError(
             f"gram_precision must be auto, float64 or float32, got {gram_precision!r}"
         )
+    if naive_stored is not None and int(naive_stored) < 1:
+        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
     if chunk_size is None:
         chunk_size = 1 << 26 if input_ids.device.type == "cuda" else 1 << 23
     if int(chunk_size) < 1:
@@ -210,7 +222,9 @@ def trajectory_gram(
     if not trainable_parameters(model):
         raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
     if method == "naive":
-        K, lp = _naive_gram(model, input_ids, attention_mask, w, int(chunk_size), position_ids)
+        K, lp = _naive_gram(
+            model, input_ids, attention_mask, w, int(chunk_size), position_ids, naive_stored
+        )
     else:
         K, lp = _exact_gram(
             model, input_ids, attention_mask, w, int(chunk_size), position_ids, linear_method,
@@ -224,95 +238,71 @@ def trajectory_gram(
 
 
 def _naive_gram(
-    model: nn.Module, ids: torch.Tensor, am: torch.Tensor, w: torch.Tensor, chunk: int, pos: Any
+    model: nn.Module,
+    ids: torch.Tensor,
+    am: torch.Tensor,
+    w: torch.Tensor,
+    chunk: int,
+    pos: Any,
+    stored: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """R single-rollout backward passes; at most ``stored`` flat gradients held at once.
+
+    With ``B = stored < R`` the rows are taken in blocks of ``B``: a block's gradients are stored,
+    then every later rollout's gradient is recomputed once per block and dotted with them
+    (about ``R + R^2 / (2B)`` backward passes instead of ``R``).
+    """
     params = [p for _, p in trainable_parameters(model)]
     R = ids.shape[0]
     n = sum(p.numel() for p in params)
     dtype = params[0].dtype if all(p.dtype == params[0].dtype for p in params) else torch.float64
-    psi = torch.empty(R, n, dtype=dtype, device=ids.device)  # the reference stores R gradients
-    lps = []
-    for i in range(R):
+    B = R if stored is None else max(1, min(R, int(stored)))
+    psi = torch.empty(B, n, dtype=dtype, device=ids.device)  # stored flat gradients
+    cur = torch.empty(n, dtype=dtype, device=ids.device) if B < R else None
+    step = max(1, chunk // (B + 1))
+    buf = torch.empty(B + 1, min(step, n), dtype=torch.float64, device=ids.device)
+    lps: list[torch.Tensor | None] = [None] * R
+
+    def grad_into(i: int, dst: torch.Tensor) -> None:
         pos_i = pos[i : i + 1] if isinstance(pos, torch.Tensor) else pos
         with torch.enable_grad():
             tok = token_logprobs(model, ids[i : i + 1], am[i : i + 1], position_ids=pos_i)
             loss = (tok * w[i : i + 1].to(tok.dtype)).sum()
             grads = torch.autograd.grad(loss, params, allow_unused=True)
-        lps.append(tok.detach().to(torch.float64))
+        lps[i] = tok.detach().to(torch.float64)
         off = 0
         for g, p in zip(grads, params, strict=True):
-            dst = psi[i, off : off + p.numel()]
-            if g is None:
-                dst.zero_()
-            else:
-                dst.copy_(g.reshape(-1))
+            seg = dst[off : off + p.numel()]
+            seg.zero_() if g is None else seg.copy_(g.reshape(-1))
             off += p.numel()
-        del grads, loss, tok
+
+    def dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """float64 ``a b^T`` of flat gradients, in column chunks."""
+        out = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64, device=ids.device)
+        for c0 in range(0, n, step):
+            c = min(step, n - c0)
+            fa, fb = buf[: a.shape[0], :c], buf[a.shape[0] : a.shape[0] + b.shape[0], :c]
+            fa.copy_(a[:, c0 : c0 + c])
+            if b is a:
+                out.addmm_(fa, fa.T)
+            else:
+                fb.copy_(b[:, c0 : c0 + c])
+                out.addmm_(fa, fb.T)
+        return out
+
     K = torch.zeros(R, R, dtype=torch.float64, device=ids.device)
-    step = max(1, chunk // R)
-    buf = torch.empty(R, min(step, n), dtype=torch.float64, device=ids.device)
-    for c0 in range(0, n, step):
-        blk = buf[:, : min(step, n - c0)]
-        blk.copy_(psi[:, c0 : c0 + step])
-        K.addmm_(blk, blk.T)
+    for i0 in range(0, R, B):
+        i1 = min(R, i0 + B)
+        for i in range(i0, i1):
+            grad_into(i, psi[i - i0])
+        blk = psi[: i1 - i0]
+        K[i0:i1, i0:i1] = dots(blk, blk)
+        for j in range(i1, R):  # only when B < R
+            grad_into(j, cur)
+            col = dots(blk, cur.unsqueeze(0))[:, 0]
+            K[i0:i1, j] = col
+            K[j, i0:i1] = col
     return K, torch.cat(lps)
-
-
-class _Plan:
-    """Which modules own which trainable parameters, and how each is handled."""
-
-    def __init__(self, model: nn.Module) -> None:
-        trainable = {id(p) for _, p in trainable_parameters(model)}
-        self.uses: dict[int, list[tuple[str, nn.Module, str]]] = defaultdict(list)
-        self.modules: dict[str, tuple[nn.Module, str, list[str]]] = {}
-        seen: set[int] = set()
-        for mname, mod in model.named_modules(remove_duplicate=False):
-            names = [n for n, p in mod.named_parameters(recurse=False) if id(p) in trainable]
-            if not names or id(mod) in seen:
-                continue
-            seen.add(id(mod))
-            kind = self._kind(mname, mod, names)
-            self.modules[mname] = (mod, kind, names)
-            for n in names:
-                self.uses[id(getattr(mod, n))].append((mname, mod, n))
-        self.tied: dict[int, tuple[str, str]] = {}  # id(param) -> (embedding name, linear name)
-        for pid, us in self.uses.items():
-            if len(us) == 1:
-                continue
-            kinds = sorted((self.modules[m][1], m, n) for m, _, n in us)
-            if [k for k, _, _ in kinds] == ["embedding", "linear"] and all(
-                n == "weight" for _, _, n in kinds
-            ):
-                self.tied[pid] = (kinds[0][1], kinds[1][1])
-                continue
-            where = ", ".join(f"{m}.{n} ({type(self.modules[m][0]).__name__})" for m, _, n in us)
-            raise ValueError(
-                f"parameter shared by several modules ({where}): only an Embedding weight tied to "
-                "one Linear weight (the LM head) is supported by the exact Gram"
-            )
-
-    @staticmethod
-    def _kind(mname: str, mod: nn.Module, names: list[str]) -> str:
-        if type(mod) is nn.Linear or isinstance(mod, nn.Linear):
-            return "linear"
-        if isinstance(mod, nn.Embedding):
-            if mod.max_norm is not None or mod.scale_grad_by_freq:
-                raise ValueError(
-                    f"module {mname!r} ({type(mod).__name__}) uses max_norm/scale_grad_by_freq: "
-                    "not supported by the exact Gram"
-                )
-            return "embedding"
-        n_par = sum(getattr(mod, n).numel() for n in names)
-        if next(mod.children(), None) is None and n_par <= _GENERIC_MAX_PARAMS:
-            return "generic"
-        why = "it has child modules" if next(mod.children(), None) is not None else (
-            f"it holds {n_par} parameters (> {_GENERIC_MAX_PARAMS} for the per-sample fallback)"
-        )
-        raise ValueError(
-            f"unsupported module type {type(mod).__name__} at {mname!r} with trainable parameters "
-            f"{names}: {why}; the exact Gram handles nn.Linear, nn.Embedding and small leaf "
-            "modules (use method='naive', or set requires_grad=False on these parameters)"
-        )
 
 
 def _product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
@@ -336,7 +326,7 @@ def _exact_gram(
     linear_method: str,
     gram_precision: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = _Plan(model)
+    plan = Plan(model)
     R = ids.shape[0]
     K = torch.zeros(R, R, dtype=torch.float64, device=ids.device)
     scratch = gm.Scratch()

@@ -120,9 +120,12 @@ def test_tied_embedding_cross_terms_matter(models):
     emb.weight.requires_grad_(False)  # keeps neither the head nor the embedding part
     try:
         K_no_tied = trajectory_gram(model, ids, am, cm, method="naive")
+        # frozen embedding: the exact mode starts from the first norm's output instead
+        K_no_tied_exact = trajectory_gram(model, ids, am, cm)
     finally:
         emb.weight.requires_grad_(True)
     assert rel_err(K_no_tied, K_ref) > 1e-3
+    assert rel_err(K_no_tied_exact, K_no_tied) <= RTOL
 
 
 @pytest.mark.parametrize("name", ["llama_tied_bias_gqa_pad", "nemotron_ln1p_relu2_partial_rotary"])
@@ -363,3 +366,14 @@ def test_closed_form_shortcut_is_checked_and_rejected_when_wrong():
     ids, am, cm = batch(R=3)
     K = trajectory_gram(model, ids, am, cm)
     assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL
+
+
+@pytest.mark.parametrize("stored", [1, 3])
+def test_naive_with_few_stored_gradients_equals_full_naive(models, stored):
+    model = models["qwen2_qkv_bias"]
+    ids, am, cm = batch(R=4, side="right", seed=9)
+    K_all, lp_all = trajectory_gram(model, ids, am, cm, method="naive", return_logprobs=True)
+    K, lp = trajectory_gram(model, ids, am, cm, method="naive", naive_stored=stored,
+                            return_logprobs=True)
+    assert rel_err(K, K_all) <= 1e-12
+    assert torch.equal(lp, lp_all)

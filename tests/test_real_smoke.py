@@ -29,7 +29,8 @@ def test_real_rank_smoke_offline_smollm2(tmp_path: Path) -> None:
     out = tmp_path / "rank"
     code = main([
         "real", "rank", "--out", str(out), "--R", "2", "4", "--prompts", "2",
-        "--max-new-tokens", "24", "--seed", "0", "--no-progress", "--device", "cpu",
+        "--max-new-tokens", "20", "--shots", "1", "--seed", "0", "--no-progress",
+        "--device", "cpu",
     ])
     assert code == 0
     res = json.loads((out / "results.json").read_text())
@@ -38,7 +39,7 @@ def test_real_rank_smoke_offline_smollm2(tmp_path: Path) -> None:
     for r in recs:
         K = r["K"]
         assert len(K) == 4 and all(K[i][i] > 0 for i in range(4))
-        assert all(0 < n <= 24 for n in r["lengths"])
+        assert all(0 < n <= 20 for n in r["lengths"])
     for name in ("table.md", "rank.png"):
         assert (out / name).is_file()
     assert main(["compare", "--out", str(tmp_path / "cmp"), "--real", str(out / "results.json"),
