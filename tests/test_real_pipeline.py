@@ -301,3 +301,14 @@ def test_jsonl_reader_drops_truncated_tail_and_strict_json(tmp_path: Path) -> No
     p.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
     with pytest.raises(ValueError, match="line 2 is not valid JSON"):
         read_jsonl(p)
+
+
+@pytest.mark.parametrize("mode", ["sequence_sum", "token_mean", "sequence_mean", "dr_grpo"])
+def test_rollout_weights_aggregation_modes_relative_weights(mode: str) -> None:
+    from real_model.geometry import rollout_weights
+
+    r, L = np.array([1.0, 0.0, 0.0, 1.0]), np.array([2, 4, 8, 16])
+    adv, w = rollout_weights(r, L, aggregation=mode, max_tokens=32)
+    rel = w / adv  # the aggregation factor c_i, up to one constant
+    expected = 1.0 / L if mode == "sequence_mean" else np.ones(4)
+    assert rel / rel[0] == pytest.approx(expected / expected[0])
