@@ -401,3 +401,8 @@ def get_estimator(name: str) -> Callable[..., Array]:
 def compute_advantages(name: str, rewards: Array, **options: Any) -> Array:
     """``get_estimator(name)(rewards, **options)``: advantages ``[P, R]`` by registry name."""
     return get_estimator(name)(rewards, **options)
+
+# Framework estimators (TRL, verl, OpenRLHF) that take [P, R] rewards: see framework_estimators.
+from .framework_estimators import FRAMEWORK_ESTIMATORS as _FRAMEWORK_ESTIMATORS  # noqa: E402
+
+ESTIMATORS.update(_FRAMEWORK_ESTIMATORS)
