@@ -133,7 +133,8 @@ def whiten(
     RLOO's ``normalize_advantages``). ``mu = sum L_i A_i / N``, ``N = sum L_i``,
     ``var = sum L_i (A_i - mu)^2 / (N - ddof)`` and
 
-    * ``eps_mode="add_var"``: ``d = sqrt(var + eps)`` (verl 0.9.1 ``masked_whiten``: ddof 1, eps 1e-8);
+    * ``eps_mode="add_var"``: ``d = sqrt(var + eps)`` (verl 0.9.1 ``masked_whiten``: ddof 1,
+      eps 1e-8);
     * ``eps_mode="clamp_var"``: ``d = sqrt(max(var, eps))`` (OpenRLHF 0.11.2: ddof 0, eps 1e-8);
     * ``eps_mode="add_std"``: ``d = sqrt(var) + eps`` (TRL 1.16.0 ``normalize_advantages``: ddof 1,
       eps 1e-4).
@@ -153,7 +154,8 @@ def whiten(
 
     >>> whiten([[1.0, 3.0]], eps=0.0).tolist()
     [[-0.7071067811865475, 0.7071067811865475]]
-    >>> whiten([[1.0, 3.0]], lengths=[[3, 1]], ddof=0, eps=0.0, eps_mode="clamp_var").round(6).tolist()
+    >>> w = whiten([[1.0, 3.0]], lengths=[[3, 1]], ddof=0, eps=0.0, eps_mode="clamp_var")
+    >>> w.round(6).tolist()
     [[-0.57735, 1.732051]]
     """
     a = _to_np(advantages, "advantages")
@@ -402,7 +404,8 @@ def grpo_passk_advantages(
 
     ``compute_grpo_passk_outcome_advantage``: only the best response of a group gets a nonzero
     advantage, ``r_max - r_second_max``, divided by ``std + eps`` (``torch.std``, ddof 1) when
-    ``normalize_std`` (verl's ``norm_adv_by_std_in_grpo``, default True). Ties at the maximum give 0.
+    ``normalize_std`` (verl's ``norm_adv_by_std_in_grpo``, default True). Ties at the maximum
+    give 0.
 
     Args:
         rewards: ``[P, R]`` rewards, ``R >= 2``.
@@ -488,7 +491,9 @@ def gdpo_advantages(
     """
     x = _to_np(rewards_per_func, "rewards_per_func", ndim=3, finite=False)
     if np.any(np.isinf(x)):
-        raise ValueError("rewards_per_func contains inf (NaN marks unscored entries; inf is an error)")
+        raise ValueError(
+            "rewards_per_func contains inf (NaN marks unscored entries; inf is an error)"
+        )
     P, R, K = x.shape
     w = np.ones(K) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (K,):
