@@ -176,10 +176,12 @@ def whiten(
     c = a - mean
     if v == 0:
         return _like(np.zeros_like(a), advantages)
+    with np.errstate(over="ignore"):
+        t = np.float64(eps) / np.float64(s) ** 2  # eps in units of s^2 (inf: var is negligible)
     if eps_mode == "add_var":
-        d = s * np.sqrt(v + eps / s**2)
+        d = s * np.sqrt(v + t) if np.isfinite(t) else np.sqrt(eps)
     elif eps_mode == "clamp_var":
-        d = s * np.sqrt(max(v, eps / s**2))
+        d = s * np.sqrt(max(v, t)) if np.isfinite(t) else np.sqrt(eps)
     else:
         d = s * np.sqrt(v) + eps
     return _like(c / d, advantages)
