@@ -176,8 +176,9 @@ def whiten(
     c = a - mean
     if v == 0:
         return _like(np.zeros_like(a), advantages)
-    with np.errstate(over="ignore"):
-        t = np.float64(eps) / np.float64(s) ** 2  # eps in units of s^2 (inf: var is negligible)
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        # eps in units of s^2 (inf: the variance is negligible next to eps)
+        t = np.float64(0.0) if eps == 0 else np.float64(eps) / np.float64(s) ** 2
     if eps_mode == "add_var":
         d = s * np.sqrt(v + t) if np.isfinite(t) else np.sqrt(eps)
     elif eps_mode == "clamp_var":
