@@ -31,7 +31,7 @@ from grpo_theory.framework_estimators import (
 S = 1 / math.sqrt(2)
 
 
-# --- exact hand-checked cases ----------------------------------------------------------------------
+# --- exact hand-checked cases ---
 def test_whiten_hand_checked_each_eps_mode() -> None:
     # mean 2, Bessel var 2 -> +-1/sqrt2; eps enters as var+eps, max(var, eps), std+eps
     x = [[1.0, 3.0]]
@@ -152,7 +152,7 @@ def test_nan_excluding_matches_the_scored_subgroup() -> None:
         nan_excluding_advantages("grpo", [[np.inf, 0.0]])
 
 
-# --- registry and backends --------------------------------------------------------------------------
+# --- registry and backends ---
 @pytest.mark.parametrize("name", sorted(FRAMEWORK_ESTIMATORS))
 def test_framework_estimators_are_registered_and_keep_the_torch_backend(name: str) -> None:
     r = np.random.default_rng(2).integers(0, 2, (3, 4)).astype(float)
