@@ -513,7 +513,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "| case | framework | grpo_theory |\n|---|---|---|\n"
         )
         edge += "\n".join(
-            f"| {e['case']} | {e['framework']:.3g} | {e['grpo_theory']:.4g} |"
+            f"| {e['case']} | {e['framework'] + 0.0:.3g} | {e['grpo_theory'] + 0.0:.4g} |"
             for e in report["edge_values"]
         )
         edge += "\n"

@@ -681,3 +681,43 @@ FRAMEWORK_ESTIMATORS: dict[str, Callable[..., Array]] = {
     "rloo_normalized": rloo_normalized_advantages,
 }
 """The framework estimators that take ``[P, R]`` rewards (and keyword options): registry entries."""
+
+
+# --- exact forms for binary rewards (sympy imported lazily) -------------------------------------
+def exact_grpo_passk(
+    R: int, k: int, *, normalize_std: bool = True, eps: Any = 1e-6
+) -> tuple[Any, Any]:
+    """Exact ``(a_S, a_F)`` of :func:`grpo_passk_advantages` for ``k`` successes of ``R``.
+
+    Only ``k = 1`` has a unique best: ``a_S = 1 / (std + eps)`` with the Bessel std
+    ``sqrt(k (R - k) / (R (R - 1))) = 1 / sqrt(R)``, ``a_F = 0``; every other ``k`` gives 0.
+
+    >>> exact_grpo_passk(4, 1, eps=0)
+    (2, 0)
+    """
+    import sympy as sp
+
+    from .bernoulli import to_exact
+
+    if R < 2:
+        raise ValueError(f"grpo_passk needs R >= 2, got R={R}")
+    if k != 1:
+        return sp.Integer(0), sp.Integer(0)
+    if not normalize_std:
+        return sp.Integer(1), sp.Integer(0)
+    e = to_exact(eps, name="eps")
+    return 1 / (1 / sp.sqrt(R) + e), sp.Integer(0)
+
+
+def exact_opo(R: int, k: int, *, lengths: Any = None) -> tuple[Any, Any]:
+    """Exact ``(a_S, a_F)`` of :func:`opo_advantages` with equal lengths (= GRPO).
+
+    With unequal lengths OPO's value depends on which rollouts succeeded, not only on ``k``, so
+    there is no ``(R, k)`` table: ``lengths`` must be ``None``.
+    """
+    import sympy as sp
+
+    if lengths is not None:
+        raise ValueError("opo's exact form needs equal lengths (lengths=None)")
+    m = sp.Rational(k, R)
+    return 1 - m, -m

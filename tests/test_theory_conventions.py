@@ -16,6 +16,7 @@ from grpo_theory import (
     reference_verl_grpo_outcome_advantages,
     reference_verl_rloo_outcome_advantages,
 )
+from grpo_theory.aggregation import AGGREGATION_MODES, POLICY_LOSSES
 
 
 def _rewards(seed: int, P: int = 5, R: int = 6, binary: bool = False) -> np.ndarray:
@@ -96,7 +97,7 @@ def test_eps_convention_matters_and_is_recorded() -> None:
 def test_conventions_table_is_consistent() -> None:
     for c in CONVENTIONS:
         assert c.estimator is None or c.estimator in ESTIMATORS
-        assert c.aggregation in (None, "sequence_sum", "token_mean", "sequence_mean", "dr_grpo")
+        assert c.aggregation is None or c.aggregation in (*AGGREGATION_MODES, *POLICY_LOSSES)
         assert c.source
     md = conventions_markdown()
     assert md.count("\n") == len(CONVENTIONS) + 2
