@@ -164,3 +164,21 @@ def test_verl_groups_of_unequal_size_match_grouped_advantages() -> None:
     ours[5] = r[5] / (1 + 1e-6)  # verl: one-sample group -> mean 0, std 1 -> r / (1 + eps)
     # (verl builds the one-sample mean 0, std 1 as float32 tensors, so 1 + 1e-6 is rounded)
     assert np.allclose(out.numpy(), ours, rtol=1e-6)
+
+
+def test_source_may_be_a_wheel_a_directory_or_one_file(tmp_path: Path) -> None:
+    import zipfile
+
+    from grpo_audit.framework_code import FrameworkCodeError, find_source
+
+    whl = _wheel("verl")
+    with zipfile.ZipFile(whl) as zf:
+        members = [n for n in zf.namelist() if n.startswith("verl/") and n.endswith(".py")]
+        zf.extractall(tmp_path, members=members)
+    by_wheel = find_source("verl", whl)
+    by_dir = find_source("verl", tmp_path)
+    by_file = find_source("verl", tmp_path / "verl/trainer/ppo/core_algos.py")
+    assert by_wheel.version == "0.9.1"
+    assert by_wheel.files == by_dir.files == by_file.files
+    with pytest.raises(FrameworkCodeError, match="not one of"):
+        find_source("verl", tmp_path / "verl/trainer/ppo/__init__.py")
