@@ -31,6 +31,7 @@ from .bernoulli import (
     to_exact,
 )
 from .bounds import (
+    baseline_tail_event,
     bernstein_bound,
     chebyshev_bound,
     exact_advantage_tail_bernoulli,
@@ -67,6 +68,12 @@ from .spectral import (
     top1_fraction,
 )
 from .symbolic import LINEAR_ESTIMATORS, linear_estimator_moments, linear_weights
+from .registry import (
+    EstimatorSpec,
+    estimator_names,
+    estimator_spec,
+    register_estimator,
+)
 from .tables import TABLE_KINDS, BoundTable, bound_table
 
 __version__ = "0.1.0"
@@ -78,6 +85,7 @@ __all__ = [
     "AGGREGATION_MODES",
     "aggregation_weights",
     "asym_grpo_advantages",
+    "baseline_tail_event",
     "bernstein_bound",
     "binom_pmf",
     "bound_table",
@@ -91,6 +99,9 @@ __all__ = [
     "effective_rank",
     "effective_weights",
     "entropy_effective_rank",
+    "estimator_names",
+    "estimator_spec",
+    "EstimatorSpec",
     "ESTIMATORS",
     "exact_advantage_moments",
     "exact_advantage_tail_bernoulli",
@@ -125,6 +136,7 @@ __all__ = [
     "reference_trl_grpo_advantages",
     "reference_verl_grpo_outcome_advantages",
     "reference_verl_rloo_outcome_advantages",
+    "register_estimator",
     "reinforce_advantages",
     "reward_to_go",
     "rloo_advantages",
