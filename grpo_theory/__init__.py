@@ -51,6 +51,12 @@ from .conventions import (
 )
 from .mass import expected_mass_bernoulli, gradient_mass, plot_expected_mass
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
+from .registry import (
+    EstimatorSpec,
+    estimator_names,
+    estimator_spec,
+    register_estimator,
+)
 from .spectral import (
     SpectralMetrics,
     effective_rank,
@@ -68,12 +74,6 @@ from .spectral import (
     top1_fraction,
 )
 from .symbolic import LINEAR_ESTIMATORS, linear_estimator_moments, linear_weights
-from .registry import (
-    EstimatorSpec,
-    estimator_names,
-    estimator_spec,
-    register_estimator,
-)
 from .tables import TABLE_KINDS, BoundTable, bound_table
 
 __version__ = "0.1.0"

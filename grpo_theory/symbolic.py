@@ -41,11 +41,11 @@ if TYPE_CHECKING:  # sympy is imported when a symbol or a moment is first asked 
     import sympy as sp
 
 __all__ = [
-    "R",
-    "sigma2",
-    "mu",
-    "r_i",
-    "b",
+    "R",  # noqa: F822 (lazy: module __getattr__)
+    "sigma2",  # noqa: F822 (lazy: module __getattr__)
+    "mu",  # noqa: F822 (lazy: module __getattr__)
+    "r_i",  # noqa: F822 (lazy: module __getattr__)
+    "b",  # noqa: F822 (lazy: module __getattr__)
     "LINEAR_ESTIMATORS",
     "linear_weights",
     "linear_estimator_moments",
