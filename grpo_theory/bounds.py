@@ -240,8 +240,16 @@ def exact_baseline_tail_bernoulli(*, R: int, eps: Any, p: Any) -> Any:
     return float(sum(pmf[k] for k in hit))
 
 
-def _piece_value(a: int, b: int, R: int, p: float) -> float:
-    """``P(k <= a) + P(k >= b)`` for ``k ~ Bin(R, p)`` (summed pmf terms, no ``1 - cdf``)."""
+def _piece_value(a: int, b: int, R: int, p: Fraction | float) -> float:
+    """``P(k <= a) + P(k >= b)`` for ``k ~ Bin(R, p)`` (summed pmf terms, no ``1 - cdf``).
+
+    Exact in rationals (then correctly rounded) for a rational ``p`` (the breakpoints); float
+    pmf terms for a float ``p`` (the stationary point, irrational in general).
+    """
+    ks = [k for k in range(R + 1) if k <= a or k >= b]
+    if isinstance(p, Fraction):
+        return float(min(Fraction(1), sum(
+            (math.comb(R, k) * p**k * (1 - p) ** (R - k) for k in ks), Fraction(0))))
     pmf = binom_pmf(np.arange(R + 1), R, p)
     return float(min(1.0, pmf[: max(a + 1, 0)].sum() + pmf[max(b, 0) :].sum()))
 
@@ -292,7 +300,7 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
             if val > best:
                 best, arg = val, where
             continue
-        cands = [float(lo), float(hi)]
+        cands: list[Fraction | float] = [lo, hi]
         if a >= 0 and b <= R:
             d = b - 1 - a
             t = (math.comb(R - 1, a) / math.comb(R - 1, b - 1)) ** (1.0 / d)
@@ -302,7 +310,7 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
         for c in cands:
             val = _piece_value(a, b, R, c)
             if val > best + 1e-15:
-                best, arg = val, c
+                best, arg = val, float(c)
     return float(best), float(arg)
 
 
