@@ -268,3 +268,23 @@ def test_sup_baseline_tail_R2_eps04_is_the_limit_at_the_breakpoint() -> None:
     assert exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.4) == pytest.approx(0.16, abs=1e-15)
     right = exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.4 + 1e-9)
     assert right == pytest.approx(0.52, abs=1e-8)
+
+
+# --- tiny exact cases (rlax style): fixed input, hand-checked output ---------------------------
+def test_closed_form_bounds_tiny_exact_cases() -> None:
+    # Chebyshev sigma2 / (R eps^2): R = 4, eps = 1/2, sigma2 = 1/4 -> (3/4)/(4/4) = 3/4
+    assert chebyshev_bound(R=4, eps=0.5, sigma2=0.25) == 0.75
+    # Hoeffding 2 exp(-2 R eps^2): R = 2, eps = 1/2 -> 2 exp(-1)
+    assert hoeffding_bound(R=2, eps=0.5) == pytest.approx(2 / math.e, rel=1e-15)
+    # Bernstein 2 exp(-R eps^2 / (2 sigma2 + 2 w eps / 3)): R = 1, eps = 1, sigma2 = 0,
+    # w = 3/2 -> 2 exp(-1 / 1) = 2/e
+    assert bernstein_bound(R=1, eps=1.0, sigma2=0.0, width=1.5) == pytest.approx(2 / math.e)
+
+
+def test_exact_advantage_tail_and_bound_table_tiny_exact_cases() -> None:
+    # grpo, R = 2, p = 1/2: A_1 = +-1/2 when k = 1 (prob 1/2), else 0: P(|A_1| > 0.4) = 1/2
+    assert exact_advantage_tail_bernoulli(R=2, eps=0.4, p=sp.Rational(1, 2)) == sp.Rational(1, 2)
+    # rloo doubles the values to +-1: P(|A_1| > 0.6) = 1/2 as well, P(|A_1| > 1) = 0
+    assert exact_advantage_tail_bernoulli(R=2, eps=1, p=sp.Rational(1, 2), estimator="rloo") == 0
+    t = bound_table("hoeffding", R_values=[2], eps_values=[0.5])
+    assert t.values.ravel().tolist() == pytest.approx([2 / math.e], rel=1e-15)
