@@ -46,11 +46,6 @@ __all__ = [
 
 Number = Any  # float | sympy.Expr
 
-# kept for the modules that imported the private names
-_check_R = check_R
-_check_p = check_p
-_is_exact_p = is_exact_number
-
 _TINY = np.finfo(np.float64).tiny * 2.0**53  # below this a float power has lost precision
 
 
@@ -117,8 +112,8 @@ def group_outcomes(*, R: int, p: Any) -> tuple[np.ndarray, list[Any] | np.ndarra
     >>> group_outcomes(R=2, p=Fraction(1, 3))[1]
     [4/9, 4/9, 1/9]
     """
-    R = _check_R(R)
-    q = _check_p(p)
+    R = check_R(R)
+    q = check_p(p)
     k = np.arange(R + 1)
     if is_exact_number(q):
         import sympy as sp
@@ -181,7 +176,7 @@ def advantage_value_table(
             f"estimator {estimator!r} has no exact form; use advantage_values(..., exact=False)"
         )
     validate_options(estimator, opts)
-    R = _check_R(R)
+    R = check_R(R)
     if R < spec.min_group_size:
         raise ValueError(f"{estimator} needs R >= {spec.min_group_size}, got R={R}")
     s, f = _table_cached(estimator, R, _freeze(opts))
@@ -209,7 +204,7 @@ def advantage_values(
     >>> advantage_values("grpo_std", R=4, k=2, ddof=0)
     (1, -1)
     """
-    R = _check_R(R)
+    R = check_R(R)
     if not 0 <= k <= R:
         raise ValueError(f"need 0 <= k <= R, got k={k}, R={R}")
     if exact:
@@ -222,7 +217,7 @@ def advantage_values(
 
 def _law_terms(estimator: str, R: int, p: Any, opts: dict[str, Any]) -> list[tuple[Any, Any]]:
     """``[(value, probability)]`` of ``A_1`` (unmerged), one term per (own reward, k)."""
-    q = _check_p(p)
+    q = check_p(p)
     s, f = advantage_value_table(estimator, R=R, **opts)
     _, pmf = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     terms = []
@@ -252,10 +247,10 @@ def advantage_distribution(
     [(-1/2, 1/4), (0, 1/2), (1/2, 1/4)]
     """
     merged: dict[sp.Expr, Any] = {}
-    for v, pr in _law_terms(estimator, _check_R(R), p, opts):
+    for v, pr in _law_terms(estimator, check_R(R), p, opts):
         merged[v] = merged.get(v, 0) + pr
     items = sorted(merged.items(), key=lambda t: float(t[0]))
-    if _is_exact_p(p):
+    if is_exact_number(p):
         import sympy as sp
 
         return [(v, sp.expand(pr)) for v, pr in items]
@@ -284,8 +279,8 @@ def exact_advantage_moments(estimator: str, *, R: int, p: Any, **opts: Any) -> d
     >>> (m["mean"], m["var"], m["cov"], m["cond_mean_success"])
     (0, 3/16, -1/16, 3/8)
     """
-    R = _check_R(R)
-    q = _check_p(p)
+    R = check_R(R)
+    q = check_p(p)
     s, f = advantage_value_table(estimator, R=R, **opts)
     _, pmf1 = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     cs = sum(s[j + 1] * pmf1[j] for j in range(R))
