@@ -576,7 +576,6 @@ def compute_advantages(name: str, rewards: Array, **options: Any) -> Array:
     validate_options(name, options)
     return get_estimator(name)(rewards, **options)
 
-# Framework estimators (TRL, verl, OpenRLHF) that take [P, R] rewards: see framework_estimators.
-from .framework_estimators import FRAMEWORK_ESTIMATORS as _FRAMEWORK_ESTIMATORS  # noqa: E402
 
-ESTIMATORS.update(_FRAMEWORK_ESTIMATORS)
+# The framework estimators (TRL, verl, OpenRLHF) register themselves after the built-ins.
+from . import framework_estimators as _framework_estimators  # noqa: E402, F401

@@ -39,6 +39,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._validate import check_finite, check_group_size, is_torch
+from .registry import EstimatorSpec, register_estimator
 
 __all__ = [
     "whiten",
@@ -56,6 +57,8 @@ __all__ = [
     "grouped_advantages",
     "nan_excluding_advantages",
     "FRAMEWORK_ESTIMATORS",
+    "exact_grpo_passk",
+    "exact_opo",
 ]
 
 Array = Any
@@ -670,19 +673,6 @@ def nan_excluding_advantages(
     return out
 
 
-FRAMEWORK_ESTIMATORS: dict[str, Callable[..., Array]] = {
-    "reinforce_plus_plus": reinforce_plus_plus_advantages,
-    "reinforce_plus_plus_baseline": reinforce_plus_plus_baseline_advantages,
-    "opo": opo_advantages,
-    "gpg": gpg_advantages,
-    "grpo_passk": grpo_passk_advantages,
-    "reinforce_baseline": reinforce_baseline_advantages,
-    "flash_reinforce": flash_reinforce_advantages,
-    "rloo_normalized": rloo_normalized_advantages,
-}
-"""The framework estimators that take ``[P, R]`` rewards (and keyword options): registry entries."""
-
-
 # --- exact forms for binary rewards (sympy imported lazily) -------------------------------------
 def exact_grpo_passk(
     R: int, k: int, *, normalize_std: bool = True, eps: Any = 1e-6
@@ -697,7 +687,7 @@ def exact_grpo_passk(
     """
     import sympy as sp
 
-    from .bernoulli import to_exact
+    from ._validate import to_exact
 
     if R < 2:
         raise ValueError(f"grpo_passk needs R >= 2, got R={R}")
@@ -721,3 +711,83 @@ def exact_opo(R: int, k: int, *, lengths: Any = None) -> tuple[Any, Any]:
         raise ValueError("opo's exact form needs equal lengths (lengths=None)")
     m = sp.Rational(k, R)
     return 1 - m, -m
+
+
+def _linear_opo(R: Any, *, lengths: Any = None) -> tuple[Any, Any, Any]:
+    if lengths is not None:
+        raise ValueError("opo's linear weights are symmetric only for equal lengths (lengths=None)")
+    return 1 - 1 / R, -1 / R, 0
+
+
+_VERL = "verl 0.9.1 verl/trainer/ppo/core_algos.py"
+_ORL = "OpenRLHF 0.11.2 openrlhf/trainer/ppo_utils/experience_maker.py"
+_SPECS = (
+    EstimatorSpec(
+        name="reinforce_plus_plus",
+        fn=reinforce_plus_plus_advantages,
+        options={"lengths": None, "eps": 1e-8},
+        min_group_size=1,
+        source="Hu 2025 (arXiv 2501.03262); "
+        + _VERL
+        + " compute_reinforce_plus_plus_outcome_advantage",
+    ),
+    EstimatorSpec(
+        name="reinforce_plus_plus_baseline",
+        fn=reinforce_plus_plus_baseline_advantages,
+        options={"lengths": None, "eps": 1e-8},
+        min_group_size=1,
+        source=_VERL + " compute_reinforce_plus_plus_baseline_outcome_advantage",
+    ),
+    EstimatorSpec(
+        name="opo",
+        fn=opo_advantages,
+        options={"lengths": None},
+        exact=exact_opo,
+        linear=_linear_opo,
+        min_group_size=1,
+        source="Hao et al. 2025 (arXiv 2505.23585); " + _VERL + " compute_opo_outcome_advantage",
+    ),
+    EstimatorSpec(
+        name="gpg",
+        fn=gpg_advantages,
+        options={"f_norm": 1.0},
+        check_options={"f_norm": 2.0},
+        min_group_size=1,
+        source="Chu et al. 2025 (arXiv 2504.02546); " + _VERL + " compute_gpg_outcome_advantage",
+    ),
+    EstimatorSpec(
+        name="grpo_passk",
+        fn=grpo_passk_advantages,
+        options={"normalize_std": True, "eps": 1e-6},
+        check_options={"normalize_std": True, "eps": 0.0},
+        exact=exact_grpo_passk,
+        source="Chen et al. 2025 (arXiv 2503.19595); "
+        + _VERL
+        + " compute_grpo_passk_outcome_advantage",
+    ),
+    EstimatorSpec(
+        name="reinforce_baseline",
+        fn=reinforce_baseline_advantages,
+        options={"lengths": None, "eps": 1e-8},
+        source=_ORL + " (estimator reinforce_baseline)",
+    ),
+    EstimatorSpec(
+        name="flash_reinforce",
+        fn=flash_reinforce_advantages,
+        min_group_size=1,
+        source=_ORL + " (estimator flash_reinforce)",
+    ),
+    EstimatorSpec(
+        name="rloo_normalized",
+        fn=rloo_normalized_advantages,
+        options={"eps": 1e-4},
+        check_options={"eps": 0.0},
+        source="TRL 1.16.0 trl/trainer/rloo_trainer.py (normalize_advantages=True)",
+    ),
+)
+for _spec in _SPECS:
+    register_estimator(_spec)
+del _spec
+
+FRAMEWORK_ESTIMATORS: tuple[str, ...] = tuple(s.name for s in _SPECS)
+"""Registry names of the framework estimators that take ``[P, R]`` rewards."""
