@@ -724,6 +724,7 @@ _ORL = "OpenRLHF 0.11.2 openrlhf/trainer/ppo_utils/experience_maker.py"
 _SPECS = (
     EstimatorSpec(
         name="reinforce_plus_plus",
+        batch_coupled=True,
         fn=reinforce_plus_plus_advantages,
         options={"lengths": None, "eps": 1e-8},
         min_group_size=1,
@@ -733,6 +734,7 @@ _SPECS = (
     ),
     EstimatorSpec(
         name="reinforce_plus_plus_baseline",
+        batch_coupled=True,
         fn=reinforce_plus_plus_baseline_advantages,
         options={"lengths": None, "eps": 1e-8},
         min_group_size=1,
@@ -749,6 +751,7 @@ _SPECS = (
     ),
     EstimatorSpec(
         name="gpg",
+        batch_coupled=True,
         fn=gpg_advantages,
         options={"f_norm": 1.0},
         check_options={"f_norm": 2.0},
@@ -767,18 +770,21 @@ _SPECS = (
     ),
     EstimatorSpec(
         name="reinforce_baseline",
+        batch_coupled=True,
         fn=reinforce_baseline_advantages,
         options={"lengths": None, "eps": 1e-8},
         source=_ORL + " (estimator reinforce_baseline)",
     ),
     EstimatorSpec(
         name="flash_reinforce",
+        batch_coupled=True,
         fn=flash_reinforce_advantages,
         min_group_size=1,
         source=_ORL + " (estimator flash_reinforce)",
     ),
     EstimatorSpec(
         name="rloo_normalized",
+        batch_coupled=True,
         fn=rloo_normalized_advantages,
         options={"eps": 1e-4},
         check_options={"eps": 0.0},

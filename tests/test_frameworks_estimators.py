@@ -187,3 +187,34 @@ def test_policy_loss_weights_hand_checked() -> None:
         policy_loss_weights(L, loss="ppo")
     with pytest.raises(ValueError, match="only used by loss='cispo'"):
         policy_loss_weights(L, loss="sapo", epsilon_high=1.0)
+
+
+@pytest.mark.parametrize("name", __import__("grpo_theory").estimator_names())
+def test_batch_coupled_flag_is_true_iff_other_groups_change_a_groups_advantages(name: str) -> None:
+    from grpo_theory import estimator_spec
+
+    spec = estimator_spec(name)
+    R = max(4, spec.min_group_size)
+    rng = np.random.default_rng(5)
+    g = np.array([[1.0, 0.0, 0.0, 1.0] + [0.0] * (R - 4)])
+    other = rng.random((3, R))
+    alone = np.asarray(compute_advantages(name, g, **spec.check_options))[0]
+    batch = np.asarray(compute_advantages(name, np.vstack([g, other]), **spec.check_options))[0]
+    assert (not np.allclose(alone, batch, rtol=1e-12, atol=1e-12)) == spec.batch_coupled
+
+
+def test_sims_leave_batch_coupled_estimators_out() -> None:
+    from grpo_theory import estimator_names
+    from sims.exact import ESTIMATOR_SPECS
+
+    coupled = set(estimator_names(batch_coupled=True))
+    assert coupled == {
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "gpg",
+        "reinforce_baseline",
+        "flash_reinforce",
+        "rloo_normalized",
+    }
+    assert not coupled & set(ESTIMATOR_SPECS)
+    assert {"opo", "grpo_passk"} <= set(ESTIMATOR_SPECS)
