@@ -262,7 +262,9 @@ class FrameworkCode:
     dtype: str
     advantages: dict[str, Callable[..., np.ndarray]] = field(default_factory=dict)
     losses: dict[str, Callable[..., np.ndarray]] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
+    extras: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    """Framework functions with inputs beyond rewards (verl: ``remax(rewards, lengths, greedy)``,
+    ``optimal_token_baseline`` and ``grpo_outcome`` as verl defines them)."""
 
 
 def _torch_dtype(name: str) -> Any:
@@ -604,8 +606,10 @@ def _load_verl(tree: SourceTree, dtype: str) -> FrameworkCode:
         "compute_grpo_passk_outcome_advantage", config=AlgoConfig(norm_adv_by_std_in_grpo=True)
     )
     A["algorithm.adv_estimator=gdpo (one reward key)"] = adv("compute_gdpo_outcome_advantage")
-    fc.advantages_extra = {"remax": remax}  # type: ignore[attr-defined]
-    fc.otb = C["compute_optimal_token_baseline_advantage"]  # type: ignore[attr-defined]
+    fc.extras["remax"] = remax
+    fc.extras["optimal_token_baseline"] = C["compute_optimal_token_baseline_advantage"]
+    fc.extras["grpo_outcome"] = C["compute_grpo_outcome_advantage"]
+    fc.extras["agg_loss"] = C["agg_loss"]
 
     def loss(mode: str, policy: str = "vanilla", **cfg: Any) -> Callable[..., np.ndarray]:
         def run(
@@ -647,7 +651,6 @@ def _load_verl(tree: SourceTree, dtype: str) -> FrameworkCode:
     fc.losses["policy_loss=gspo, seq-mean-token-mean"] = loss("seq-mean-token-mean", "gspo")
     fc.losses["policy_loss=sapo (any loss_agg_mode)"] = loss("token-mean", "sapo")
     fc.losses["policy_loss=cispo, token-mean"] = loss("token-mean", "cispo")
-    fc.agg_loss = C["agg_loss"]  # type: ignore[attr-defined]
     return fc
 
 

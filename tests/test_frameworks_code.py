@@ -127,7 +127,7 @@ def test_verl_remax_and_optimal_token_baseline_match_ours() -> None:
     rng = np.random.default_rng(3)
     r, b = rng.normal(size=(2, 3)), rng.normal(size=2)
     L = rng.integers(1, 6, (2, 3))
-    got = fc.advantages_extra["remax"](r, L, np.repeat(b, 3))
+    got = fc.extras["remax"](r, L, np.repeat(b, 3))
     assert np.allclose(got, remax_advantages(r, greedy_rewards=b), rtol=1e-12)
     # OTB on token-level inputs, groups of 3, verl's flat layout with an index
     P, R, T = 2, 3, 6
@@ -139,7 +139,7 @@ def test_verl_remax_and_optimal_token_baseline_match_ours() -> None:
             tok[p, i, L[p, i] - 1] = rng.normal()
     pi, sp2 = rng.uniform(0.1, 0.9, (P, R, T)), rng.uniform(0.2, 0.6, (P, R, T))
     t = lambda x: torch.tensor(x.reshape(P * R, T))  # noqa: E731
-    ref = fc.otb(
+    ref = fc.extras["optimal_token_baseline"](
         token_level_rewards=t(tok),
         response_mask=t(m),
         index=np.repeat(np.arange(P), R),
@@ -156,7 +156,7 @@ def test_verl_groups_of_unequal_size_match_grouped_advantages() -> None:
     from grpo_theory.framework_estimators import grouped_advantages
 
     fc = load_framework("verl", _source("verl"), dtype="float64")
-    fn = fc.otb.__globals__["compute_grpo_outcome_advantage"]
+    fn = fc.extras["grpo_outcome"]
     r = np.array([1.0, 0.0, 0.5, 2.0, 0.0, 1.0, 3.0])
     ids = np.array([4, 4, 9, 9, 9, 2, 4])  # sizes 3, 3, 1 in any order
     out = fn(torch.tensor(r)[:, None], torch.ones(7, 1, dtype=torch.float64), ids)[0][:, 0]
