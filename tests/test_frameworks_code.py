@@ -182,3 +182,30 @@ def test_source_may_be_a_wheel_a_directory_or_one_file(tmp_path: Path) -> None:
     assert by_wheel.files == by_dir.files == by_file.files
     with pytest.raises(FrameworkCodeError, match="not one of"):
         find_source("verl", tmp_path / "verl/trainer/ppo/__init__.py")
+
+
+@pytest.mark.parametrize(
+    ("fw", "name"), [("trl", "TRL"), ("verl", "verl"), ("openrlhf", "OpenRLHF")]
+)
+def test_every_conventions_row_with_an_estimator_reproduces_the_framework(
+    fw: str, name: str
+) -> None:
+    import inspect
+
+    from grpo_theory import CONVENTIONS, compute_advantages, estimator_spec
+
+    fc = load_framework(fw, _source(fw), dtype="float64")
+    rng = np.random.default_rng(11)
+    r = rng.normal(size=(3, 4))
+    L = rng.integers(1, 9, (3, 4))
+    rows = [c for c in CONVENTIONS if c.framework == name and c.estimator is not None]
+    assert rows
+    for c in rows:
+        key = c.setting.replace(", norm_adv_by_std_in_grpo=True", "").replace(" (gamma=1)", "")
+        got = fc.advantages[key](r, L)
+        opts = dict(c.options)
+        if "lengths" in inspect.signature(estimator_spec(c.estimator).fn).parameters:
+            opts["lengths"] = L
+        ours = np.asarray(compute_advantages(c.estimator, r, **opts))
+        # TRL's Bessel factor is a float32 tensor (1e-7); verl's masked_mean adds 1e-8 to counts
+        np.testing.assert_allclose(got, ours, rtol=2e-7, atol=1e-9, err_msg=c.setting)
