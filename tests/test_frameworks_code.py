@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from grpo_audit.framework_code import load_framework
-from grpo_audit.frameworks import audit_framework
+from grpo_audit.frameworks_audit import audit_framework
 
 AGREE_FAMILIES = ("random normal", "random binary", "single success", "unequal lengths")
 
