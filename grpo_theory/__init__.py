@@ -42,13 +42,8 @@ from .conventions import (
     CONVENTIONS,
     Convention,
     conventions_markdown,
-    reference_loss,
-    reference_openrlhf_shaped_rewards,
-    reference_trl_grpo_advantages,
-    reference_verl_grpo_outcome_advantages,
-    reference_verl_rloo_outcome_advantages,
 )
-from .mass import expected_mass_bernoulli, gradient_mass, plot_expected_mass
+from .mass import expected_mass_bernoulli, gradient_mass
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
 from .spectral import (
     SpectralMetrics,
@@ -118,13 +113,7 @@ __all__ = [
     "MULTITURN_MODES",
     "numerical_rank",
     "past_rewards",
-    "plot_expected_mass",
     "power_alpha_advantages",
-    "reference_loss",
-    "reference_openrlhf_shaped_rewards",
-    "reference_trl_grpo_advantages",
-    "reference_verl_grpo_outcome_advantages",
-    "reference_verl_rloo_outcome_advantages",
     "reinforce_advantages",
     "reward_to_go",
     "rloo_advantages",

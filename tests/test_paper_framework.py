@@ -139,7 +139,7 @@ def test_cli_module_is_cheap_to_import():
 
 
 def test_audit_cli_writes_claims_json_report_and_figures(tmp_path):
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     out = tmp_path / "audit"
     code = main(["audit", "--out", str(out), "--quick", "--only", "thm4_1_i_zero_sum",
@@ -163,7 +163,7 @@ def test_audit_cli_writes_claims_json_report_and_figures(tmp_path):
 
 
 def test_tables_cli_prints_appendix_a2(capsys):
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     assert main(["tables", "appendix-a2", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -171,7 +171,7 @@ def test_tables_cli_prints_appendix_a2(capsys):
 
 
 def test_audit_without_out_is_a_clear_error(capsys):
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     assert main(["audit"]) == 2
     assert "--out DIR is required" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_theory.cli import main
+from grpo_audit.cli import main
 from sims.cli import EXPERIMENT_NAMES
 from sims.experiments import EXPERIMENTS
 

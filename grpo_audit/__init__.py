@@ -1,0 +1,37 @@
+"""grpo_audit: the ``grpo-audit`` application, the top of the package stack.
+
+Layers, bottom to top (an arrow means "may import")::
+
+    grpo_io      (stdlib; numpy lazily)      JSON/JSONL IO, one NaN/inf policy, environment()
+    grpo_theory  (numpy; sympy lazily)       the mathematics
+    sims         -> grpo_theory, grpo_io     toy worlds with exact ground truth
+    real_model   -> grpo_theory, grpo_io     real-model gradient geometry
+    paper_checks -> the three above          the proof audit of arXiv 2606.29238
+    grpo_audit   -> everything               command line, rendering of the core's tables
+
+Each package contributes its subcommands through ``register(subparsers)`` in its own cheap
+``cli.py``; :func:`grpo_audit.cli.build_parser` calls them. Importing this package is cheap
+(no numpy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["__version__", "package_version"]
+
+
+def package_version() -> str:
+    """The installed distribution's version (one source: ``pyproject.toml``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grpo-audit")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> Any:  # lazy: importlib.metadata costs ~30 ms, --help needs none
+    if name == "__version__":
+        return package_version()
+    raise AttributeError(f"module 'grpo_audit' has no attribute {name!r}")
