@@ -30,7 +30,7 @@ def mc_evidence(results: list[Any], prefix: str) -> tuple[dict[str, float], bool
         ev[f"{key}_estimate"] = r.estimate
         ev[f"{key}_exact"] = r.exact
         ev[f"{key}_se"] = r.se
-        ev[f"{key}_z"] = r.z if np.isfinite(r.z) else 1e300
+        ev[f"{key}_z"] = r.z  # +-inf (failed deterministic check) is written as "inf"/"-inf"
         ev[f"{key}_n"] = r.n
         if r.paper_value is not None:
             ev[f"{key}_paper_formula"] = r.paper_value

@@ -19,17 +19,15 @@ name               what
 
 from __future__ import annotations
 
-import json
 import math
-import platform
-import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from grpo_io import atomic_write_text, dumps, environment, to_jsonable
 
 from .plots import (
     plot_gradient_ratio,
@@ -39,9 +37,9 @@ from .plots import (
     plot_training,
     plot_variance_ratio,
 )
-from .results import CheckResult, _jsonable, md_escape, results_table
+from .results import CheckResult, md_escape, results_table
 
-__all__ = ["EXPERIMENTS", "run_experiment", "environment_info"]
+__all__ = ["EXPERIMENTS", "run_experiment"]
 
 ALL_ESTIMATORS = (
     "grpo",
@@ -53,22 +51,6 @@ ALL_ESTIMATORS = (
     "power_alpha",
     "fade",
 )
-
-
-def environment_info() -> dict[str, Any]:
-    """Python / library versions and the device (all of :mod:`sims` runs on the CPU in NumPy)."""
-    vers = {}
-    for pkg in ("numpy", "scipy", "matplotlib", "grpo-audit"):
-        try:
-            vers[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            vers[pkg] = None
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "device": f"cpu ({platform.processor() or platform.machine()}), numpy",
-        "versions": vers,
-    }
 
 
 def _bandit(reward: str = "bernoulli") -> Any:
@@ -96,12 +78,12 @@ def _write(
         "seed": seed,
         "quick": quick,
         "command": f"grpo-audit sims {name} --out {out_dir} --seed {seed}" + (" --quick" * quick),
-        "environment": environment_info(),
+        "environment": environment(libraries=("numpy", "scipy", "matplotlib"), device="cpu"),
         "wall_time_s": round(time.perf_counter() - t0, 3),
         **payload,
     }
-    res = _jsonable(res)
-    (out_dir / "results.json").write_text(json.dumps(res, indent=2, allow_nan=False))
+    res = to_jsonable(res)
+    atomic_write_text(out_dir / "results.json", dumps(res, indent=2))
     (out_dir / "table.md").write_text(
         f"# sims: {name} (seed {seed}{', quick' if quick else ''})\n\n" + table + "\n"
     )

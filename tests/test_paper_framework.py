@@ -16,6 +16,7 @@ from paper_checks.claims_rank import effective_rank_range
 from paper_checks.paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
 from paper_checks.registry import (
     REGISTRY,
+    _load_all,
     SECTION_ORDER,
     CheckContext,
     Outcome,
@@ -59,6 +60,7 @@ def test_nonfinite_evidence_raises_naming_the_entry(monkeypatch):
     def bad(ctx: CheckContext) -> Outcome:
         return Outcome("holds", {"inner": {"x": float("nan")}})
 
+    _load_all()
     monkeypatch.setitem(REGISTRY, "tmp_bad_claim",
                         REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_bad_claim", "-", "-", "-",
                                                                 bad))
@@ -66,10 +68,42 @@ def test_nonfinite_evidence_raises_naming_the_entry(monkeypatch):
         run_claim("tmp_bad_claim")
 
 
+def test_infinite_evidence_is_kept_and_written_as_inf(monkeypatch):
+    def inf_z(ctx: CheckContext) -> Outcome:
+        return Outcome("inconclusive", {"z": float("inf"), "arr": np.array([-np.inf, 1.0])})
+
+    _load_all()
+    monkeypatch.setitem(REGISTRY, "tmp_inf_claim",
+                        REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_inf_claim", "-", "-", "-",
+                                                                inf_z))
+    res = run_claim("tmp_inf_claim")
+    assert res.as_dict()["evidence"] == {"z": "inf", "arr": ["-inf", 1.0]}
+
+
+def _clear_memo_caches() -> None:
+    """Clear every functools cache of the audit and the toy worlds (Monte Carlo is memoised by
+    seed, so without this a second run would replay the first one's numbers)."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.startswith(("paper_checks", "sims", "grpo_theory")):
+            continue
+        for obj in list(vars(mod).values()):
+            if callable(getattr(obj, "cache_clear", None)):
+                obj.cache_clear()
+
+
 def test_checks_are_seeded_reproducible():
+    # Caches are cleared before each run, so the Monte Carlo part is recomputed from the seed:
+    # with an unseeded generator this fails (checked by breaking CheckContext.rng's seeding).
+    _clear_memo_caches()
     a = run_claim("thm4_1_iii_covariance", seed=3).evidence
+    _clear_memo_caches()
     b = run_claim("thm4_1_iii_covariance", seed=3).evidence
     assert a == b
+    _clear_memo_caches()
+    c = run_claim("thm4_1_iii_covariance", seed=4).evidence
+    assert c != a  # the seed reaches the Monte Carlo part
 
 
 # --- feasible effective-rank range ---------------------------------------------------------
