@@ -2,11 +2,12 @@
 
 Layers, bottom to top (an arrow means "may import")::
 
-    grpo_io      (stdlib; numpy lazily)      JSON/JSONL IO, one NaN/inf policy, environment()
-    grpo_theory  (numpy; sympy lazily)       the mathematics
+    grpo_io      (stdlib only)               JSON/JSONL IO, one NaN/inf policy, environment()
+    paper_values (imports nothing)           the seed paper's printed values (data)
+    grpo_theory  -> grpo_io                  the mathematics (numpy; sympy only where asked)
     sims         -> grpo_theory, grpo_io     toy worlds with exact ground truth
-    real_model   -> grpo_theory, grpo_io     real-model gradient geometry
-    paper_checks -> the three above          the proof audit of arXiv 2606.29238
+    real_model   -> the above (sims lazily)  real-model gradient geometry, grpo-audit compare
+    paper_checks -> the above                the proof audit of arXiv 2606.29238
     grpo_audit   -> everything               command line, rendering of the core's tables
 
 Each package contributes its subcommands through ``register(subparsers)`` in its own cheap

@@ -9,13 +9,15 @@ from typing import Any
 
 import numpy as np
 
+from sims._stats import Z_THRESHOLD
+
 from ._exact import TokenMDPView, advantage_values
 from .registry import CheckContext
 
 __all__ = ["K_SE", "STD", "P_GRID", "mc_evidence", "mc_theorem41", "training_run", "token_mdp",
            "scale_factor", "ratio"]
 
-K_SE = 4.0  # statistical tier: |estimate - exact| <= K_SE * SE
+K_SE = Z_THRESHOLD  # statistical tier: |estimate - exact| <= K_SE * SE (the one k)
 STD = {"ddof": 1, "eps": 0.0}  # std-normalised GRPO as TRL/verl/OpenRLHF run it (eps set to 0)
 P_GRID = tuple(np.round(np.linspace(0.05, 0.95, 19), 4))
 

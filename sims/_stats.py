@@ -1,4 +1,4 @@
-"""Small statistics helpers shared by the checks (sample mean/SE, jackknife cosine)."""
+"""Small statistics helpers shared by the checks (z threshold, sample mean/SE, jackknife cosine)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from grpo_theory import compute_advantages
 
 from .exact import estimator_options
 
-__all__ = ["mean_se", "adv", "var_cov_stats", "jackknife_cosine"]
+__all__ = ["Z_THRESHOLD", "mean_se", "adv", "var_cov_stats", "jackknife_cosine"]
+
+#: The one pass threshold of every statistical check and test: ``|estimate - exact| <= k SE``
+#: with ``k = Z_THRESHOLD`` (for a normal estimate, a false failure once in about 16 000 checks).
+Z_THRESHOLD: float = 4.0
 
 
 def mean_se(x: np.ndarray) -> tuple[float, float]:

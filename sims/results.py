@@ -19,9 +19,12 @@ from typing import Any
 
 from grpo_io import to_jsonable
 
+from ._stats import Z_THRESHOLD
+
 __all__ = ["CheckResult", "make_check", "DEFAULT_K", "results_table", "md_escape"]
 
-DEFAULT_K = 4.0
+#: Default ``k`` of :func:`make_check`: the one threshold :data:`sims._stats.Z_THRESHOLD`.
+DEFAULT_K = Z_THRESHOLD
 
 
 @dataclass(frozen=True)

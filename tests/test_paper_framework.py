@@ -16,10 +16,10 @@ from paper_checks.claims_rank import effective_rank_range
 from paper_checks.paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
 from paper_checks.registry import (
     REGISTRY,
-    _load_all,
     SECTION_ORDER,
     CheckContext,
     Outcome,
+    _load_all,
     claim,
     ordered_ids,
     run_claim,

@@ -15,6 +15,7 @@ from grpo_theory import compute_advantages, isotropic_effective_rank_binary
 from grpo_theory.bernoulli import exact_advantage_moments
 from grpo_theory.bounds import exact_baseline_tail_bernoulli
 from sims import checks
+from sims._stats import Z_THRESHOLD
 from sims.bandit import SoftmaxBandit
 from sims.exact import (
     ESTIMATOR_SPECS,
@@ -28,7 +29,7 @@ from sims.multiturn import MultiTurnMDP
 from sims.results import CheckResult, make_check
 from sims.token_mdp import TokenMDP
 
-K_SE = 4.0
+K_SE = Z_THRESHOLD  # the one threshold of every statistical check
 
 
 def _bandit(reward: str = "bernoulli") -> SoftmaxBandit:

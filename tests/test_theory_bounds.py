@@ -19,8 +19,9 @@ from grpo_theory import (
     hoeffding_bound,
     sup_baseline_tail_bernoulli,
 )
+from sims._stats import Z_THRESHOLD
 
-K_SE = 4.0  # statistical tests: |estimate - exact| <= K_SE * SE
+K_SE = Z_THRESHOLD  # statistical tests: |estimate - exact| <= K_SE * SE
 
 
 def test_closed_form_bounds_values_and_broadcasting() -> None:
