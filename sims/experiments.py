@@ -265,15 +265,20 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
 
 
 # --- spectra ------------------------------------------------------------------------------------
+#: The toy worlds are named by their parameters ("common (strength 4)", "clustered (noise 0.1)"),
+#: as in the audit; ``grpo-audit compare``'s common world is "common (strength 1)".
+CLUSTERED_01: dict[str, float] = {"within": 1.0, "between": 0.0, "noise": 0.1}
+
+
 def _spectra_models(quick: bool) -> list[tuple[str, str, dict[str, Any], int | None]]:
     d = 512 if quick else 4096
     return [
         ("isotropic d=inf", "isotropic", {}, None),
         (f"isotropic d={d}", "isotropic", {}, d),
-        ("clustered d=inf", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, None),
-        (f"clustered d={d}", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, d),
-        ("common s=4 d=inf", "common", {"strength": 4.0}, None),
-        ("common s=4 d=" + str(d), "common", {"strength": 4.0}, d),
+        ("clustered (noise 0.1) d=inf", "clustered", CLUSTERED_01, None),
+        (f"clustered (noise 0.1) d={d}", "clustered", CLUSTERED_01, d),
+        ("common (strength 4) d=inf", "common", {"strength": 4.0}, None),
+        (f"common (strength 4) d={d}", "common", {"strength": 4.0}, d),
         ("token_mdp psi", "token_mdp", {}, None),
     ]
 
