@@ -24,12 +24,9 @@ __all__ = ["__version__", "package_version"]
 
 def package_version() -> str:
     """The installed distribution's version (one source: ``pyproject.toml``)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from grpo_io import package_version as _version
 
-    try:
-        return version("grpo-audit")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0+unknown"
+    return _version("grpo-audit") or "0+unknown"
 
 
 def __getattr__(name: str) -> Any:  # lazy: importlib.metadata costs ~30 ms, --help needs none

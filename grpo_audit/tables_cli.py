@@ -42,6 +42,7 @@ def _option_value(text: str) -> Any:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from grpo_io import dumps
     from grpo_theory.tables import bound_table
 
     from .render import render_bound_table
@@ -64,7 +65,7 @@ def _handler(args: argparse.Namespace) -> int:
         estimator_options=opts,
     )
     if args.format == "json":
-        text = json.dumps(table.as_dict(), indent=2) + "\n"
+        text = dumps(table.as_dict(), indent=2) + "\n"
     else:
         text = render_bound_table(table, args.format, digits=args.digits)
     print(text, end="")

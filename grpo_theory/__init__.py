@@ -64,8 +64,6 @@ from .spectral import (
 from .symbolic import LINEAR_ESTIMATORS, linear_estimator_moments, linear_weights
 from .tables import TABLE_KINDS, BoundTable, bound_table
 
-__version__ = "0.1.0"
-
 __all__ = [
     "advantage_distribution",
     "advantage_value_table",
@@ -128,3 +126,12 @@ __all__ = [
     "top1_fraction",
     "zero_variance_groups",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's (one source: pyproject.toml), read lazily."""
+    if name == "__version__":
+        from grpo_io import package_version
+
+        return package_version("grpo-audit") or "0+unknown"
+    raise AttributeError(f"module 'grpo_theory' has no attribute {name!r}")
