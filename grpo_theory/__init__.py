@@ -31,6 +31,7 @@ from .bernoulli import (
     to_exact,
 )
 from .bounds import (
+    baseline_tail_event,
     bernstein_bound,
     chebyshev_bound,
     exact_advantage_tail_bernoulli,
@@ -45,6 +46,12 @@ from .conventions import (
 )
 from .mass import expected_mass_bernoulli, gradient_mass
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
+from .registry import (
+    EstimatorSpec,
+    estimator_names,
+    estimator_spec,
+    register_estimator,
+)
 from .spectral import (
     SpectralMetrics,
     effective_rank,
@@ -71,6 +78,7 @@ __all__ = [
     "AGGREGATION_MODES",
     "aggregation_weights",
     "asym_grpo_advantages",
+    "baseline_tail_event",
     "bernstein_bound",
     "binom_pmf",
     "bound_table",
@@ -84,6 +92,9 @@ __all__ = [
     "effective_rank",
     "effective_weights",
     "entropy_effective_rank",
+    "estimator_names",
+    "estimator_spec",
+    "EstimatorSpec",
     "ESTIMATORS",
     "exact_advantage_moments",
     "exact_advantage_tail_bernoulli",
@@ -112,6 +123,7 @@ __all__ = [
     "numerical_rank",
     "past_rewards",
     "power_alpha_advantages",
+    "register_estimator",
     "reinforce_advantages",
     "reward_to_go",
     "rloo_advantages",
