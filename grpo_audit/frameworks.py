@@ -11,7 +11,6 @@ it ran; ``--out DIR`` also writes ``frameworks.md`` and ``frameworks.json``. The
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,10 @@ __all__ = ["register", "run"]
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``grpo-audit frameworks``."""
+    from grpo_io import atomic_write_text, environment, write_json
+
     from .framework_code import FRAMEWORKS, FrameworkCodeError
-    from .frameworks_audit import audit_framework, jsonable, render_markdown
+    from .frameworks_audit import audit_framework, render_markdown
 
     if args.source and not args.framework:
         raise ValueError("--source needs --framework (which framework the source belongs to)")
@@ -41,10 +42,12 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "frameworks.md").write_text(text, encoding="utf-8")
-        (out / "frameworks.json").write_text(
-            json.dumps(jsonable({"reports": reports, "skipped": skipped}), indent=1),
-            encoding="utf-8",
+        atomic_write_text(out / "frameworks.md", text)
+        env = environment(libraries=("numpy", "torch", *FRAMEWORKS))
+        write_json(
+            out / "frameworks.json",
+            {"reports": reports, "skipped": skipped, "environment": env},
+            indent=1,
         )
     return 0 if reports else 2
 

@@ -32,7 +32,6 @@ __all__ = [
     "LOSS_MAP",
     "audit_framework",
     "render_markdown",
-    "jsonable",
 ]
 
 RTOL = 1e-5
@@ -514,14 +513,3 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
         edge += "\n"
     return head + "\n".join(lines) + "\n" + edge
-
-
-def jsonable(x: Any) -> Any:
-    """``x`` with non-finite floats as strings (for JSON)."""
-    if isinstance(x, dict):
-        return {k: jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return x
