@@ -506,7 +506,7 @@ def _load_trl(tree: SourceTree, dtype: str) -> FrameworkCode:
             L, A, loss_type="grpo", importance_sampling_level="sequence", **kw
         )
     )
-    fc.losses["RLOOConfig()"] = lambda L, A, **kw: rloo_loss(L, A)
+    fc.losses["RLOOTrainer loss"] = lambda L, A, **kw: rloo_loss(L, A)
     return fc
 
 

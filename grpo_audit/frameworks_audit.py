@@ -238,7 +238,7 @@ def _ours_losses() -> dict[str, tuple[str, Callable[..., np.ndarray]]]:
             "policy_loss_weights('gspo')",
             pol("gspo"),
         ),
-        "RLOOConfig()": ("sequence_sum", agg("sequence_sum")),
+        "RLOOTrainer loss": ("sequence_sum", agg("sequence_sum")),
         "actor.loss_agg_mode=token-mean": ("token_mean", agg("token_mean")),
         "actor.loss_agg_mode=token-sum": ("token_sum", agg("token_sum")),
         "actor.loss_agg_mode=seq-mean-token-mean": (

@@ -33,7 +33,7 @@ def test_frameworks_command_prints_and_writes_the_trl_table(
     (rep,) = data["reports"]
     assert rep["version"] == version and rep["dtype"] == "float32"
     settings = {r["setting"] for r in rep["rows"]}
-    assert 'GRPOConfig(loss_type="sapo")' in settings and "RLOOConfig()" in settings
+    assert 'GRPOConfig(loss_type="sapo")' in settings and "RLOOTrainer loss" in settings
     assert (tmp_path / "frameworks.md").read_text().startswith(f"### trl {version}")
 
 
