@@ -103,3 +103,10 @@ def test_conventions_table_is_consistent() -> None:
         assert c.source
     md = conventions_markdown()
     assert md.count("\n") == len(CONVENTIONS) + 2
+
+
+def test_docs_conventions_page_holds_the_generated_table() -> None:
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "conventions.md"
+    assert conventions_markdown() in page.read_text(encoding="utf-8")
