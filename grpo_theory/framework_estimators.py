@@ -614,7 +614,7 @@ def grouped_advantages(
     >>> grouped_advantages("grpo", [1.0, 0.0, 6.0, 0.0, 0.0], [7, 7, 3, 3, 3]).tolist()
     [0.5, -0.5, 4.0, -2.0, -2.0]
     """
-    from .advantages import get_estimator
+    from .registry import get_estimator
 
     fn = get_estimator(estimator) if isinstance(estimator, str) else estimator
     r = _to_np(rewards, "rewards", ndim=1)
