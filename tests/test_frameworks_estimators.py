@@ -80,6 +80,8 @@ def test_opo_length_weighted_baseline() -> None:
     assert opo_advantages([[1.0, 0.0]], lengths=[[1, 3]]).tolist() == [[0.75, -0.25]]
     r = np.random.default_rng(0).normal(size=(3, 5))
     assert np.allclose(opo_advantages(r), compute_advantages("grpo", r))
+    L = np.random.default_rng(1).integers(1, 9, (3, 5))
+    assert np.allclose((L * opo_advantages(r, lengths=L)).sum(axis=1), 0.0)  # sum L_i A_i = 0
     assert opo_advantages([[2.0]]).tolist() == [[2.0]]  # one-sample group: baseline 0
     with pytest.raises(ValueError, match="total completion length 0"):
         opo_advantages([[1.0, 0.0]], lengths=[[0, 0]])
