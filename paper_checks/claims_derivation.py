@@ -15,7 +15,7 @@ from ._exact import (
     TokenMDPView,
     bandit_world,
 )
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 TOL = 1e-6  # exact identities computed in float64 (finite differences: h = 1e-6)
 SEC = "2. From policy gradients to GRPO"
@@ -57,7 +57,7 @@ def _def2_1(ctx: CheckContext) -> Outcome:
         adv = np.array([m.q(pre, a) - m.v(pre) for a in range(m.V)])
         e_a = max(e_a, abs(float(m.pi(pre) @ adv)))
     ok = max(e_v, e_q, e_a) < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_error_v": e_v, "max_abs_error_q": e_q,
                     "max_abs_policy_mean_of_A": e_a},
                    correction=None if ok else "value functions inconsistent")
@@ -77,7 +77,7 @@ def _eq4(ctx: CheckContext) -> Outcome:
     rhs = _grad_sum(m, lambda s, t: m.q(s[:t], s[t]))
     err = float(np.max(np.abs(rhs - fd)))
     return Outcome(
-        "holds" if err < TOL else "refuted",
+        verdict_from(err < TOL),
         {"max_abs_error": err, "grad_norm": float(np.linalg.norm(fd)), "tolerance": TOL},
         correction=None if err < TOL else f"Eq. 4 differs from grad J by {err:.3g}",
     )
@@ -98,7 +98,7 @@ def _eq5(ctx: CheckContext) -> Outcome:
     err = float(np.max(np.abs(g - fd)))
     ok = err < TOL
     return Outcome(
-        "holds" if ok else "refuted",
+        verdict_from(ok),
         {"max_abs_error": err, "tolerance": TOL},
         correction=None if ok else f"bias {err:.3g}",
     )
@@ -125,7 +125,7 @@ def _sec2_3(ctx: CheckContext) -> Outcome:
             err = max(err, abs(mean - m.q(pre, a)))
             var = max(var, float(pc @ (ret - mean) ** 2 / pc.sum()))
     ok = err < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_bias": err, "max_conditional_variance": var},
                    correction=None if ok else f"E[G_t | s, a] differs from q by {err:.3g}")
 
@@ -149,7 +149,7 @@ def _eq6(ctx: CheckContext) -> Outcome:
     contrib = float(np.max(np.abs(_grad_sum(m, lambda s, t: b[s[:t]]))))
     ok = max(per_state, contrib) < 1e-12
     return Outcome(
-        "holds" if ok else "refuted",
+        verdict_from(ok),
         {"max_abs_score_mean": per_state, "max_abs_baseline_contribution": contrib},
         correction=None if ok else "score mean is not zero",
     )
@@ -171,7 +171,7 @@ def _eq7(ctx: CheckContext) -> Outcome:
     g = _grad_sum(m, lambda s, t: m.reward[s] - b[s[:t]])
     err = float(np.max(np.abs(g - fd)))
     ok = err < TOL
-    return Outcome("holds" if ok else "refuted", {"max_abs_error": err},
+    return Outcome(verdict_from(ok), {"max_abs_error": err},
                    correction=None if ok else f"bias {err:.3g}")
 
 
@@ -212,7 +212,7 @@ def _sec2_4(ctx: CheckContext) -> Outcome:
         ax.legend()
 
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         {"v": v, "b_star": b_star, "var_trace_at_v": var_v, "var_trace_at_b_star": var_star,
          "variance_ratio_v_over_b_star": var_v / var_star},
         correction=(
@@ -255,7 +255,7 @@ def _eq8(ctx: CheckContext) -> Outcome:
             cond = max(cond, abs(ret - (0.0 + m.v(pre + (a,)))))
     refuted = second > 1e-9
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         {"max_gap_first_equality": first, "max_gap_second_equality": second,
          "prob_second_equality_fails_avg_over_t": p_gap,
          "max_gap_in_conditional_expectation": cond},
@@ -288,7 +288,7 @@ def _eq9(ctx: CheckContext) -> Outcome:
             nxt = m.v(pre + (a,))  # r_{t+1} + v(S_{t+1}); deterministic transition
             e2 = max(e2, abs(nxt - m.v(pre) - adv))
     ok = max(e1, e2) < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_error_mc_advantage": e1, "max_abs_error_td_error": e2},
                    correction=None if ok else "conditional expectation differs from A")
 
@@ -306,7 +306,7 @@ def _eq10(ctx: CheckContext) -> Outcome:
     g = _grad_sum(m, lambda s, t: m.q(s[:t], s[t]) - m.v(s[:t]))
     err = float(np.max(np.abs(g - fd)))
     ok = err < TOL
-    return Outcome("holds" if ok else "refuted", {"max_abs_error": err},
+    return Outcome(verdict_from(ok), {"max_abs_error": err},
                    correction=None if ok else f"bias {err:.3g}")
 
 
@@ -324,7 +324,7 @@ def _eq11(ctx: CheckContext) -> Outcome:
         rewards = [0.0] * (m.T - 1) + [m.reward[s]]
         for t in range(m.T):
             gap = max(gap, abs(sum(rewards[t:]) - m.reward[s]))
-    return Outcome("holds" if gap == 0 else "refuted", {"max_gap": gap},
+    return Outcome(verdict_from(gap == 0), {"max_gap": gap},
                    correction=None if gap == 0 else "reward-to-go differs from R_terminal")
 
 
@@ -355,7 +355,7 @@ def _eq12(ctx: CheckContext) -> Outcome:
         tele = max(tele, abs(sum(deltas) - (m.reward[s] - m.v(()))))
     ok_inner = inner < 1e-12
     return Outcome(
-        "holds-with-conditions" if ok_inner and last > 0 else ("holds" if ok_inner else "refuted"),
+        "holds-with-conditions" if ok_inner and last > 0 else (verdict_from(ok_inner)),
         {"max_gap_positions_before_last": inner, "max_gap_last_position": last,
          "max_gap_telescoping_sum": tele},
         conditions="for positions t < T-1 only; at the last position delta_{T-1} = R_terminal - "
@@ -412,7 +412,7 @@ def _eq14(ctx: CheckContext) -> Outcome:
             err_m = max(err_m, abs(m - p))
             err_v = max(err_v, abs(float(pk @ (k / R) ** 2) - m * m - p * (1 - p) / R))
     ok = max(err_m, err_v) < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_mean_error": err_m, "max_abs_variance_error": err_v},
                    correction=None if ok else "group mean biased")
 

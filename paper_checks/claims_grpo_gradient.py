@@ -20,7 +20,7 @@ from ._exact import (
     brute_force_expected_gradient,
     expected_gradient,
 )
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 TOL = 1e-6  # finite differences with h = 1e-6
 SEC = "2. From policy gradients to GRPO"
@@ -166,7 +166,7 @@ def _eq15(ctx: CheckContext) -> Outcome:
         ax.legend()
 
     return Outcome(
-        "refuted" if biased else "holds",
+        verdict_from(not biased),
         ev,
         correction=(
             "the group mean contains r_i, so it is not a baseline in the sense of Eq. 7: "
@@ -208,7 +208,7 @@ def _sec6(ctx: CheckContext) -> Outcome:
             ev[f"ratio_{est}_R{R}"] = float(np.polyfit(A_true, cond, 1)[0])
     refuted = ev["max_abs_bias_grpo_R2"] > 1e-9
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         ev,
         correction=(
             "E[A_i | a_i] = (R-1)/R A(a_i) for mean-centred GRPO (measured ratio "
@@ -239,5 +239,5 @@ def _sec9(ctx: CheckContext) -> Outcome:
         c = ratio(expected_gradient(w, "grpo", R=R), fd)[0]
         ev[f"grpo_bias_times_R_R{R}"] = (1 - c) * R
     ok = max(ev[f"rloo_max_abs_error_R{R}"] for R in (2, 4, 8)) < TOL
-    return Outcome("holds" if ok else "refuted", ev,
+    return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "RLOO is biased")

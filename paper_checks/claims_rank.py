@@ -17,7 +17,7 @@ from scipy.stats import binom
 from grpo_theory import compute_advantages, spectral_metrics
 
 from .paper_values import PAPER_CROSS_REFERENCES, PAPER_LABELLED_STATEMENTS, PAPER_TABLE1
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 __all__ = ["effective_rank_range", "expected_metric"]
 
@@ -112,7 +112,7 @@ def _max_rank(ctx: CheckContext) -> Outcome:
     Psi = rng.normal(size=(4, 64))
     ev["norm_of_row_sum_R4"] = float(np.linalg.norm(A @ Psi))
     return Outcome(
-        "refuted" if all_full else "holds",
+        verdict_from(not all_full),
         ev,
         correction=(
             "the zero-sum constraint is on the advantages, not on the rows A_i psi_i (their sum "
@@ -159,7 +159,7 @@ def _table1_consistency(ctx: CheckContext) -> Outcome:
             bad_rows.append(R)
     ev["n_inconsistent_rows"] = len(bad_rows)
     return Outcome(
-        "refuted" if bad_rows else "holds",
+        verdict_from(not bad_rows),
         ev,
         correction=(
             f"row(s) R = {bad_rows} are impossible: effective rank <= rank always, and a top-1 "
@@ -205,7 +205,7 @@ def _rank2(ctx: CheckContext) -> Outcome:
         ax.legend(fontsize=7)
 
     return Outcome(
-        "refuted" if grows else "holds",
+        verdict_from(not grows),
         ev,
         correction=(
             "zero-sum advantages do not cap the effective rank: with isotropic scores it is "
@@ -247,7 +247,7 @@ def _clustered(ctx: CheckContext) -> Outcome:
     ev["isotropic_R8"] = expected_metric("isotropic", "grpo", R=R, p=0.5, key="effective_rank")
     ok = ev["clustered_noise0_R8"] <= 2 + 1e-9 and ev["isotropic_R8"] > 2
     return Outcome(
-        "holds-with-conditions" if ok else "refuted",
+        verdict_from(ok, agrees="holds-with-conditions"),
         ev,
         conditions="only when the scores cluster by reward label (two clusters give effective "
         "rank <= 2); the paper gives no reason why they should, and isotropic scores give "
@@ -312,7 +312,7 @@ def _fig3(ctx: CheckContext) -> Outcome:
                 if est == "grpo":
                     worst = max(worst, float(np.max(np.abs(g - k * (R - k) / R**2 * d))))
     ok = worst < 1e-12 and cos_min > 1 - 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_error_identity": worst, "min_cosine_all_estimators": cos_min},
                    correction=None if ok else "gradient not along psi_+ - psi_-")
 
@@ -344,7 +344,7 @@ def _rloo_rank(ctx: CheckContext) -> Outcome:
                                    abs(getattr(mg, key) - getattr(ms, key)))
     same = worst_scale < 1e-12 and worst_metric < 1e-9
     return Outcome(
-        "refuted" if same else "holds",
+        verdict_from(not same),
         {"max_abs_rloo_minus_scaled_grpo": worst_scale,
          "max_abs_metric_difference": worst_metric},
         correction=(
@@ -392,7 +392,7 @@ def _rank_sigma(ctx: CheckContext) -> Outcome:
         else:  # e.g. the last step has no group with a nonzero advantage: no spectrum at all
             ev[f"{key}_undefined_no_gradient"] = True
     return Outcome(
-        "holds-with-conditions" if ok else "inconclusive",
+        verdict_from(ok, agrees="holds-with-conditions", otherwise="inconclusive"),
         ev,
         conditions="among the groups that still have a gradient, under the isotropic and "
         "clustered score models (rank falls toward the k = 1 value); it does not follow from "
@@ -413,7 +413,7 @@ def _xref(ctx: CheckContext) -> Outcome:
               if lab is None or lab not in PAPER_LABELLED_STATEMENTS]
     ev = {"n_references": len(PAPER_CROSS_REFERENCES), "n_unresolved": len(broken)}
     return Outcome(
-        "refuted" if broken else "holds",
+        verdict_from(not broken),
         ev,
         correction=("unresolved: " + "; ".join(f"{w}: '{t}'" for w, t in broken)
                     + ". 'Theorem 4.2' does not exist (Corollary 4.2 is meant, and it is about "

@@ -14,7 +14,7 @@ from grpo_theory import compute_advantages
 
 from ._common import STD, training_run
 from ._exact import advantage_values
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 SEC3 = "3. Credit assignment"
 SEC4 = "4. Structural constraints on advantages"
@@ -44,7 +44,7 @@ def _thm3_1(ctx: CheckContext) -> Outcome:
     ref = stage.sum(2) - stage.sum(2).mean(1, keepdims=True)
     gap = float(np.max(np.abs(A[:, :, 0] - ref)))
     ok = spread == 0.0 and gap < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_spread_over_tokens": spread, "max_gap_to_r_minus_mean": gap},
                    correction=None if ok else "token advantages differ within a rollout")
 
@@ -103,7 +103,7 @@ def _eq19(ctx: CheckContext) -> Outcome:
     spread_seq = float(np.ptp(w_seq) / np.max(w_seq))
     ok = err < 1e-12
     return Outcome(
-        "holds-with-conditions" if ok and spread_seq > 0 else ("holds" if ok else "refuted"),
+        "holds-with-conditions" if ok and spread_seq > 0 else (verdict_from(ok)),
         {"max_abs_error_eq15_vs_eq19": err,
          "sequence_mean_weight_ratio_longest_over_shortest": float(w_seq[3] / w_seq[0]),
          "token_mean_weight_ratio_longest_over_shortest": float(w_tok[3] / w_tok[0]),
@@ -139,7 +139,7 @@ def _sec3_1(ctx: CheckContext) -> Outcome:
     r_t = int(np.linalg.matrix_rank(G_token))
     refuted = r_t <= R and r_u == r_t
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         {"rank_uniform_credit": r_u, "rank_token_level_credit": r_t, "R": R},
         correction=(
             f"token-level advantages also give one vector per rollout, phi_i = sum_t A_it "
@@ -174,7 +174,7 @@ def _thm4_1_i(ctx: CheckContext) -> Outcome:
             np.asarray(compute_advantages(est, cont, **opts)).sum(1)))))
         ev[f"max_abs_sum_{est}"] = worst
     ok = max(ev["max_abs_sum_grpo"], ev["max_abs_sum_grpo_std"], ev["max_abs_sum_rloo"]) < 1e-9
-    return Outcome("holds" if ok else "refuted", ev,
+    return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "advantages do not sum to zero")
 
 
@@ -193,7 +193,7 @@ def _sec5_1_vals(ctx: CheckContext) -> Outcome:
         for k in range(1, R):
             s, f = advantage_values("grpo", R=R, k=k)
             worst = max(worst, abs(s - (1 - k / R)), abs(f + k / R))
-    return Outcome("holds" if worst < 1e-12 else "refuted", {"max_abs_error": worst},
+    return Outcome(verdict_from(worst < 1e-12), {"max_abs_error": worst},
                    correction=None if worst < 1e-12 else "values differ")
 
 
@@ -231,7 +231,7 @@ def _sec5_1_small(ctx: CheckContext) -> Outcome:
         ax.legend(fontsize=7)
 
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         ev,
         correction=(
             "only the MAJORITY's advantages become small; the minority rollout's advantage "
@@ -277,7 +277,7 @@ def _abstract_sparsity(ctx: CheckContext) -> Outcome:
     ev["training_J_first"] = float(h["J"][0])
     ev["training_J_last"] = float(h["J"][-1])
     return Outcome(
-        "holds-with-conditions" if mono else "refuted",
+        verdict_from(mono, agrees="holds-with-conditions"),
         ev,
         conditions="the zero-gradient fraction p^R + (1-p)^R rises monotonically as the solve "
         "rate moves away from 1/2, so sparsity intensifies IF training drives per-prompt solve "
