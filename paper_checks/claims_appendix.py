@@ -131,6 +131,7 @@ def _register_cell(R: int, eps: float) -> None:
         return Outcome(
             verdict_from(ok),
             c,
+            short="; ".join(problems) if not ok else None,
             correction=("; ".join(problems) + f"; exact worst-case tail sup_p P = "
                         f"{c['exact_sup_tail']:.4f}") if not ok else None,
         )
@@ -258,8 +259,10 @@ def _eq21(ctx: CheckContext) -> Outcome:
                 exp_gap = max(exp_gap, abs(e - A[h, s, a]))
     ok = exp_gap < 1e-12
     return Outcome(
-        "holds-with-conditions" if ok and path_gap > 1e-9 else (verdict_from(ok)),
+        verdict_from(ok, agrees="holds-with-conditions" if path_gap > 1e-9 else "holds"),
         {"max_gap_pathwise": path_gap, "max_gap_in_expectation": exp_gap},
+        short=("in expectation over (r_{t+1}, s_{t+1}) given (s_t, a_t); pathwise only for "
+               "deterministic rewards and transitions"),
         conditions="in expectation over the reward and the next state given (s_t, a_t); "
         "pathwise only when rewards and transitions are deterministic (as for single-turn "
         "token generation)",
@@ -310,6 +313,8 @@ def _eq23(ctx: CheckContext) -> Outcome:
     return Outcome(
         verdict_from(not refuted),
         ev,
+        short=("E[A_hat(h) | prefix] - A = (R-1)/R (past + v(s_h) - v(s_0)) - A/R; the paper's "
+               "formula is the R -> inf limit") if refuted else None,
         correction=(
             "Eq. 26 replaces E[v_hat_R | own rollout] by v(s_0), but the group mean contains the "
             "own return: E[A_hat(h) | prefix] - A = (R-1)/R (past + v(s_h) - v(s_0)) - A(s_h,a_h)/R"
@@ -341,8 +346,10 @@ def _a3_past(ctx: CheckContext) -> Outcome:
             m = w @ x / w.sum()
             worst = max(worst, float(w @ (x - m) ** 2 / w.sum()))
     return Outcome(
-        "holds-with-conditions" if worst > 0 else "holds",
+        verdict_from(True, agrees="holds-with-conditions" if worst > 0 else "holds"),
         {"max_var_past_reward_given_state": worst},
+        short="only when s_h records the history; otherwise E[past | s_h] replaces the past "
+        "rewards",
         conditions="only when the state s_h records the history (as a token prefix does); "
         "otherwise the past rewards are random given (s_h, a_h) and the formula holds with "
         "E[sum_{h'<h} r_h' | s_h] in their place",
@@ -370,8 +377,10 @@ def _a3_linear(ctx: CheckContext) -> Outcome:
         ev[f"mean_exact_bias_R4_stage{h + 1}"] = float(w @ eb / w.sum())
     means_zero = max(abs(ev[f"mean_paper_bias_stage{h}"]) for h in (1, 2, 3)) < 1e-12
     return Outcome(
-        verdict_from(not means_zero, agrees="inconclusive", otherwise="refuted"),
+        verdict_from(not means_zero, agrees="inconclusive"),
         ev,
+        short="averaged over the states at stage h the bias is exactly 0 for every h; its "
+        "spread is world-dependent, not linear" if means_zero else None,
         correction=(
             "averaged over the states reached at stage h the bias is exactly 0 at every h "
             "(tower property: E[past + v(s_h)] = v(s_0)); what changes with h is its spread "
@@ -452,8 +461,10 @@ def _sec6_grad(ctx: CheckContext) -> Outcome:
     unb_rloo = all(abs(ev[f"scale_rloo_R{R}"] - 1) < 1e-9 for R in (2, 4, 8))
     refuted = prop and unb_rloo and ev["max_abs_gradient_of_bias_terms"] < 1e-12
     return Outcome(
-        verdict_from(not refuted, agrees="inconclusive", otherwise="refuted"),
+        verdict_from(not refuted, agrees="inconclusive"),
         ev,
+        short="the bias terms depend on the history before a_h only: zero gradient; "
+        "E[g] = (R-1)/R grad J as in single-turn" if refuted else None,
         correction=(
             "the per-stage ADVANTAGE bias (past rewards + v(s_h) - v(s_0)) is a function of the "
             "history before a_h, so it multiplies a score with conditional mean 0 and contributes "

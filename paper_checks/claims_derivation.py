@@ -215,6 +215,8 @@ def _sec2_4(ctx: CheckContext) -> Outcome:
         verdict_from(not refuted),
         {"v": v, "b_star": b_star, "var_trace_at_v": var_v, "var_trace_at_b_star": var_star,
          "variance_ratio_v_over_b_star": var_v / var_star},
+        short=f"variance-minimising baseline is b* = E[r |psi|^2]/E[|psi|^2] = {b_star:.3f}, "
+        f"not v = {v:.3f}" if refuted else None,
         correction=(
             f"the variance-minimising constant baseline is b* = E[G |grad log pi|^2] / "
             f"E[|grad log pi|^2] = {b_star:.4f}, not v = {v:.4f} (variance {var_v:.4f} vs "
@@ -259,6 +261,8 @@ def _eq8(ctx: CheckContext) -> Outcome:
         {"max_gap_first_equality": first, "max_gap_second_equality": second,
          "prob_second_equality_fails_avg_over_t": p_gap,
          "max_gap_in_conditional_expectation": cond},
+        short="only G_t = r_{t+1} + G_{t+1} holds pathwise; G_{t+1} = v(S_{t+1}) only in "
+        "conditional expectation" if refuted else None,
         correction=(
             "only the first equality holds pathwise; G_{t+1} != v(S_{t+1}) on a set of "
             f"probability {p_gap:.3f} (largest gap {second:.3f}). Correct: "
@@ -355,9 +359,10 @@ def _eq12(ctx: CheckContext) -> Outcome:
         tele = max(tele, abs(sum(deltas) - (m.reward[s] - m.v(()))))
     ok_inner = inner < 1e-12
     return Outcome(
-        "holds-with-conditions" if ok_inner and last > 0 else (verdict_from(ok_inner)),
+        verdict_from(ok_inner, agrees="holds-with-conditions" if last > 0 else "holds"),
         {"max_gap_positions_before_last": inner, "max_gap_last_position": last,
          "max_gap_telescoping_sum": tele},
+        short="for t < T-1 only; at t = T-1, delta = R_terminal - v(s_{T-1})",
         conditions="for positions t < T-1 only; at the last position delta_{T-1} = R_terminal - "
         "v(s_{T-1}) (the reward is not 0 there); the deltas telescope to R_terminal - v(s_0)",
         correction=None if ok_inner else "delta_t differs from v(s_{t+1}) - v(s_t)",
@@ -384,9 +389,11 @@ def _eq13(ctx: CheckContext) -> Outcome:
     fd = m.finite_difference_grad()
     err = float(np.max(np.abs(_grad_sum(m, lambda s, t: m.reward[s] - v0) - fd)))
     return Outcome(
-        "holds-with-conditions" if err < TOL else "refuted",
+        verdict_from(err < TOL, agrees="holds-with-conditions"),
         {"max_spread_of_true_advantage_along_a_sequence": spread,
          "max_abs_conditional_gap_v_st_minus_v_s0": gap, "gradient_max_abs_error": err},
+        short="as an estimator (return minus v(s_0), unbiased for the gradient); not the "
+        "per-token advantage, which differs by v(s_t) - v(s_0)",
         conditions="as the DEFINITION of an estimator (Monte Carlo return minus the constant "
         "baseline v(s_0)), which is unbiased for the gradient because v(s_0) does not depend on "
         "the actions; it is NOT the per-token advantage A(s_t, a_t), which varies along a "
