@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .paper_values import PAPER_ID as SEED_PAPER_ID
+
 __all__ = [
     "VERDICTS",
     "Claim",
@@ -66,7 +68,7 @@ VERDICT_LEGEND: dict[str, str] = {
 
 #: Papers with a claim registry: id -> (citation, prefix every claim id of that paper carries).
 PAPERS: dict[str, tuple[str, str]] = {
-    "seed": ("arXiv 2606.29238 (On the Policy Gradient Foundations of GRPO)", ""),
+    "seed": (SEED_PAPER_ID, ""),
     "fade": ("arXiv 2607.01490 (Don't Let Gains FADE: Breaking Down Policy Gradient Weights in "
              "RL), abstract only", "fade_"),
 }
