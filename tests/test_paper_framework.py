@@ -339,8 +339,8 @@ def test_group_estimator_moments_grpo_is_scaled_rloo():
 
 # --- report files -------------------------------------------------------------------------------
 def test_report_has_legend_and_summary_as_csv_and_latex(tmp_path):
-    from paper_checks.report import run_audit
     from paper_checks.registry import VERDICTS
+    from paper_checks.report import run_audit
 
     out = tmp_path / "a"
     run_audit(out, quick=True, ids=["thm4_1_i_zero_sum", "eq26_a3_conditional_expectation"])
