@@ -457,11 +457,13 @@ def _sec6_grad(ctx: CheckContext) -> Outcome:
     for r in mc:
         ev["mc_ratio_R4_estimate"], ev["mc_ratio_R4_se"] = r.estimate, r.se
         ev["mc_ratio_R4_exact"], ev["mc_ratio_R4_z"] = r.exact, r.z
+    mc_ok = bool(mc) and all(r.passed for r in mc)
+    ev["mc_all_within_k_se"] = mc_ok
     prop = all(abs(ev[f"scale_grpo_R{R}"] - (R - 1) / R) < 1e-9 for R in (2, 4, 8))
     unb_rloo = all(abs(ev[f"scale_rloo_R{R}"] - 1) < 1e-9 for R in (2, 4, 8))
     refuted = prop and unb_rloo and ev["max_abs_gradient_of_bias_terms"] < 1e-12
     return Outcome(
-        verdict_from(not refuted, agrees="inconclusive"),
+        verdict_from(not refuted, agrees="inconclusive", computed=mc_ok),
         ev,
         short="the bias terms depend on the history before a_h only: zero gradient; "
         "E[g] = (R-1)/R grad J as in single-turn" if refuted else None,
