@@ -219,6 +219,17 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
     else:
         verdict = "inconclusive"
     where = ", ".join(w for w, s in zip(worlds, supports, strict=True) if s) or "neither world"
+
+    def plot(ax) -> None:
+        for w in worlds:
+            ax.plot(DELTAS, [ev[f"{w}_delta{d:g}_dH_from_noise"] for d in DELTAS], "o-",
+                    label=f"{w}: E[dH] - dH(mean field)")
+        ax.axhline(0.0, c="k", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("delta = m_S / m_F (AsymGRPO)")
+        ax.set_ylabel("entropy change from sampling noise, one step")
+        ax.legend(fontsize=7)
+
     return Outcome(
         verdict, ev,
         conditions=None if verdict != "holds-with-conditions" else (
@@ -232,6 +243,7 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
             "mean field: no effect (same entropy at the same J for every delta); through "
             f"sampling noise only, world-dependent (supports in: {where}; sampled bandit: "
             f"{'supports' if mc == 1 else 'contradicts' if mc == -1 else 'no difference'})"),
+        plot=plot, plot_title="FADE sign axis: noise-driven entropy change at matched step",
     ) if verdict != "inconclusive" else Outcome(
         "inconclusive", ev,
         correction=(
@@ -248,6 +260,7 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
             "matched per delta, and the measured entropy trajectories"),
         short="mean field: no effect (E[g] = c(J) grad J for every delta); noise-only effect "
         f"whose sign is world-dependent (supports in: {where}); abstract too vague",
+        plot=plot, plot_title="FADE sign axis: noise-driven entropy change at matched step",
     )
 
 
@@ -335,6 +348,16 @@ def _difficulty(ctx: CheckContext) -> Outcome:
             holds_in.append(name)
     n = len(_populations())
     ok = len(holds_in) > 0
+
+    def plot(ax) -> None:
+        for name in _populations():
+            ax.plot([ev[f"{name}_alpha{a:g}_ess_per_prompt"] for a in alphas],
+                    [ev[f"{name}_alpha{a:g}_hard_share"] for a in alphas], "o-", label=name)
+        ax.set_xlabel("Kish ESS per prompt")
+        ax.set_ylabel("share of mass on hard prompts (p < 1/2)")
+        ax.set_title("Power-alpha, alpha = 1 ... 3 along each curve, R = 8")
+        ax.legend(fontsize=7)
+
     return Outcome(
         verdict_from(ok, computed=routes < 1e-12,
                      agrees="holds" if len(holds_in) == n else "holds-with-conditions"),
@@ -344,6 +367,7 @@ def _difficulty(ctx: CheckContext) -> Outcome:
             "most prompts are hard, focusing on them can raise the effective sample size"),
         correction=None if ok else "focusing on hard prompts does not trade share against ESS",
         short=None if len(holds_in) in (0, n) else f"only for prompt populations {holds_in}",
+        plot=plot, plot_title="FADE difficulty axis: focus vs effective sample size",
     )
 
 
