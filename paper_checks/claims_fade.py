@@ -162,6 +162,26 @@ def _sign_axis(quick: bool, seed: int) -> tuple[tuple[str, Any], ...]:
         at = [float(np.interp(j_mid, J, H)) for J, H in Hs]
         ev[f"{name}_mean_field_J_compared"] = j_mid
         ev[f"{name}_mean_field_max_entropy_gap_at_same_J"] = max(at) - min(at)
+    # scan: random worlds (4 token MDPs, 4 bandits) at their initial state; the direction of the
+    # noise-driven entropy change with m_S/m_F (delta 0.5, 1, 2), against the solve rate
+    from sims.bandit import SoftmaxBandit
+    from sims.token_mdp import TokenMDP
+
+    rng_w = np.random.default_rng([seed, 2608])
+    scan = [TokenMDP.random(rng_w, vocab=2, length=3, success_fraction=0.5, binary_rewards=True)
+            for _ in range(4)]
+    scan += [SoftmaxBandit(rng_w.normal(size=3), rng_w.random(3)) for _ in range(4)]
+    for i, world in enumerate(scan):
+        fw = FadeWorld(world)
+        nz = []
+        for d in (0.5, 1.0, 2.0):
+            c = one_step_exact(fw, "asym_grpo", R=R, lr=1.0, opts={"delta": d})["scale"]
+            o = one_step_exact(fw, "asym_grpo", R=R, lr=lr0 * 0.75 / c, opts={"delta": d})
+            nz.append(o["dH"] - o["dH_mean_field"])
+        kind = "token_mdp" if i < 4 else "bandit"
+        ev[f"scan{i}_{kind}_J"] = o["J"]
+        ev[f"scan{i}_{kind}_direction"] = (1 if nz[2] < nz[1] < nz[0] else
+                                          -1 if nz[2] > nz[1] > nz[0] else 0)
     # Monte Carlo of the sampled bandit dynamics (matched mean step)
     runs, steps = (200, 80) if quick else (1000, 150)
     rng = np.random.default_rng([seed, 2607])
@@ -210,8 +230,18 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
     contradicts = [ev[f"{w}_noise_entropy_loss_shrinks_with_mS_over_mF"] for w in worlds]
     mc = _mc_entropy_order(ev)
     ev["mc_bandit_order_plus1_supports_minus1_contradicts"] = mc
-    votes = supports + [mc == 1]
-    against = contradicts + [mc == -1]
+    scan = [(ev[k.replace("_direction", "_J")], v) for k, v in ev.items()
+            if k.startswith("scan") and k.endswith("_direction")]
+    hi = [d for J, d in scan if J > 0.5]
+    lo = [d for J, d in scan if J <= 0.5]
+    ev["scan_n_worlds_solve_rate_above_half"] = len(hi)
+    ev["scan_n_worlds_solve_rate_above_half_supporting"] = hi.count(1)
+    ev["scan_n_worlds_solve_rate_below_half"] = len(lo)
+    ev["scan_n_worlds_solve_rate_below_half_supporting"] = lo.count(1)
+    ev["scan_n_worlds_solve_rate_below_half_contradicting"] = lo.count(-1)
+    hi_s, lo_s = f"{hi.count(1)} of {len(hi)}", f"{lo.count(1)} of {len(lo)}"
+    votes = supports + [mc == 1] + [d == 1 for _, d in scan]
+    against = contradicts + [mc == -1] + [d == -1 for _, d in scan]
     if all(votes):
         verdict = verdict_from(True, agrees="holds-with-conditions", computed=mf_same)
     elif all(against):
@@ -255,11 +285,16 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
             f"its sign depends on the world (noise-driven entropy loss grows with m_S/m_F in: "
             f"{where}; the sampled bandit ends with "
             f"H = {ev['mc_bandit_delta0.5_final_H']:.3f} at delta=0.5 vs "
-            f"{ev['mc_bandit_delta2_final_H']:.3f} at delta=2). Would decide it: the paper's "
+            f"{ev['mc_bandit_delta2_final_H']:.3f} at delta=2; over 8 random worlds the noise "
+            "term loses more entropy with more positive mass in "
+            f"{hi_s} worlds with solve rate > 1/2 and in {lo_s} with solve rate <= 1/2 "
+            f"({lo.count(-1)} reversed)). Would decide "
+            "it: the paper's "
             "setting (shared parameters across prompts, token-level entropy), learning rates "
             "matched per delta, and the measured entropy trajectories"),
-        short="mean field: no effect (E[g] = c(J) grad J for every delta); noise-only effect "
-        f"whose sign is world-dependent (supports in: {where}); abstract too vague",
+        short="mean field: no effect (E[g] = c(J) grad J for every delta); a noise-only effect "
+        "whose sign depends on the world and solve rate (supports in "
+        f"{hi_s} random worlds with J > 1/2, {lo_s} with J <= 1/2)",
         plot=plot, plot_title="FADE sign axis: noise-driven entropy change at matched step",
     )
 
