@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from sims._stats import Z_THRESHOLD as K_SE  # the one k of the statistical tier
 from sims.bandit import SoftmaxBandit
 from sims.fade_dynamics import (
     FadeWorld,
@@ -19,8 +20,6 @@ from sims.fade_dynamics import (
     stochastic_bandit_runs,
 )
 from sims.token_mdp import TokenMDP
-
-K_SE = 4.0
 
 
 def _bandit() -> SoftmaxBandit:
