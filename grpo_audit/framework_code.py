@@ -207,7 +207,12 @@ def _exec_defs(
             text = ast.get_source_segment(source, dec) or ""
             if text in ("staticmethod", "classmethod") or text.startswith("register_"):
                 continue
-            fn = eval(text, namespace)(fn)  # noqa: S307
+            try:
+                fn = eval(text, namespace)(fn)  # noqa: S307
+            except NameError as exc:
+                raise FrameworkCodeError(
+                    f"{name}: decorator @{text} is not available ({exc})"
+                ) from exc
         namespace[name] = fn
         out[name] = fn
     return out
