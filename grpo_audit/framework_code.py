@@ -764,5 +764,15 @@ def load_framework(
         return {"trl": _load_trl, "verl": _load_verl, "openrlhf": _load_openrlhf}[framework](
             tree, dtype
         )
-    except FrameworkCodeError as exc:
-        raise FrameworkCodeError(f"{framework} {tree.version} ({tree.origin}): {exc}") from exc
+    except (
+        FrameworkCodeError,
+        ImportError,
+        SyntaxError,
+        NameError,
+        AttributeError,
+        KeyError,
+    ) as exc:  # a release whose code does not have the expected shape
+        raise FrameworkCodeError(
+            f"{framework} {tree.version} ({tree.origin}): cannot load its code: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc

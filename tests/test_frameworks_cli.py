@@ -73,3 +73,13 @@ def test_frameworks_cli_module_imports_no_numpy() -> None:
     code = "import sys, grpo_audit.frameworks; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_source_without_the_expected_functions_is_a_clear_error(tmp_path: Path) -> None:
+    f = tmp_path / "verl" / "trainer" / "ppo" / "core_algos.py"
+    f.parent.mkdir(parents=True)
+    f.write_text("import torch\n\ndef agg_loss():\n    pass\n")
+    (tmp_path / "verl" / "utils").mkdir()
+    (tmp_path / "verl" / "utils" / "torch_functional.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="verl unknown .*cannot load its code"):
+        frameworks.run(_parse(["frameworks", "--framework", "verl", "--source", str(f)]))
