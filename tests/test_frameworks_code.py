@@ -209,3 +209,19 @@ def test_every_conventions_row_with_an_estimator_reproduces_the_framework(
         ours = np.asarray(compute_advantages(c.estimator, r, **opts))
         # TRL's Bessel factor is a float32 tensor (1e-7); verl's masked_mean adds 1e-8 to counts
         np.testing.assert_allclose(got, ours, rtol=2e-7, atol=1e-9, err_msg=c.setting)
+
+
+def test_trl_gdpo_with_two_reward_functions_and_nan_matches_gdpo_advantages() -> None:
+    from grpo_theory import gdpo_advantages
+
+    fc = load_framework("trl", _source("trl"), dtype="float64")
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 4, 2))
+    x[0, 1, 0] = np.nan  # one function did not score this completion
+    x[2, 3, :] = np.nan  # no function did: advantage 0
+    got = fc.advantages['GRPOConfig(multi_objective_aggregation="normalize_then_sum")'](
+        x, np.full((3, 4), 3)
+    )
+    # (TRL's nanstd Bessel factor is a float32 tensor: 1e-7 relative)
+    np.testing.assert_allclose(got, gdpo_advantages(x), rtol=2e-7, atol=1e-9)
+    assert got[2, 3] == 0.0
