@@ -175,7 +175,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             return None
         return trajectory_gram(model, ids, am, cm, method=args.mode,
                                linear_method=args.linear_method,
-                               gram_precision=args.gram_precision, naive_stored=stored)
+                               gram_precision=args.gram_precision, naive_stored=stored,
+                               chunk_size=args.chunk_size or None)
 
     stored = args.naive_stored if args.naive_stored > 0 else None
     if args.mode == "naive" and stored is None and cuda:
@@ -330,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="timed runs per mode (min is reported)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     p.add_argument("--linear-method", default="auto", choices=["auto", "identity", "per_sample"])
+    p.add_argument("--chunk-size", type=int, default=0,
+                   help="entries per temporary block (0: the library default)")
     p.add_argument("--gram-precision", default="auto", choices=["auto", "float64", "float32"])
     p.add_argument("--naive-stored", type=int, default=0,
                    help="naive mode: flat gradients held at once (0: all R on CPU, what half the "

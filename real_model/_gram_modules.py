@@ -10,12 +10,18 @@ Shapes: ``R`` rollouts, ``T`` flattened positions per rollout, ``d_in``/``d_out`
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 
 __all__ = [
     "Scratch",
+    "CPU_CHUNK_SIZE",
+    "default_chunk_size",
+    "gram_f32",
+    "linear_weight_gram",
+    "choose_linear_method",
     "linear_identity_cost",
     "linear_per_sample_cost",
     "linear_weight_gram_identity",
@@ -49,6 +55,60 @@ class Scratch:
         return buf[:numel]
 
 
+CPU_CHUNK_SIZE = 1 << 23
+"""Entries of one temporary block on CPU (64 MiB in float64): large enough that the per-block
+overhead is negligible against the GEMMs, small enough to stay out of the page-fault regime that
+re-allocating huge blocks per layer costs (measured on the SmolLM2 benchmark)."""
+
+_GPU_CHUNK_MIN, _GPU_CHUNK_MAX = 1 << 22, 1 << 28
+
+
+def default_chunk_size(device: torch.device) -> int:
+    """Entries of one temporary block: :data:`CPU_CHUNK_SIZE` on CPU; on CUDA from free memory.
+
+    On CUDA: a quarter of the free memory (driver-free plus the allocator's cached, unused
+    bytes) in float64 entries, clamped to ``[2^22, 2^28]`` (2^28 was the fastest setting measured
+    on an H100 at the Nemotron-Mini-4B shape; issue #9). Called during the backward, when the
+    activations of the forward still occupy memory.
+    """
+    if device.type != "cuda":
+        return CPU_CHUNK_SIZE
+    free, _ = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(min(_GPU_CHUNK_MAX, max(_GPU_CHUNK_MIN, free // 4 // 8)))
+
+
+_LOW = (torch.bfloat16, torch.float16)
+_OUT_DTYPE_OK: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def gram_f32(x: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
+    """``x x^T`` in float32 for ``x`` ``[R, n]`` (float32, bfloat16 or float16).
+
+    Low-precision rows are multiplied straight from their storage with float32 accumulation and
+    output (``torch.mm(..., out_dtype=torch.float32)``) where the backend has it (CUDA); elsewhere
+    (CPU, older builds) the rows are copied to float32 first, which gives the same products up to
+    the summation order. The products of two bf16/fp16 numbers are exact in float32, so the two
+    paths differ only by float32 rounding of the sums.
+    """
+    if x.dtype in _LOW:
+        key = (x.device.type, x.dtype)
+        if _OUT_DTYPE_OK.get(key, x.device.type == "cuda"):
+            try:
+                out = torch.mm(x, x.T, out_dtype=torch.float32)
+                _OUT_DTYPE_OK[key] = True
+                return out
+            except (RuntimeError, NotImplementedError, TypeError):
+                _OUT_DTYPE_OK[key] = False
+        if scratch is not None:
+            f = scratch.get("prod_float32", x.numel(), torch.float32, x.device).view(x.shape)
+            f.copy_(x)
+        else:
+            f = x.float()
+        return f @ f.T
+    return x.float() @ x.float().T
+
+
 def flat_gram(
     K: torch.Tensor,
     flat: torch.Tensor,
@@ -58,21 +118,22 @@ def flat_gram(
 ) -> None:
     """``K += flat flat^T`` for ``flat`` shaped ``[R, n]``; ``K`` (float64) accumulates the blocks.
 
-    The block product runs in ``product_dtype`` (float64 by default; float32 is enough for
-    gradients that are themselves bfloat16/float16 and is much cheaper on a GPU).
+    The block product runs in ``product_dtype``: float64 (default), or float32, which is enough for
+    gradients that are themselves bfloat16/float16 and much cheaper on a GPU; bfloat16/float16
+    rows then go through :func:`gram_f32` without a float32 copy where the backend allows it.
     """
-    if flat.dtype == product_dtype:
+    if product_dtype != torch.float64:
+        K.add_(gram_f32(flat, scratch).to(torch.float64))
+        return
+    if flat.dtype == torch.float64:
         f = flat
     elif scratch is None:
-        f = flat.to(product_dtype)
+        f = flat.to(torch.float64)
     else:
-        f = scratch.get(f"prod_{product_dtype}", flat.numel(), product_dtype, flat.device)
+        f = scratch.get("prod_float64", flat.numel(), torch.float64, flat.device)
         f = f.view(flat.shape)
         f.copy_(flat)
-    if product_dtype == torch.float64:
-        K.addmm_(f, f.T)
-    else:
-        K.add_((f @ f.T).to(torch.float64))
+    K.addmm_(f, f.T)
 
 
 def linear_identity_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
@@ -121,20 +182,107 @@ def linear_weight_gram_per_sample(
 
     The ``d_out`` rows are processed in chunks of ``c`` rows so that only ``[R, c, d_in]`` is ever
     materialised (``R c d_in <= chunk_size``); the per-sample products run in the layer's dtype
-    (as autograd's own weight gradient does) and the Gram is accumulated in float64.
+    (as autograd's own weight gradient does) and the Gram is accumulated in float64. On CUDA,
+    ``delta`` is first transposed once per layer into a contiguous ``[R, d_out, T]`` block, so that
+    every chunk's batched product has two contiguous row-major operands (a strided, transposed
+    operand made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape; issue #9).
     """
-    R, _, d_in = a.shape
+    R, T, d_in = a.shape
     d_out = delta.shape[-1]
+    delta = delta.to(a.dtype)
     rows = max(1, chunk_size // max(1, R * d_in))
     rows = min(rows, d_out)
     scratch = scratch if scratch is not None else Scratch()
     buf = scratch.get("per_sample", R * rows * d_in, a.dtype, a.device)
-    gt = delta.transpose(1, 2)  # [R, d_out, T]
+    if a.device.type == "cuda":
+        gt = scratch.get("delta_t", R * d_out * T, a.dtype, a.device).view(R, d_out, T)
+        gt.copy_(delta.transpose(1, 2))
+        a = a.contiguous()
+    else:  # CPU BLAS takes the transposed operand at no cost; the copy would only add traffic
+        gt = delta.transpose(1, 2)  # [R, d_out, T]
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
         blk = buf[: R * c * d_in].view(R, c, d_in)
         torch.bmm(gt[:, o0 : o0 + c], a, out=blk)  # per-sample gradient rows [R, c, d_in]
         flat_gram(K, blk.view(R, -1), scratch, product_dtype=product_dtype)
+
+
+_CALIBRATED: dict[tuple[Any, ...], str] = {}
+CALIBRATION_BAND = 4.0
+"""``linear_method="auto"`` measures both Linear methods when their multiply-add counts are
+within this factor of each other (otherwise the count decides)."""
+
+
+def choose_linear_method(
+    *, R: int, T: int, d_in: int, d_out: int, key: tuple[Any, ...] | None = None
+) -> str | None:
+    """``"identity"`` or ``"per_sample"`` for a Linear layer, or ``None``: measure it.
+
+    By multiply-add count (:func:`linear_identity_cost`, :func:`linear_per_sample_cost`) when one
+    is more than :data:`CALIBRATION_BAND` times cheaper; otherwise the cached result of an earlier
+    measurement for the same ``key`` (device, dtypes and shape), or ``None`` when there is none.
+    """
+    ci = linear_identity_cost(R=R, T=T, d_in=d_in, d_out=d_out)
+    cp = linear_per_sample_cost(R=R, T=T, d_in=d_in, d_out=d_out)
+    if ci * CALIBRATION_BAND < cp:
+        return "identity"
+    if cp * CALIBRATION_BAND < ci:
+        return "per_sample"
+    return _CALIBRATED.get(key) if key is not None else ("identity" if ci < cp else "per_sample")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def linear_weight_gram(
+    K: torch.Tensor,
+    a: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    method: str = "auto",
+    chunk_size: int,
+    scratch: Scratch | None = None,
+    product_dtype: torch.dtype = torch.float64,
+) -> str:
+    """Add ``<dW_i, dW_j>`` of a Linear weight to ``K`` by ``method``; returns the method used.
+
+    ``method="auto"``: the cheaper method by multiply-add count, or, when the counts are within
+    :data:`CALIBRATION_BAND` of each other, by measured time: the first layer of each
+    ``(device, dtype, product dtype, R, T, d_in, d_out)`` in this process runs both methods (each
+    into its own accumulator, timed; the faster one's result is kept) and later layers of the same
+    key reuse the verdict. Both methods are exact, so the choice changes ``K`` only by rounding;
+    pass ``"identity"`` or ``"per_sample"`` to pin it (bit-reproducible across processes).
+    """
+    R, T, d_in = a.shape
+    d_out = delta.shape[-1]
+    if method == "auto":
+        key = (a.device.type, a.dtype, product_dtype, R, T, d_in, d_out)
+        method = choose_linear_method(R=R, T=T, d_in=d_in, d_out=d_out, key=key) or ""
+        if not method:
+            times = {}
+            parts = {}
+            for m in ("per_sample", "identity"):
+                Km = torch.zeros_like(K)
+                _sync(a.device)
+                t0 = time.perf_counter()
+                linear_weight_gram(Km, a, delta, method=m, chunk_size=chunk_size,
+                                   scratch=scratch, product_dtype=product_dtype)
+                _sync(a.device)
+                times[m], parts[m] = time.perf_counter() - t0, Km
+            method = min(times, key=times.__getitem__)
+            _CALIBRATED[key] = method
+            K.add_(parts[method])
+            return method
+    if method == "identity":
+        linear_weight_gram_identity(K, a, delta, chunk_size=chunk_size)
+    elif method == "per_sample":
+        linear_weight_gram_per_sample(K, a, delta, chunk_size=chunk_size, scratch=scratch,
+                                      product_dtype=product_dtype)
+    else:
+        raise ValueError(f"linear method must be auto, identity or per_sample, got {method!r}")
+    return method
 
 
 def linear_weight_rows(a: torch.Tensor, delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
