@@ -177,6 +177,7 @@ def linear_weight_gram_per_sample(
     chunk_size: int,
     scratch: Scratch | None = None,
     product_dtype: torch.dtype = torch.float64,
+    contiguous: bool | None = None,
 ) -> None:
     """Add the Gram of explicit per-sample gradients ``dW_i = delta_i^T a_i`` to ``K``.
 
@@ -186,6 +187,7 @@ def linear_weight_gram_per_sample(
     ``delta`` is first transposed once per layer into a contiguous ``[R, d_out, T]`` block, so that
     every chunk's batched product has two contiguous row-major operands (a strided, transposed
     operand made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape; issue #9).
+    ``contiguous`` forces that layout on (``True``) or off (``False``); ``None``: on CUDA only.
     """
     R, T, d_in = a.shape
     d_out = delta.shape[-1]
@@ -194,7 +196,7 @@ def linear_weight_gram_per_sample(
     rows = min(rows, d_out)
     scratch = scratch if scratch is not None else Scratch()
     buf = scratch.get("per_sample", R * rows * d_in, a.dtype, a.device)
-    if a.device.type == "cuda":
+    if contiguous if contiguous is not None else a.device.type == "cuda":
         gt = scratch.get("delta_t", R * d_out * T, a.dtype, a.device).view(R, d_out, T)
         gt.copy_(delta.transpose(1, 2))
         a = a.contiguous()
