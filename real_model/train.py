@@ -52,9 +52,10 @@ class TrainConfig(RankConfig):
     checkpoint_every: int = 1
 
     def resume_key(self) -> dict[str, Any]:
-        """Everything but ``steps`` and ``checkpoint_every`` must match to resume."""
-        d = asdict(self)
-        for k in ("steps", "checkpoint_every", "prompts"):
+        """Everything but ``steps`` and ``checkpoint_every`` must match to resume
+        (``rollout_batch=1`` is left out, as in :meth:`RankConfig.resume_key`)."""
+        d = super().resume_key()
+        for k in ("steps", "checkpoint_every"):
             d.pop(k)
         return d
 
@@ -125,7 +126,7 @@ def run_train(
     from .data import binary_reward
     from .geometry import group_gram, nested_group_geometry, rollout_weights
     from .loading import load_model
-    from .rollouts import build_prompt, sample_group
+    from .rollouts import build_prompt, sample_prompts
 
     R_train = cfg.train_R or max(cfg.R_values)
     if cfg.steps < 1 or cfg.prompts_per_step < 1 or cfg.checkpoint_every < 1:
@@ -169,23 +170,26 @@ def run_train(
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         rewards_all, geos, loss_total = [], [], 0.0
-        for j in range(cfg.prompts_per_step):
-            idx = s * cfg.prompts_per_step + j
+        idxs = [s * cfg.prompts_per_step + j for j in range(cfg.prompts_per_step)]
+        # the step's groups in blocks of rollout_batch prompts: a fixed function of the step
+        batches = sample_prompts(
+            model,
+            loaded.tokenizer,
+            [
+                build_prompt(problems[idx].question, style=cfg.prompt_style, shots=shots,
+                             tokenizer=loaded.tokenizer)
+                for idx in idxs
+            ],
+            R=R_train,
+            seeds=[prompt_seed(cfg.seed, idx) for idx in idxs],
+            batch_prompts=cfg.rollout_batch,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop_strings=cfg.stop_strings,
+        )
+        for idx, batch in zip(idxs, batches, strict=True):
             prob = problems[idx]
-            prompt = build_prompt(
-                prob.question, style=cfg.prompt_style, shots=shots, tokenizer=loaded.tokenizer
-            )
-            batch = sample_group(
-                model,
-                loaded.tokenizer,
-                prompt,
-                R=R_train,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                stop_strings=cfg.stop_strings,
-                seed=prompt_seed(cfg.seed, idx),
-            )
             r = np.array([reward(t, prob.answer) for t in batch.texts])
             rewards_all.append(r)
             K = group_gram(model, batch, method=cfg.gram_method)
