@@ -61,6 +61,7 @@ overhead is negligible against the GEMMs, small enough to stay out of the page-f
 re-allocating huge blocks per layer costs (measured on the SmolLM2 benchmark)."""
 
 _GPU_CHUNK_MIN, _GPU_CHUNK_MAX = 1 << 22, 1 << 28
+CPU_SLAB_BYTES = 1 << 20
 
 
 def default_chunk_size(device: torch.device) -> int:
@@ -126,14 +127,22 @@ def flat_gram(
         K.add_(gram_f32(flat, scratch).to(torch.float64))
         return
     if flat.dtype == torch.float64:
-        f = flat
-    elif scratch is None:
-        f = flat.to(torch.float64)
+        K.addmm_(flat, flat.T)
+        return
+    R, n = flat.shape
+    # CPU: widen to float64 in cache-sized column slabs (R x slab float64 = 1 MiB), so the rows
+    # are read once from memory instead of written and re-read as a full float64 copy (2x faster
+    # on the SmolLM2 benchmark's shapes); GPU: one copy, one GEMM (fewer, larger kernels).
+    slab = n if flat.device.type != "cpu" else min(n, max(1024, CPU_SLAB_BYTES // (8 * R)))
+    if scratch is None:
+        buf = torch.empty(R * slab, dtype=torch.float64, device=flat.device)
     else:
-        f = scratch.get("prod_float64", flat.numel(), torch.float64, flat.device)
-        f = f.view(flat.shape)
-        f.copy_(flat)
-    K.addmm_(f, f.T)
+        buf = scratch.get("prod_float64", R * slab, torch.float64, flat.device)
+    for c0 in range(0, n, slab):
+        c = min(slab, n - c0)
+        f = buf[: R * c].view(R, c)
+        f.copy_(flat[:, c0 : c0 + c])
+        K.addmm_(f, f.T)
 
 
 def linear_identity_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
