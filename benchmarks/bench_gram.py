@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1, help="timed runs per mode (min is reported)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
-    p.add_argument("--linear-method", default="auto", choices=["auto", "identity", "per_sample"])
+    p.add_argument("--linear-method", default="auto",
+                   choices=["auto", "measured", "identity", "per_sample"])
     p.add_argument("--chunk-size", type=int, default=0,
                    help="entries per temporary block (0: the library default)")
     p.add_argument("--gram-precision", default="auto", choices=["auto", "float64", "float32"])

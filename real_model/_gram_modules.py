@@ -22,6 +22,7 @@ __all__ = [
     "gram_f32",
     "linear_weight_gram",
     "choose_linear_method",
+    "LINEAR_METHODS",
     "linear_identity_cost",
     "linear_per_sample_cost",
     "linear_weight_gram_identity",
@@ -220,7 +221,7 @@ def linear_weight_gram_per_sample(
 
 _CALIBRATED: dict[tuple[Any, ...], str] = {}
 CALIBRATION_BAND = 4.0
-"""``linear_method="auto"`` measures both Linear methods when their multiply-add counts are
+"""``linear_method="measured"`` times both Linear methods when their multiply-add counts are
 within this factor of each other (otherwise the count decides)."""
 
 
@@ -229,22 +230,25 @@ def choose_linear_method(
 ) -> str | None:
     """``"identity"`` or ``"per_sample"`` for a Linear layer, or ``None``: measure it.
 
-    By multiply-add count (:func:`linear_identity_cost`, :func:`linear_per_sample_cost`) when one
-    is more than :data:`CALIBRATION_BAND` times cheaper; otherwise the cached result of an earlier
-    measurement for the same ``key`` (device, dtypes and shape), or ``None`` when there is none.
+    Without ``key`` (``linear_method="auto"``): the cheaper by multiply-add count
+    (:func:`linear_identity_cost`, :func:`linear_per_sample_cost`). With ``key``
+    (``"measured"``): the count when one method is more than :data:`CALIBRATION_BAND` times
+    cheaper; otherwise the cached verdict of an earlier measurement for the same ``key`` (device,
+    dtypes and shape), or ``None`` when there is none yet.
     """
     ci = linear_identity_cost(R=R, T=T, d_in=d_in, d_out=d_out)
     cp = linear_per_sample_cost(R=R, T=T, d_in=d_in, d_out=d_out)
-    if ci * CALIBRATION_BAND < cp:
-        return "identity"
-    if cp * CALIBRATION_BAND < ci:
-        return "per_sample"
-    return _CALIBRATED.get(key) if key is not None else ("identity" if ci < cp else "per_sample")
+    if key is None or ci * CALIBRATION_BAND < cp or cp * CALIBRATION_BAND < ci:
+        return "identity" if ci < cp else "per_sample"
+    return _CALIBRATED.get(key)
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+LINEAR_METHODS = ("auto", "measured", "identity", "per_sample")
 
 
 def linear_weight_gram(
@@ -259,21 +263,24 @@ def linear_weight_gram(
 ) -> str:
     """Add ``<dW_i, dW_j>`` of a Linear weight to ``K`` by ``method``; returns the method used.
 
-    ``method="auto"``: the cheaper method by multiply-add count, or, when the counts are within
-    :data:`CALIBRATION_BAND` of each other, by measured time: the first layer of each
-    ``(device, dtype, product dtype, R, T, d_in, d_out)`` in this process runs both methods (each
-    into its own accumulator, timed; the faster one's result is kept) and later layers of the same
-    key reuse the verdict. Both methods are exact, so the choice changes ``K`` only by rounding;
-    pass ``"identity"`` or ``"per_sample"`` to pin it (bit-reproducible across processes).
+    * ``"auto"``: the cheaper method by multiply-add count (deterministic).
+    * ``"measured"``: by count when the counts differ by more than :data:`CALIBRATION_BAND`;
+      inside the band by measured time: the first layer of each
+      ``(device, dtype, product dtype, R, T, d_in, d_out)`` in this process runs both methods
+      (each into its own accumulator, timed; the faster one's result is kept) and later layers of
+      the same key reuse the cached verdict. Both methods are exact, so the choice changes ``K``
+      only by rounding, but a timing can differ between processes: runs that must resume
+      bit-identically use ``"auto"`` or pin the method.
+    * ``"identity"`` / ``"per_sample"``: that method.
     """
     R, T, d_in = a.shape
     d_out = delta.shape[-1]
-    if method == "auto":
+    if method in ("auto", "measured"):
         key = (a.device.type, a.dtype, product_dtype, R, T, d_in, d_out)
-        method = choose_linear_method(R=R, T=T, d_in=d_in, d_out=d_out, key=key) or ""
-        if not method:
-            times = {}
-            parts = {}
+        chosen = choose_linear_method(R=R, T=T, d_in=d_in, d_out=d_out,
+                                      key=key if method == "measured" else None)
+        if chosen is None:
+            times, parts = {}, {}
             for m in ("per_sample", "identity"):
                 Km = torch.zeros_like(K)
                 _sync(a.device)
@@ -282,17 +289,18 @@ def linear_weight_gram(
                                    scratch=scratch, product_dtype=product_dtype)
                 _sync(a.device)
                 times[m], parts[m] = time.perf_counter() - t0, Km
-            method = min(times, key=times.__getitem__)
-            _CALIBRATED[key] = method
-            K.add_(parts[method])
-            return method
+            chosen = min(times, key=times.__getitem__)
+            _CALIBRATED[key] = chosen
+            K.add_(parts[chosen])
+            return chosen
+        method = chosen
     if method == "identity":
         linear_weight_gram_identity(K, a, delta, chunk_size=chunk_size)
     elif method == "per_sample":
         linear_weight_gram_per_sample(K, a, delta, chunk_size=chunk_size, scratch=scratch,
                                       product_dtype=product_dtype)
     else:
-        raise ValueError(f"linear method must be auto, identity or per_sample, got {method!r}")
+        raise ValueError(f"linear method must be one of {LINEAR_METHODS}, got {method!r}")
     return method
 
 

@@ -59,7 +59,7 @@ from real_model._gram_plan import Plan
 __all__ = ["trajectory_gram", "token_logprobs", "trainable_parameters"]
 
 Method = Literal["exact", "naive"]
-LinearMethod = Literal["auto", "identity", "per_sample"]
+LinearMethod = Literal["auto", "measured", "identity", "per_sample"]
 GramPrecision = Literal["auto", "float64", "float32"]
 
 
@@ -187,8 +187,9 @@ def trajectory_gram(
             (column 0 is 0; unweighted).
         position_ids: ``"from_mask"`` (default: ``cumsum(attention_mask) - 1``), ``None`` (the
             model's default) or an ``[R, T]`` tensor.
-        linear_method: ``"auto"`` (default: the cheaper of the two by multiply-add count, or by
-            a cached one-off timing of both where the counts are within a factor 4),
+        linear_method: ``"auto"`` (default: the cheaper of the two by multiply-add count;
+            deterministic), ``"measured"`` (by a cached one-off timing of both where the counts
+            are within a factor 4; fastest, but the choice may differ between processes),
             ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only).
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
             (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
@@ -207,9 +208,9 @@ def trajectory_gram(
     """
     if method not in ("exact", "naive"):
         raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
-    if linear_method not in ("auto", "identity", "per_sample"):
+    if linear_method not in gm.LINEAR_METHODS:
         raise ValueError(
-            f"linear_method must be auto, identity or per_sample, got {linear_method!r}"
+            f"linear_method must be one of {gm.LINEAR_METHODS}, got {linear_method!r}"
         )
     if gram_precision not in ("auto", "float64", "float32"):
         raise ValueError(

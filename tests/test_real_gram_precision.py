@@ -85,21 +85,25 @@ def test_measured_linear_choice_is_cached_and_exact(monkeypatch):
     monkeypatch.setattr(gm, "CALIBRATION_BAND", float("inf"))  # every shape is "ambiguous"
     a, d = _layer(3, 5, 6, 7, torch.float64, seed=4)
     K = torch.zeros(3, 3, dtype=torch.float64)
-    used = gm.linear_weight_gram(K, a, d, chunk_size=1 << 10)
+    used = gm.linear_weight_gram(K, a, d, method="measured", chunk_size=1 << 10)
     assert used in ("identity", "per_sample")
     assert list(gm._CALIBRATED.values()) == [used]
     assert rel_err(K, _truth(a, d)) <= 1e-13
     calls: list[str] = []
     monkeypatch.setattr(gm.time, "perf_counter", lambda: calls.append("t") or 0.0)
     K2 = torch.zeros(3, 3, dtype=torch.float64)
-    assert gm.linear_weight_gram(K2, a, d, chunk_size=1 << 10) == used
+    assert gm.linear_weight_gram(K2, a, d, method="measured", chunk_size=1 << 10) == used
     assert calls == []  # cached: no timing
     assert torch.equal(K, K2)
 
 
-def test_linear_choice_by_count_outside_the_band():
-    assert gm.choose_linear_method(R=8, T=256, d_in=576, d_out=1536) == "per_sample"
-    assert gm.choose_linear_method(R=4, T=2, d_in=512, d_out=512) == "identity"
+def test_linear_choice_by_count_outside_the_band_and_for_auto(monkeypatch):
+    monkeypatch.setattr(gm, "_CALIBRATED", {})
+    assert gm.choose_linear_method(R=8, T=256, d_in=576, d_out=1536, key=("k",)) == "per_sample"
+    assert gm.choose_linear_method(R=4, T=2, d_in=512, d_out=512, key=("k",)) == "identity"
+    # inside the band: "measured" (a key) has no verdict yet, "auto" (no key) counts
+    assert gm.choose_linear_method(R=8, T=100, d_in=576, d_out=1536, key=("k",)) is None
+    assert gm.choose_linear_method(R=8, T=100, d_in=576, d_out=1536) == "per_sample"
 
 
 def test_default_chunk_size_on_cpu_is_the_documented_bound():
