@@ -194,9 +194,9 @@ def linear_weight_gram_per_sample(
     The ``d_out`` rows are processed in chunks of ``c`` rows so that only ``[R, c, d_in]`` is ever
     materialised (``R c d_in <= chunk_size``); the per-sample products run in the layer's dtype
     (as autograd's own weight gradient does) and the Gram is accumulated in float64. On CUDA,
-    ``delta`` is first transposed once per layer into a contiguous ``[R, d_out, T]`` block, so that
-    every chunk's batched product has two contiguous row-major operands (a strided, transposed
-    operand made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape; issue #9).
+    each chunk of ``delta^T`` is first copied into a contiguous ``[R, c, T]`` block, so that every
+    chunk's batched product has two contiguous row-major operands (a strided, transposed operand
+    made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape; issue #9).
     ``contiguous`` forces that layout on (``True``) or off (``False``); ``None``: on CUDA only.
     """
     R, T, d_in = a.shape
@@ -206,16 +206,21 @@ def linear_weight_gram_per_sample(
     rows = min(rows, d_out)
     scratch = scratch if scratch is not None else Scratch()
     buf = scratch.get("per_sample", R * rows * d_in, a.dtype, a.device)
+    gt = delta.transpose(1, 2)  # [R, d_out, T], strided
     if contiguous if contiguous is not None else a.device.type == "cuda":
-        gt = scratch.get("delta_t", R * d_out * T, a.dtype, a.device).view(R, d_out, T)
-        gt.copy_(delta.transpose(1, 2))
+        # one chunk of delta^T at a time ([R, c, T], smaller than the [R, c, d_in] output when
+        # T < d_in): no second copy of a large delta such as the LM head's stays allocated
+        gbuf = scratch.get("delta_t", R * rows * T, a.dtype, a.device)
         a = a.contiguous()
     else:  # CPU BLAS takes the transposed operand at no cost; the copy would only add traffic
-        gt = delta.transpose(1, 2)  # [R, d_out, T]
+        gbuf = None
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
+        g = gt[:, o0 : o0 + c]
+        if gbuf is not None:
+            g = gbuf[: R * c * T].view(R, c, T).copy_(g)
         blk = buf[: R * c * d_in].view(R, c, d_in)
-        torch.bmm(gt[:, o0 : o0 + c], a, out=blk)  # per-sample gradient rows [R, c, d_in]
+        torch.bmm(g, a, out=blk)  # per-sample gradient rows [R, c, d_in]
         flat_gram(K, blk.view(R, -1), scratch, product_dtype=product_dtype)
 
 
