@@ -277,7 +277,9 @@ def sample_groups(
     ``g`` draws its tokens from its own ``torch.Generator`` seeded by ``seeds[g]`` with one
     ``multinomial`` call over its ``R`` rows per step, as :func:`sample_group` does, so for the
     same logits both give the same tokens. Stops are detected per row on the decoded tail only
-    (:class:`_StopWatch`); finished rows keep decoding padding until every row is done.
+    (:class:`_StopWatch`); once a quarter of the rows in the batch have finished, they are dropped
+    from it (KV cache ``batch_select_indices``; a finished row's draws are then made from a
+    placeholder distribution, which leaves every other row's draw unchanged).
 
     What batching changes: the logits of a row are computed inside a batch of a different shape,
     with left padding, so they differ from :func:`sample_group`'s in the last bits of floating
@@ -343,24 +345,39 @@ def sample_groups(
         else:
             logits = out.logits[:, -1, :].float()
         attn = row_mask
+        live = np.arange(N)  # original row of each batch row (logits, KV cache, attn)
+        compact = hasattr(past, "batch_select_indices")
         for t in range(max_new_tokens):
             nxt = torch.full((N,), pad, dtype=torch.long, device=device)
+            slot = np.full(N, -1)
+            slot[live] = np.arange(live.size)
             for g in range(G):
-                rows = slice(g * R, (g + 1) * R)
+                rows = np.arange(g * R, (g + 1) * R)
                 if not active[rows].any():
                     continue
+                inb = slot[rows] >= 0  # rows of group g still in the batch
+                lg = logits[torch.from_numpy(slot[rows][inb]).to(device)]
                 if temperature == 0:
-                    nxt[rows] = logits[rows].argmax(dim=-1)
+                    pick = lg.argmax(dim=-1)
                 else:
-                    probs = torch.softmax(logits[rows] / temperature, dim=-1)
+                    probs = torch.softmax(lg / temperature, dim=-1)
                     if top_p < 1:
                         probs = _top_p_filter(probs, top_p)
-                    nxt[rows] = torch.multinomial(probs, 1, generator=gens[g]).squeeze(-1)
+                    if not inb.all():  # rows dropped from the batch (finished): a placeholder
+                        # distribution, so the group's draw is one multinomial over R rows as in
+                        # sample_group (each row's sample depends on its own probabilities only)
+                        full = torch.full((R, probs.shape[-1]), 1.0 / probs.shape[-1],
+                                          dtype=probs.dtype, device=device)
+                        full[torch.from_numpy(np.flatnonzero(inb)).to(device)] = probs
+                        probs = full
+                    pick = torch.multinomial(probs, 1, generator=gens[g]).squeeze(-1)
+                    if not inb.all():
+                        pick = pick[torch.from_numpy(np.flatnonzero(inb)).to(device)]
+                nxt[torch.from_numpy(rows[inb]).to(device)] = pick
             act = torch.from_numpy(active).to(device)
             nxt = torch.where(act, nxt, torch.full_like(nxt, pad))
             new[:, t] = nxt
-            for i, tok in zip(np.flatnonzero(active), nxt[torch.from_numpy(active)].tolist(),
-                              strict=True):
+            for i, tok in zip(np.flatnonzero(active), nxt[act].tolist(), strict=True):
                 toks[i].append(tok)
                 keep[i] = t + 1
                 done = watch.check(toks[i])
@@ -369,9 +386,16 @@ def sample_groups(
                     active[i] = False
             if not active.any() or t + 1 == max_new_tokens:
                 break
-            attn = torch.cat([attn, torch.ones((N, 1), dtype=attn.dtype, device=device)], dim=1)
-            out = model(input_ids=nxt[:, None], attention_mask=attn,
-                        position_ids=(next_pos + t)[:, None], past_key_values=past,
+            if compact and active[live].sum() <= 0.75 * live.size:  # drop finished rows
+                kept = np.flatnonzero(active[live])
+                idx = torch.from_numpy(kept).to(device)
+                past.batch_select_indices(idx)
+                attn, live = attn[idx], live[kept]
+            lv = torch.from_numpy(live).to(device)
+            attn = torch.cat([attn, torch.ones((live.size, 1), dtype=attn.dtype, device=device)],
+                             dim=1)
+            out = model(input_ids=nxt[lv][:, None], attention_mask=attn,
+                        position_ids=(next_pos[lv] + t)[:, None], past_key_values=past,
                         use_cache=True)
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()

@@ -129,3 +129,29 @@ def test_rank_resume_inside_a_batched_block_is_bit_identical(tmp_path: Path):
 def test_per_group_sampling_keeps_the_old_resume_key():
     assert "rollout_batch" not in RankConfig(rollout_batch=1).resume_key()
     assert RankConfig().resume_key()["rollout_batch"] == 8
+
+
+def test_finished_rows_leave_the_batch_without_changing_other_rows(monkeypatch):
+    """Frequent stops end rows at different steps; once a quarter of the batch has finished, the
+    batch is compacted (the KV cache keeps the live rows). Every group still equals per-group
+    sampling (tiny float32 model; each row's draw depends on its own probabilities only)."""
+    from transformers.cache_utils import DynamicCache
+
+    calls: list[int] = []
+    orig = DynamicCache.batch_select_indices
+
+    def counted(self, indices):
+        calls.append(int(indices.numel()))
+        return orig(self, indices)
+
+    monkeypatch.setattr(DynamicCache, "batch_select_indices", counted)
+    m = tiny_random_model(vocab_size=TOK.vocab_size, seed=2)
+    kw = dict(R=4, max_new_tokens=16, stop_strings=("a", "e", "o", "x", "1"), temperature=1.0)
+    batched = sample_groups(m, TOK, PROMPTS, seeds=[7, 8, 9], **kw)
+    assert calls, "no compaction happened: the test needs rows that finish early"
+    for p, s, b in zip(PROMPTS, [7, 8, 9], batched, strict=True):
+        one = sample_group(m, TOK, p, seed=s, **kw)
+        assert torch.equal(b.input_ids, one.input_ids) and b.texts == one.texts
+        assert b.stop_reasons == one.stop_reasons
+    assert {r for b in batched for r in b.stop_reasons} >= {"stop"}
+    assert len({int(x) for b in batched for x in b.lengths}) > 2  # ragged lengths
