@@ -131,10 +131,13 @@ def flat_gram(
         K.addmm_(flat, flat.T)
         return
     R, n = flat.shape
-    # CPU: widen to float64 in cache-sized column slabs (R x slab float64 = 1 MiB), so the rows
-    # are read once from memory instead of written and re-read as a full float64 copy (2x faster
-    # on the SmolLM2 benchmark's shapes); GPU: one copy, one GEMM (fewer, larger kernels).
-    slab = n if flat.device.type != "cpu" else min(n, max(1024, CPU_SLAB_BYTES // (8 * R)))
+    # single-threaded CPU: widen to float64 in cache-sized column slabs (R x slab float64 = 1 MiB),
+    # so the rows are read once from memory instead of written and re-read as a full float64 copy
+    # (1.7x faster on [8, 2^20] rows). With several threads, thousands of small parallel regions
+    # cost more than they save (20x slower with 2 threads on a loaded machine), and on a GPU
+    # fewer, larger kernels win: one copy, one GEMM there.
+    sliced = flat.device.type == "cpu" and torch.get_num_threads() == 1
+    slab = min(n, max(1024, CPU_SLAB_BYTES // (8 * R))) if sliced else n
     if scratch is None:
         buf = torch.empty(R * slab, dtype=torch.float64, device=flat.device)
     else:
