@@ -5,7 +5,11 @@ groups): sample ``R_max = max(R_values)`` completions, reward them (binary, exac
 compute the trajectory-score Gram ``K`` once, and evaluate the leading ``R x R`` blocks for every
 ``R`` in ``R_values`` (nested groups, see :mod:`real_model.geometry`). One JSON line per prompt is
 appended to ``results.jsonl`` as soon as it is computed; a rerun with the same configuration skips
-the prompts already there (``--prompts`` may grow). At the end: ``results.json`` (config,
+the prompts already there (``--prompts`` may grow). The groups of ``rollout_batch`` consecutive
+prompts (blocks ``[kB, (k+1)B)`` of prompt indices) are sampled in one batch
+(:func:`~real_model.rollouts.sample_groups`); a resumed run resamples a partly written block in
+full, so it reproduces the uninterrupted run bit for bit; ``rollout_batch=1`` samples one group at
+a time as earlier releases did. At the end: ``results.json`` (config,
 environment, summary), ``table.md`` and ``rank.png``.
 
 Summary rows (per ``R``, for the main estimator, over groups with mixed rewards only, since an

@@ -3,7 +3,8 @@
 Step ``s`` (``s = 0 .. steps-1``) with ``P = prompts_per_step`` groups and group size ``R_train``:
 
 1. sample ``R_train`` completions for each of the step's prompts (prompt ``s P + j``, seeded by
-   ``(seed, s P + j)``), rewards ``r`` (binary);
+   ``(seed, s P + j)``; the step's groups in batches of ``rollout_batch`` prompts, see
+   :func:`~real_model.rollouts.sample_prompts`), rewards ``r`` (binary);
 2. at the current weights: ``K`` per group and its nested spectra for every ``R`` in ``R_values``
    (``R <= R_train``; :mod:`real_model.geometry`), for the main estimator;
 3. the GRPO surrogate (the seed paper's Eq. 19 with aggregation weights ``c``)::
