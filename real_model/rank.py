@@ -8,9 +8,10 @@ appended to ``results.jsonl`` as soon as it is computed; a rerun with the same c
 the prompts already there (``--prompts`` may grow). The groups of ``rollout_batch`` consecutive
 prompts (blocks ``[kB, (k+1)B)`` of prompt indices) are sampled in one batch
 (:func:`~real_model.rollouts.sample_groups`); a resumed run resamples a partly written block in
-full, so it reproduces the uninterrupted run bit for bit; ``rollout_batch=1`` samples one group at
-a time as earlier releases did. At the end: ``results.json`` (config,
-environment, summary), ``table.md`` and ``rank.png``.
+full, so it reproduces the uninterrupted run bit for bit (an extended run equals a fresh one when
+the earlier ``prompts`` was a multiple of ``rollout_batch``: the batch shapes the floating point);
+``rollout_batch=1`` samples one group at a time as earlier releases did. At the end:
+``results.json`` (config, environment, summary), ``table.md`` and ``rank.png``.
 
 Summary rows (per ``R``, for the main estimator, over groups with mixed rewards only, since an
 all-equal group has ``A = 0`` and no spectrum): max rank (largest number of nonzero weights, the
