@@ -20,9 +20,10 @@ import torch
 
 pytest.importorskip("transformers")
 
+from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
+
 from real_model import _gram_modules as gm  # noqa: E402
 from real_model.gram import trajectory_gram  # noqa: E402
-from tests.test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 
 BF16_LAYER_RTOL = 2e-3
 

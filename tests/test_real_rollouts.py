@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_real_pipeline import ScriptedLM, _odd_reward, _tiny_loaded
 
 from real_model.loading import CharTokenizer, tiny_random_model
 from real_model.rank import RankConfig
 from real_model.rollouts import _StopWatch, sample_group, sample_groups, sample_prompts
-from tests.test_real_pipeline import ScriptedLM, _odd_reward, _tiny_loaded
 
 TOK = CharTokenizer()
 PROMPTS = ["Question: 1+1?\nAnswer:", "Q: 22*3?\nA:", "Hello there, what is 5?"]
