@@ -84,7 +84,7 @@ __all__ = [
     "group_records",
     "aggregate_groups",
     "cos_success_failure",
-    "GeometryGRPOTrainer",
+    "GeometryGRPOTrainer",  # noqa: F822 (built lazily by __getattr__: no trl import here)
     "TemperatureScaled",
 ]
 
@@ -444,7 +444,6 @@ def group_gram(
 def _make_trainer_class() -> Any:
     import torch
     from accelerate.utils import gather_object
-
     from trl import GRPOTrainer as base
 
     class GeometryGRPOTrainer(base):  # type: ignore[misc, valid-type]

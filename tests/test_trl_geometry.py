@@ -101,9 +101,9 @@ def trl_scores(trainer, params):
         )
         s = (lp * b["completion_mask"][i : i + 1]).sum()
         g = torch.autograd.grad(s, params, allow_unused=True)
-        rows.append(torch.cat([
-            (torch.zeros_like(p) if x is None else x).reshape(-1) for x, p in zip(g, params)
-        ]).double())
+        flat = [(torch.zeros_like(p) if x is None else x).reshape(-1)
+                for x, p in zip(g, params, strict=True)]
+        rows.append(torch.cat(flat).double())
     return torch.stack(rows)
 
 
@@ -214,7 +214,7 @@ def test_training_logs_geometry_through_trainer_log_and_jsonl(tmp_path):
     logged = [h for h in tr.state.log_history if "geometry/groups" in h]
     assert len(logged) == 2 and all(h["geometry/groups"] == 2.0 for h in logged)
     with_er = [h for h in logged if "geometry/effective_rank/mean" in h]
-    for h, r in zip(with_er, [r for r in lines if r["mixed_groups"]]):
+    for h, r in zip(with_er, [r for r in lines if r["mixed_groups"]], strict=True):
         assert h["geometry/effective_rank/mean"] == pytest.approx(
             r["metrics"]["effective_rank"]["mean"])
 
