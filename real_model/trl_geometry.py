@@ -342,6 +342,7 @@ def group_records(
     rec["m_S"], rec["m_F"] = float(mS[0]), float(mF[0])
     if exact_structure:
         m = spectral_metrics(k, w, rtol=rtol).as_dict()
+        rec["row_weights"] = np.asarray(c, dtype=np.float64).reshape(-1).tolist()
         rec["weights"] = w.tolist()
         rec["grad_norm"] = float(math.sqrt(max(float(w @ k @ w), 0.0)))
         for key, val in m.items():
