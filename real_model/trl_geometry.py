@@ -407,7 +407,7 @@ class TemperatureScaled(_torch_module_base()):  # type: ignore[misc]
         return SimpleNamespace(logits=logits / self.temperature)
 
 
-def group_gram(
+def rows_gram(
     model: Any,
     input_ids: Any,
     attention_mask: Any,
@@ -417,11 +417,11 @@ def group_gram(
     temperature: float = 1.0,
     method: str = "exact",
 ) -> Any:
-    """``K [R, R]`` (float64 numpy) of one group as TRL scores it.
+    """``K [n, n]`` (float64 numpy) of any ``n`` rows of TRL's batch, scored as TRL scores them.
 
-    ``input_ids``/``attention_mask`` are TRL's ``[R, P + C]`` prompt + completion rows (prompt
-    left-padded, completion right-padded), ``loss_mask`` ``[R, C]`` TRL's completion loss mask.
-    Columns that are padding in every row of the group are dropped; position ids are those TRL's
+    ``input_ids``/``attention_mask`` are TRL's ``[n, P + C]`` prompt + completion rows (prompt
+    left-padded, completion right-padded), ``loss_mask`` ``[n, C]`` TRL's completion loss mask.
+    Columns that are padding in every row are dropped; position ids are those TRL's
     forward uses (the model's default ``0 .. P+C-1`` of the full width), so the scores are
     TRL's exactly.
     """
@@ -567,6 +567,7 @@ def _make_trainer_class() -> Any:
             am = torch.cat([pend["prompt_mask"], cm], dim=1)
             Pw = pend["prompt_ids"].shape[1]
             groups, skipped, grams = [], 0, {}
+            local_sq: float | None = 0.0 if exact else None
             was_training = model.training
             from trl.models.utils import disable_gradient_checkpointing
 
@@ -580,27 +581,53 @@ def _make_trainer_class() -> Any:
                     g0 = -(-first // G)
                     g1 = (first + B) // G
                     skipped = len({i // G for i in range(first, first + B)}) - max(0, g1 - g0)
+                    mixed_rows: list[np.ndarray] = []
+                    mixed_ids: list[int] = []
                     for g in range(g0, g1):
-                        rows = slice(g * G - first, (g + 1) * G - first)
+                        rows = np.arange(g * G - first, (g + 1) * G - first)
                         if np.isnan(r[rows]).any() or (L[rows] == 0).any():
                             # unscorable rewards, or a row with no loss token (psi_i = 0,
                             # e.g. mask_truncated_completions): counted as skipped
                             skipped += 1
                             continue
-                        K = group_gram(
-                            model, ids[rows], am[rows], lm[rows], Pw,
+                        succ = r[rows] > self.geometry.success_threshold
+                        if not np.any(A[rows] != 0):
+                            # all advantages 0 (one reward level, group-centred): G = 0, the
+                            # group adds nothing to the gradient; no Gram is computed for it
+                            groups.append({
+                                "group": int(g), "process": int(pi), "R": G,
+                                "mixed": bool(succ.any() and not succ.all()),
+                                "num_success": int(succ.sum()), "rewards": r[rows].tolist(),
+                                "lengths": [int(x) for x in L[rows]],
+                                "advantages": A[rows].tolist(),
+                            })
+                            continue
+                        mixed_rows.append(rows)
+                        mixed_ids.append(int(g))
+                    if mixed_rows:
+                        # ONE forward + backward over every mixed group of this process: the
+                        # diagonal blocks are the groups' Grams, the rest gives ||local grad||
+                        sel = np.concatenate(mixed_rows)
+                        K_all = rows_gram(
+                            model, ids[sel], am[sel], lm[sel], Pw,
                             temperature=float(self.temperature),
                             method=self.geometry.gram_method,
                         )
-                        rec = group_records(
-                            K, r[rows], A[rows], c[rows], L[rows], rtol=self.geometry.rtol,
-                            success_threshold=self.geometry.success_threshold,
-                            exact_structure=exact,
-                        )
-                        grams[int(g)] = K
-                        rec["group"] = int(g)
-                        rec["process"] = int(pi)
-                        groups.append(rec)
+                        if exact:
+                            wl = A[sel] * c[sel]
+                            local_sq = float(max(wl @ K_all @ wl, 0.0))
+                        for k, (g, rows) in enumerate(zip(mixed_ids, mixed_rows, strict=True)):
+                            K = K_all[k * G : (k + 1) * G, k * G : (k + 1) * G]
+                            rec = group_records(
+                                K, r[rows], A[rows], c[rows], L[rows],
+                                rtol=self.geometry.rtol,
+                                success_threshold=self.geometry.success_threshold,
+                                exact_structure=exact,
+                            )
+                            grams[g] = K
+                            rec["group"] = g
+                            rec["process"] = int(pi)
+                            groups.append(rec)
             finally:
                 model.train(was_training)
             local_time = time.perf_counter() - t0
@@ -610,6 +637,7 @@ def _make_trainer_class() -> Any:
             all_groups = gather_object(groups)
             all_times = gather_object([local_time])
             all_skipped = gather_object([skipped])
+            all_sq = gather_object([local_sq])
             agg = aggregate_groups(all_groups)
             step = int(self.state.global_step)
             record = {
@@ -623,6 +651,9 @@ def _make_trainer_class() -> Any:
                 "exact_structure": exact,
                 "issues": issues,
                 "groups_skipped": int(sum(all_skipped)),
+                # ||-sum_i w_i psi_i||^2 over each process's rows (= ||TRL grad||^2 before
+                # clipping when there is one process)
+                "grad_norm_per_process": [None if x is None else math.sqrt(x) for x in all_sq],
                 **agg,
                 "geometry_time_s": float(max(all_times)),
             }

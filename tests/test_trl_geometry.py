@@ -141,10 +141,16 @@ def test_rows_sum_to_trl_gradient_and_wKw_equals_its_squared_norm(tmp_path, loss
     for g, K in last["grams"].items():
         Kfull[g * G : (g + 1) * G, g * G : (g + 1) * G] = K
     np.testing.assert_allclose(float(w @ Kfull @ w), float(grad @ grad), rtol=RTOL)
-    # the per-group gradient norm logged is sqrt(w_g^T K_g w_g)
+    # the per-group gradient norm logged is sqrt(w_g^T K_g w_g); the process's is ||TRL grad||
     rec = tr.geometry_records[-1]
+    assert rec["grad_norm_per_process"][0] == pytest.approx(scale, rel=RTOL)
     assert rec["exact_structure"] and rec["loss_type"] == loss_type
+    measured = [gr for gr in rec["group_records"] if "weights" in gr]
+    assert len(measured) == len(last["grams"]) >= 1
     for gr in rec["group_records"]:
+        if "weights" not in gr:  # all advantages 0: no Gram computed, no gradient
+            assert not np.any(gr["advantages"]) and gr["group"] not in last["grams"]
+            continue
         K = last["grams"][gr["group"]]
         wg = np.asarray(gr["weights"])
         assert gr["grad_norm"] == pytest.approx(float(np.sqrt(wg @ K @ wg)), rel=1e-12)
@@ -190,9 +196,9 @@ def test_beta_breaks_structure_and_weight_metrics_are_not_reported(tmp_path):
     rec = tr.geometry_records[-1]
     assert not rec["exact_structure"]
     assert any("beta" in s for s in rec["issues"])
+    assert any("norms" in g for g in rec["group_records"])  # score geometry still reported
     for g in rec["group_records"]:
         assert "effective_rank" not in g and "weights" not in g
-        assert g["norms"]  # score geometry is still reported
 
 
 def test_strict_mode_raises_on_broken_structure(tmp_path):
