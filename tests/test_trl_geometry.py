@@ -52,12 +52,14 @@ def parity_reward(completions, **kw):
     return [float(sum(map(ord, c)) % 2 == 0) for c in completions]
 
 
-def make_trainer(tmp_path, *, geometry=None, seed=0, **cfg):
+def make_trainer(tmp_path, *, geometry=None, seed=0, model=None, tokenizer=None, prompts=None,
+                 **cfg):
+    """A GeometryGRPOTrainer (default: the tiny float64 model and tokenizer, parity reward)."""
     from datasets import Dataset
 
-    tok = tiny_tokenizer()
-    model = tiny_model(len(tok), seed=seed)
-    ds = Dataset.from_dict({"prompt": ["1+2=", "3+44=", "5+1=", "2+2="] * 8})
+    tok = tokenizer or tiny_tokenizer()
+    model = model if model is not None else tiny_model(len(tok), seed=seed)
+    ds = Dataset.from_dict({"prompt": prompts or ["1+2=", "3+44=", "5+1=", "2+2="] * 8})
     kw = dict(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
         gradient_accumulation_steps=2, num_generations=4, max_completion_length=6,
