@@ -27,7 +27,7 @@ def tiny_tokenizer():
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    chars = list("abcdefghijklmnopqrstuvwxyz0123456789 +-=?.")
+    chars = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 +-=?.,:$'\n")
     vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -249,3 +249,31 @@ def test_cos_success_failure_hand_checked():
     K = np.array([[1.0, 0.5], [0.5, 1.0]])
     assert tg.cos_success_failure(K, [True, False]) == pytest.approx(0.5)
     assert tg.cos_success_failure(K, [True, True]) is None
+
+
+def test_trl_train_writes_real_train_outputs_and_compare_accepts_them(tmp_path):
+    """``run_trl_train`` end to end on the tiny model (the command does the same with SmolLM2)."""
+    import json
+
+    from real_model.compare import run_compare
+    from real_model.loading import LoadedModel, ModelSpec
+    from real_model.trl_train import TRLTrainConfig, run_trl_train
+
+    tok = tiny_tokenizer()
+    loaded = LoadedModel(model=tiny_model(len(tok)), tokenizer=tok,
+                         spec=ModelSpec(name="tiny", path="-"), device="cpu", dtype="float64")
+    cfg = TRLTrainConfig(steps=2, prompts_per_step=2, num_generations=4, max_new_tokens=6,
+                         shots=1, lr=1e-3, loss_type="grpo")
+    res = run_trl_train(tmp_path / "run", cfg, loaded=loaded, progress=False,
+                        reward_fn=lambda text, gold: float(len(text) % 2 == 0))
+    out = tmp_path / "run"
+    for name in ("steps.jsonl", "geometry.jsonl", "results.json", "table.md", "train.png"):
+        assert (out / name).is_file(), name
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [0, 1] and res["steps_done"] == 2
+    assert all("4" in s["spectra"] for s in steps)
+    assert res["experiment"] == "real_trl_train" and res["summary"][0]["R"] == 4
+    cmp_ = run_compare(tmp_path / "cmp", real=out / "results.json", R_values=(4,))
+    assert any(r["source"] == "real:tiny" for r in cmp_["rows"])
+    with pytest.raises(FileExistsError, match="overwrite"):
+        run_trl_train(out, cfg, loaded=loaded, progress=False)
