@@ -20,12 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import sympy as sp
 
-from ._validate import as_rewards, is_torch
-from .bernoulli import _check_R, _is_exact_p, advantage_value_table, binom_pmf, group_outcomes
+from ._validate import as_rewards, check_R, is_exact_number, is_torch
+from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
 
-__all__ = ["gradient_mass", "expected_mass_bernoulli", "plot_expected_mass"]
+__all__ = ["gradient_mass", "expected_mass_bernoulli"]
 
 
 def _np(x: Any) -> np.ndarray:
@@ -78,12 +77,15 @@ def expected_mass_bernoulli(estimator: str, *, R: int, p: Any, **opts: Any) -> t
     Returns:
         ``(E m_S, E m_F)``: sympy for exact ``p``, floats for a float, arrays for an array.
 
-    >>> expected_mass_bernoulli("grpo", R=2, p=sp.Rational(1, 2))
+    >>> from fractions import Fraction
+    >>> expected_mass_bernoulli("grpo", R=2, p=Fraction(1, 2))
     (1/4, 1/4)
     """
-    R = _check_R(R)
+    R = check_R(R)
     s, f = advantage_value_table(estimator, R=R, **opts)
-    if _is_exact_p(p):
+    if is_exact_number(p):
+        import sympy as sp
+
         _, pmf = group_outcomes(R=R, p=p)
         ms = sum((pmf[k] * k * s[k] for k in range(1, R + 1)), sp.Integer(0))
         mf = sum((pmf[k] * (R - k) * abs(f[k]) for k in range(R)), sp.Integer(0))
@@ -100,35 +102,3 @@ def expected_mass_bernoulli(estimator: str, *, R: int, p: Any, **opts: Any) -> t
     if parr.ndim == 0:
         return float(ms), float(mf)
     return ms, mf
-
-
-def plot_expected_mass(
-    ax: Any,
-    estimator: str,
-    *,
-    R: int,
-    p: Any = None,
-    label: str | None = None,
-    **opts: Any,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Plot ``E m_S(p)`` (solid) and ``E m_F(p)`` (dashed) of one estimator on ``ax``.
-
-    Args:
-        ax: a matplotlib Axes (nothing global is changed).
-        estimator: registry name.
-        R: group size.
-        p: solve-rate grid (default 201 points in [0, 1]).
-        label: legend stem (default: the estimator name).
-        **opts: estimator options.
-
-    Returns:
-        ``(p, E m_S, E m_F)`` arrays.
-    """
-    grid = np.linspace(0.0, 1.0, 201) if p is None else np.asarray(p, dtype=np.float64)
-    ms, mf = expected_mass_bernoulli(estimator, R=R, p=grid, **opts)
-    name = label or estimator
-    (line,) = ax.plot(grid, ms, "-", label=f"{name}: E m_S")
-    ax.plot(grid, mf, "--", color=line.get_color(), label=f"{name}: E m_F")
-    ax.set_xlabel("solve rate p")
-    ax.set_ylabel(f"expected mass per group (R={R})")
-    return grid, np.asarray(ms), np.asarray(mf)

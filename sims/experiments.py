@@ -19,17 +19,15 @@ name               what
 
 from __future__ import annotations
 
-import json
 import math
-import platform
-import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from grpo_io import atomic_write_text, dumps, environment, to_jsonable
 
 from .plots import (
     plot_gradient_ratio,
@@ -39,36 +37,15 @@ from .plots import (
     plot_training,
     plot_variance_ratio,
 )
-from .results import CheckResult, _jsonable, md_escape, results_table
+from .results import CheckResult, md_escape, results_table
 
-__all__ = ["EXPERIMENTS", "run_experiment", "environment_info"]
+__all__ = ["EXPERIMENTS", "run_experiment"]
 
-ALL_ESTIMATORS = (
-    "grpo",
-    "grpo_std",
-    "dr_grpo",
-    "rloo",
-    "reinforce",
-    "asym_grpo",
-    "power_alpha",
-    "fade",
-)
+def _all_estimators() -> tuple[str, ...]:
+    """Every registered estimator, in registration order (:mod:`grpo_theory.registry`)."""
+    from grpo_theory import estimator_names
 
-
-def environment_info() -> dict[str, Any]:
-    """Python / library versions and the device (all of :mod:`sims` runs on the CPU in NumPy)."""
-    vers = {}
-    for pkg in ("numpy", "scipy", "matplotlib", "grpo-audit"):
-        try:
-            vers[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            vers[pkg] = None
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "device": f"cpu ({platform.processor() or platform.machine()}), numpy",
-        "versions": vers,
-    }
+    return estimator_names()
 
 
 def _bandit(reward: str = "bernoulli") -> Any:
@@ -96,12 +73,12 @@ def _write(
         "seed": seed,
         "quick": quick,
         "command": f"grpo-audit sims {name} --out {out_dir} --seed {seed}" + (" --quick" * quick),
-        "environment": environment_info(),
+        "environment": environment(libraries=("numpy", "scipy", "matplotlib"), device="cpu"),
         "wall_time_s": round(time.perf_counter() - t0, 3),
         **payload,
     }
-    res = _jsonable(res)
-    (out_dir / "results.json").write_text(json.dumps(res, indent=2, allow_nan=False))
+    res = to_jsonable(res)
+    atomic_write_text(out_dir / "results.json", dumps(res, indent=2))
     (out_dir / "table.md").write_text(
         f"# sims: {name} (seed {seed}{', quick' if quick else ''})\n\n" + table + "\n"
     )
@@ -134,7 +111,7 @@ def exp_moments(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     Rs = (4,) if quick else (2, 4, 8, 16)
     n = 20_000 if quick else 200_000
-    ests = ("grpo", "grpo_std", "rloo") if quick else ALL_ESTIMATORS
+    ests = ("grpo", "grpo_std", "rloo") if quick else _all_estimators()
     bern, beta = _bandit(), _bandit("beta")
     checks: list[CheckResult] = []
     for R in Rs:
@@ -161,7 +138,7 @@ def exp_unbiasedness(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]
     rng = np.random.default_rng(seed)
     Rs = (2, 8) if quick else (2, 4, 8, 16)
     n = 10_000 if quick else 100_000
-    ests = ("grpo", "grpo_std", "rloo") if quick else ALL_ESTIMATORS
+    ests = ("grpo", "grpo_std", "rloo") if quick else _all_estimators()
     bandit = _bandit()
     mdp = TokenMDP.random(np.random.default_rng(seed + 1), vocab=3, length=3)
     # three prompts of different difficulty (solve rates ~0.1, ~0.5, ~0.9), separate parameters
@@ -283,15 +260,20 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
 
 
 # --- spectra ------------------------------------------------------------------------------------
+#: The toy worlds are named by their parameters ("common (strength 4)", "clustered (noise 0.1)"),
+#: as in the audit; ``grpo-audit compare``'s common world is "common (strength 1)".
+CLUSTERED_01: dict[str, float] = {"within": 1.0, "between": 0.0, "noise": 0.1}
+
+
 def _spectra_models(quick: bool) -> list[tuple[str, str, dict[str, Any], int | None]]:
     d = 512 if quick else 4096
     return [
         ("isotropic d=inf", "isotropic", {}, None),
         (f"isotropic d={d}", "isotropic", {}, d),
-        ("clustered d=inf", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, None),
-        (f"clustered d={d}", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, d),
-        ("common s=4 d=inf", "common", {"strength": 4.0}, None),
-        ("common s=4 d=" + str(d), "common", {"strength": 4.0}, d),
+        ("clustered (noise 0.1) d=inf", "clustered", CLUSTERED_01, None),
+        (f"clustered (noise 0.1) d={d}", "clustered", CLUSTERED_01, d),
+        ("common (strength 4) d=inf", "common", {"strength": 4.0}, None),
+        (f"common (strength 4) d={d}", "common", {"strength": 4.0}, d),
         ("token_mdp psi", "token_mdp", {}, None),
     ]
 
@@ -419,9 +401,13 @@ def exp_training(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
 # --- tails --------------------------------------------------------------------------------------
 def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     """Sampled vs exact tails of the advantage and of the baseline error, with both bounds."""
-    from grpo_theory.bounds import chebyshev_bound, hoeffding_bound
+    from grpo_theory.bounds import (
+        chebyshev_bound,
+        exact_baseline_tail_bernoulli,
+        hoeffding_bound,
+    )
 
-    from .checks import check_tails, exact_baseline_tail
+    from .checks import check_tails, sampled_baseline_tail_event
     from .exact import bernoulli_tail
 
     t0 = time.perf_counter()
@@ -448,9 +434,12 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
                     bernoulli_tail("grpo", R=R, p=p, eps=float(e)) for e in eps_grid
                 ],
                 "mc_adv_tail": [float((np.abs(A) > e).mean()) for e in eps_grid],
-                "exact_base_tail": [exact_baseline_tail(R=R, eps=float(e), p=p) for e in eps_grid],
+                "exact_base_tail": [
+                    exact_baseline_tail_bernoulli(R=R, eps=float(e), p=p) for e in eps_grid
+                ],
                 "mc_base_tail": [
-                    float((np.abs(rew.mean(1) - p) > e + 1e-15).mean()) for e in eps_grid
+                    float(sampled_baseline_tail_event(rew, eps=float(e), p=p).mean())
+                    for e in eps_grid
                 ],
                 "chebyshev": [
                     float(chebyshev_bound(R=R, eps=float(e), sigma2=p * (1 - p))) for e in eps_grid
