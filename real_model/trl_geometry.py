@@ -495,6 +495,10 @@ def _make_trainer_class() -> Any:
             B = out["completion_ids"].shape[0]
             rw = self._geo_rewards
             self._geo_rewards = None
+            if rw is None:  # a subclass scored without _calculate_rewards: nothing to measure
+                warnings.warn("geometry: TRL's rewards were not seen (_calculate_rewards was "
+                              "not called); this step is not measured", stacklevel=2)
+                return out
             weights = self.reward_weights.to(rw.device).unsqueeze(0)
             rewards = (rw * weights).nansum(dim=1)
             rewards[torch.isnan(rw).all(dim=1)] = torch.nan
