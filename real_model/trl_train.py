@@ -121,11 +121,15 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
     out = []
     for rec in geo_records:
         for g in rec.get("group_records", []):
-            if "weights" not in g:
-                continue
+            if "weights" in g:
+                max_rank = int(np.count_nonzero(g["weights"]))
+            elif not np.any(g["advantages"]):
+                max_rank = 0  # all advantages 0: G = 0 (counted, no spectrum)
+            else:
+                continue  # structure broken (see issues): no gradient-matrix metrics
             est = {k: g.get(k) for k in ("effective_rank", "top1_fraction", "rank",
                                          "entropy_effective_rank")}
-            est["max_rank"] = int(np.count_nonzero(g["weights"]))
+            est["max_rank"] = max_rank
             out.append({"by_R": {str(R): {
                 "mixed": g["mixed"],
                 "estimators": {"trl": est},
