@@ -604,6 +604,7 @@ def _make_trainer_class() -> Any:
                                 "num_success": int(succ.sum()), "rewards": r[rows].tolist(),
                                 "lengths": [int(x) for x in L[rows]],
                                 "advantages": A[rows].tolist(),
+                                **({"row_weights": c[rows].tolist()} if exact else {}),
                             })
                             continue
                         mixed_rows.append(rows)
