@@ -81,6 +81,7 @@ __all__ = [
     "SUPPORTED_LOSS_TYPES",
     "trl_row_weights",
     "structure_issues",
+    "structure_notes",
     "group_records",
     "aggregate_groups",
     "cos_success_failure",
@@ -265,6 +266,23 @@ def structure_issues(args: Any, *, advantages_dim: int = 1, aux_loss: bool = Fal
     d = g("delta")
     if d is not None and float(d) < 1.0:
         out.append(f"delta={d} < 1 clips the ratio below 1 (zero gradient at ratio 1)")
+    return out
+
+
+def structure_notes(args: Any) -> list[str]:
+    """Options that leave the measured step exact but limit what it covers (JSONL ``notes``)."""
+    out = []
+    if int(getattr(args, "num_iterations", 1) or 1) > 1:
+        out.append(f"num_iterations={args.num_iterations}: measured at the first inner step "
+                   "(ratio 1); the later, clipped and importance-weighted inner steps are not")
+    if getattr(args, "use_vllm", False) and not getattr(
+        args, "vllm_importance_sampling_correction", False
+    ):
+        out.append("vLLM sampling without correction: samples are slightly off-policy for the "
+                   "trainer's weights; the scores are the trainer's")
+    if getattr(args, "bf16", False) or getattr(args, "fp16", False):
+        out.append("mixed-precision autocast: TRL's gradient is of the autocast forward, K of the "
+                   "model's own precision (they agree to that precision only)")
     return out
 
 
@@ -655,6 +673,7 @@ def _make_trainer_class() -> Any:
                 "num_iterations": int(getattr(self, "num_iterations", 1)),
                 "exact_structure": exact,
                 "issues": issues,
+                "notes": structure_notes(self.args),
                 "groups_skipped": int(sum(all_skipped)),
                 # ||-sum_i w_i psi_i||^2 over each process's rows (= ||TRL grad||^2 before
                 # clipping when there is one process)

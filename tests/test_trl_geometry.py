@@ -188,6 +188,7 @@ def test_structure_issues_names_each_breaking_option():
         assert key in text
     ok = trl.GRPOConfig(output_dir="/tmp/x", use_cpu=True, report_to=[], num_iterations=2)
     assert tg.structure_issues(ok) == []
+    assert "first inner step" in " ".join(tg.structure_notes(ok))
     assert "token-level" in " ".join(tg.structure_issues(ok, advantages_dim=2))
 
 
