@@ -73,6 +73,13 @@ def _model_args(p: argparse.ArgumentParser, *, trl: bool = False) -> None:
             help="loss aggregation (default sequence_sum)",
         )
     p.add_argument("--gram-method", default="exact", choices=["exact", "naive"])
+    p.add_argument(
+        "--rollout-batch",
+        type=int,
+        default=8,
+        help="prompts whose groups are sampled in one batch (default 8; 1: one group at a time, "
+        "as before this option existed)",
+    )
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
@@ -97,6 +104,7 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
         "estimators": tuple(args.estimators),
         "aggregation": args.aggregation,
         "gram_method": args.gram_method,
+        "rollout_batch": args.rollout_batch,
     }
 
 

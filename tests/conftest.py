@@ -1,4 +1,5 @@
-"""Shared pytest configuration: the audit summary printed at the end of every run.
+"""Shared pytest configuration: reproducible hypothesis examples, and the audit summary printed
+at the end of every run.
 
 ``tests/test_paper_claims.py`` records each claim's computed verdict through the
 ``audit_record`` fixture; :func:`pytest_terminal_summary` then prints, per paper, the count
@@ -8,9 +9,17 @@ the computed correction; see ``docs/paper_checks.md``).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (a suite that is the audit must be
+# reproducible); ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples to hunt for new ones.
+settings.register_profile("repro", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
 _AUDIT = pytest.StashKey[dict[str, dict[str, str]]]()
 

@@ -405,3 +405,12 @@ def test_audit_only_rejects_another_papers_claim(capsys):
     assert main(["audit", "--out", "/tmp/unused_audit_dir", "--only",
                  "fade_mass_decomposition"]) == 2
     assert "not claims of --paper seed" in capsys.readouterr().err
+
+
+def test_scale_factor_is_finite_at_a_subnormal_solve_rate():
+    """Hypothesis once drew J = 1.1e-308, where scipy's binom.pmf overflowed: the scale uses the
+    one binomial pmf of grpo_theory. grpo: c = E_k[(1 - (k+1)/R) + k/R] = (R-1)/R for every J."""
+    from paper_checks._common import scale_factor
+
+    for J in (1.1e-308, 5e-324, 0.3, 1.0):
+        assert scale_factor("grpo", 4, J) == pytest.approx(0.75, abs=1e-15)
