@@ -127,7 +127,13 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         **_common(args),
     )
-    res = run_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
+    res = run_train(
+        args.out,
+        cfg,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        cache_dir=args.cache_dir,
+    )
     print(
         f"wrote {args.out}/steps.jsonl, results.json, table.md, train.png "
         f"({res['steps_done']} steps)"
@@ -177,6 +183,12 @@ def register(sub: Any) -> None:
         "--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)"
     )
     train.add_argument("--checkpoint-every", type=int, default=1, help="steps between checkpoints")
+    train.add_argument(
+        "--cache-dir",
+        default=None,
+        help="checkpoint folder (~1.6 GB for SmolLM2; default: $GRPO_AUDIT_CACHE/train/<id> or "
+        "~/.cache/grpo-audit/train/<id>, outside --out; recorded in OUT/checkpoint.json)",
+    )
     train.set_defaults(func=_train)
 
     cmp_ = sub.add_parser("compare", help="toy worlds' rank behaviour beside the real model's")
