@@ -124,7 +124,9 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     try:
         res = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p} is not valid JSON ({exc}); pass a `real rank` results.json") from None
+        raise ValueError(
+            f"{p} is not valid JSON ({exc}); pass a `real rank` results.json"
+        ) from None
     if not isinstance(res, dict) or res.get("experiment") != "real_rank":
         raise ValueError(f"{p} is not a `real rank` results.json")
     name = (res.get("model") or {}).get("name", "real")

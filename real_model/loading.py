@@ -217,7 +217,8 @@ def quiet_loading(enabled: bool = True) -> Iterator[None]:
 
     transformers' own bars obey ``transformers.utils.logging.disable_progress_bar``; the GGUF
     de-quantisation bar is a plain ``tqdm`` in ``transformers.modeling_gguf_pytorch_utils``, so
-    that module's ``tqdm`` is replaced by a disabled one for the duration. Both are restored on exit.
+    that module's ``tqdm`` is replaced by a disabled one for the duration. Both are restored
+    on exit.
     """
     if not enabled:
         yield

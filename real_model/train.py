@@ -85,7 +85,9 @@ class TrainConfig(RankConfig):
         if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < 1e300):
-            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+            raise ValueError(
+                f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}"
+            )
         R_train = self.train_R or max(self.R_values)
         if max(self.R_values) > R_train:
             raise ValueError(f"R values {self.R_values} must lie in [2, train_R={R_train}]")
