@@ -6,6 +6,8 @@ import argparse
 import codecs
 from typing import Any
 
+from grpo_io.paths import prepare_out_dir
+
 __all__ = ["register"]
 
 
@@ -103,6 +105,8 @@ def _rank(args: argparse.Namespace) -> int:
     from .rank import RankConfig, run_rank
 
     cfg = RankConfig(prompts=args.prompts, **_common(args))
+    cfg.validate()  # options first, then the output folder, then the model
+    prepare_out_dir(args.out)
     res = run_rank(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
     print((__import__("pathlib").Path(args.out) / "table.md").read_text(encoding="utf-8"))
     print(
@@ -127,6 +131,10 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         **_common(args),
     )
+    cfg.validate()
+    prepare_out_dir(args.out)
+    if args.cache_dir is not None:
+        prepare_out_dir(args.cache_dir, option="--cache-dir")
     res = run_train(
         args.out,
         cfg,
@@ -147,6 +155,7 @@ def _compare(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     from .compare import run_compare
 
+    prepare_out_dir(args.out)
     res = run_compare(args.out, real=args.real, R_values=tuple(args.R), p=args.p)
     print(res["table_md"])
     print(f"wrote {args.out}/compare.json, compare.md, compare.png")
