@@ -31,6 +31,7 @@ from .bernoulli import (
     to_exact,
 )
 from .bounds import (
+    baseline_tail_event,
     bernstein_bound,
     chebyshev_bound,
     exact_advantage_tail_bernoulli,
@@ -50,6 +51,12 @@ from .conventions import (
 )
 from .mass import expected_mass_bernoulli, gradient_mass, plot_expected_mass
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
+from .registry import (
+    EstimatorSpec,
+    estimator_names,
+    estimator_spec,
+    register_estimator,
+)
 from .spectral import (
     SpectralMetrics,
     effective_rank,
@@ -78,6 +85,7 @@ __all__ = [
     "AGGREGATION_MODES",
     "aggregation_weights",
     "asym_grpo_advantages",
+    "baseline_tail_event",
     "bernstein_bound",
     "binom_pmf",
     "bound_table",
@@ -91,6 +99,9 @@ __all__ = [
     "effective_rank",
     "effective_weights",
     "entropy_effective_rank",
+    "estimator_names",
+    "estimator_spec",
+    "EstimatorSpec",
     "ESTIMATORS",
     "exact_advantage_moments",
     "exact_advantage_tail_bernoulli",
@@ -125,6 +136,7 @@ __all__ = [
     "reference_trl_grpo_advantages",
     "reference_verl_grpo_outcome_advantages",
     "reference_verl_rloo_outcome_advantages",
+    "register_estimator",
     "reinforce_advantages",
     "reward_to_go",
     "rloo_advantages",

@@ -7,11 +7,26 @@ library returns a silent NaN for bad input.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["as_rewards", "is_torch", "check_group_size", "check_finite"]
+if TYPE_CHECKING:  # sympy is imported only where exact/symbolic work is asked for
+    import sympy as sp
+
+__all__ = [
+    "as_rewards",
+    "is_torch",
+    "check_group_size",
+    "check_finite",
+    "to_exact",
+    "to_fraction",
+    "is_exact_number",
+    "check_R",
+    "check_p",
+]
 
 
 def is_torch(x: Any) -> bool:
@@ -85,3 +100,88 @@ def as_rewards(rewards: Any, *, name: str = "rewards", ndim: int = 2) -> Any:
         raise ValueError(f"{name} has an empty axis: shape {shape}")
     check_finite(x, name=name)
     return x
+
+
+# --- exact numbers (sympy loaded lazily) ---------------------------------------------------------
+def _is_sympy(x: Any) -> bool:
+    return type(x).__module__.startswith("sympy")
+
+
+def to_exact(x: Any, *, name: str = "value") -> sp.Expr:
+    """Convert ``x`` to an exact sympy number: ints and Fractions exactly, floats by their repr.
+
+    ``0.1`` becomes ``1/10`` (the decimal the user typed), not the binary double. Imports sympy.
+
+    >>> to_exact(0.1)
+    1/10
+    """
+    import sympy as sp
+
+    if isinstance(x, sp.Basic):
+        return x
+    if isinstance(x, bool):
+        raise TypeError(f"{name} must be a number, got bool")
+    if isinstance(x, int | np.integer):
+        return sp.Integer(int(x))
+    if isinstance(x, Fraction):
+        return sp.Rational(x.numerator, x.denominator)
+    if isinstance(x, float | np.floating):
+        if not math.isfinite(float(x)):
+            raise ValueError(f"{name} must be finite, got {x}")
+        return sp.Rational(repr(float(x)))
+    raise TypeError(f"{name} must be a number or sympy expression, got {type(x)!r}")
+
+
+def to_fraction(x: Any, *, name: str = "value") -> Fraction:
+    """Exact rational value of a number, without sympy: the rule of :func:`to_exact`.
+
+    ints and :class:`~fractions.Fraction` exactly; floats as the decimal they print as
+    (``repr``: ``0.1 -> 1/10``, ``0.5 - 0.4 = 0.09999999999999998 -> 9999999999999998/10^17``);
+    sympy rationals exactly. Raises for bool, NaN/inf and non-rational sympy numbers.
+
+    >>> to_fraction(0.4)
+    Fraction(2, 5)
+    """
+    if isinstance(x, bool):
+        raise TypeError(f"{name} must be a number, got bool")
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, int | np.integer):
+        return Fraction(int(x))
+    if isinstance(x, float | np.floating):
+        if not math.isfinite(float(x)):
+            raise ValueError(f"{name} must be finite, got {x}")
+        return Fraction(repr(float(x)))
+    if _is_sympy(x) and getattr(x, "is_Rational", False):
+        return Fraction(int(x.p), int(x.q))
+    raise TypeError(f"{name} must be an int, float, Fraction or sympy Rational, got {x!r}")
+
+
+def is_exact_number(x: Any) -> bool:
+    """True for sympy objects and Fractions (inputs that ask for exact results)."""
+    return isinstance(x, Fraction) or _is_sympy(x)
+
+
+def check_R(R: Any, minimum: int = 1) -> int:
+    """Validate a group size: an int ``>= minimum``; returns it as ``int``."""
+    if isinstance(R, bool) or not isinstance(R, int | np.integer):
+        raise TypeError(f"R must be an int, got {type(R)!r}")
+    if R < minimum:
+        raise ValueError(f"R must be >= {minimum}, got R={R}")
+    return int(R)
+
+
+def check_p(p: Any) -> Any:
+    """Return ``p`` as sympy (exact input: sympy/Fraction) or float; raise if outside [0, 1]."""
+    if is_exact_number(p):
+        q = to_exact(p, name="p")
+        if q.is_number and not (0 <= q <= 1):
+            raise ValueError(f"p must be in [0, 1], got {p}")
+        return q
+    try:
+        q = float(p)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"p must be a number, got {type(p)!r}") from exc
+    if not math.isfinite(q) or not 0.0 <= q <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    return q

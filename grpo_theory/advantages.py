@@ -8,7 +8,8 @@ the zero-variance rule) is a parameter with its default stated.
 Notation: for group ``p`` with rewards ``r_1..r_R``, ``mean = (1/R) sum_j r_j`` and
 ``c_i = r_i - mean``.
 
-Estimators (registry name -> function):
+Each estimator is registered in :mod:`grpo_theory.registry` (float form, exact form for binary
+rewards, options with defaults, linear weights, source) at the end of this module:
 
 ===============  ==================================================  ==========================
 name             advantage ``A_i``                                   source
@@ -26,12 +27,19 @@ name             advantage ``A_i``                                   source
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
 
-from ._validate import as_rewards, check_group_size, is_torch
+from ._validate import as_rewards, check_group_size, is_torch, to_exact
+from .registry import (
+    EstimatorSpec,
+    RegistryView,
+    get_estimator,
+    register_estimator,
+    validate_options,
+)
 
 __all__ = [
     "grpo_advantages",
@@ -376,28 +384,194 @@ def fade_delta_schedule(entropy: float | np.ndarray, *, target: float) -> np.nda
     return np.clip(1.0 + h - target, 0.3, 1.0)
 
 
-ESTIMATORS: dict[str, Callable[..., Array]] = {
-    "grpo": grpo_advantages,
-    "grpo_std": grpo_std_advantages,
-    "dr_grpo": dr_grpo_advantages,
-    "rloo": rloo_advantages,
-    "reinforce": reinforce_advantages,
-    "asym_grpo": asym_grpo_advantages,
-    "power_alpha": power_alpha_advantages,
-    "fade": fade_advantages,
-}
+# --- exact forms for binary rewards: (a_S(k), a_F(k)) in a group of R with k successes -----------
+# sympy is imported inside each form (only exact work pays for it). Each returns the advantage of
+# a success and of a failure; the value for a rollout kind that does not exist is ignored.
+def _exact_centred(R: int, k: int) -> tuple[Any, Any]:
+    """``(1 - k/R, -k/R)``: the centred reward of a success and of a failure."""
+    import sympy as sp
+
+    m = sp.Rational(k, R)
+    return 1 - m, -m
 
 
-def get_estimator(name: str) -> Callable[..., Array]:
-    """Look an estimator up by registry name (see the module docstring for the list)."""
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
+def _exact_grpo(R: int, k: int) -> tuple[Any, Any]:
+    return _exact_centred(R, k)
+
+
+def _exact_rloo(R: int, k: int) -> tuple[Any, Any]:
+    import sympy as sp
+
+    cs, cf = _exact_centred(R, k)
+    f = sp.Rational(R, R - 1)
+    return f * cs, f * cf
+
+
+def _exact_reinforce(R: int, k: int, *, baseline: Any = 0.0) -> tuple[Any, Any]:
+    b = to_exact(baseline, name="baseline")
+    return 1 - b, -b
+
+
+def _exact_grpo_std(
+    R: int,
+    k: int,
+    *,
+    ddof: int = 1,
+    eps: Any = 0.0,
+    std_scope: str = "group",
+    on_zero_std: str = "zero",
+) -> tuple[Any, Any]:
+    import sympy as sp
+
+    if std_scope != "group":
         raise ValueError(
-            f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}"
-        ) from None
+            "std_scope='batch' depends on the other groups of the batch; exact enumeration of one "
+            "group supports std_scope='group' only"
+        )
+    if ddof < 0 or R < max(2, ddof + 1):
+        raise ValueError(
+            f"grpo_std needs ddof >= 0 and R >= max(2, ddof+1), got R={R}, ddof={ddof}"
+        )
+    e = to_exact(eps, name="eps")
+    if e < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    if on_zero_std not in ("zero", "raise"):
+        raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
+    cs, cf = _exact_centred(R, k)
+    if k in (0, R):
+        if on_zero_std == "raise" and e == 0:
+            raise ValueError(
+                f"grpo_std: the group with k={k} of R={R} successes has zero variance and eps=0: "
+                "0/0. Use on_zero_std='zero' (advantage 0) or eps>0."
+            )
+        return sp.Integer(0), sp.Integer(0)
+    std = sp.sqrt(sp.Rational(k * (R - k), R) / (R - ddof))
+    return cs / (std + e), cf / (std + e)
+
+
+def _exact_delta(delta: Any) -> Any:
+    d = to_exact(delta, name="delta")
+    if not d > 0:
+        raise ValueError(f"delta must be > 0, got {delta}")
+    return d
+
+
+def _exact_asym(R: int, k: int, *, delta: Any = 1.0) -> tuple[Any, Any]:
+    d = _exact_delta(delta)
+    cs, cf = _exact_centred(R, k)
+    return cs, (cf if cf >= 0 else cf / d)
+
+
+def _exact_power(R: int, k: int, *, alpha: Any = 1.0) -> tuple[Any, Any]:
+    import sympy as sp
+
+    a = to_exact(alpha, name="alpha")
+    base = 1 - sp.Rational(k, R)
+    f = sp.Integer(0) if base == 0 else base ** (a - 1)
+    cs, cf = _exact_centred(R, k)
+    return f * cs, f * cf
+
+
+def _exact_fade(R: int, k: int, *, alpha: Any = 1.0, delta: Any = 1.0) -> tuple[Any, Any]:
+    d = _exact_delta(delta)
+    s, f = _exact_power(R, k, alpha=alpha)
+    return s, (f if f >= 0 else f / d)
+
+
+# --- linear weights (alpha, beta, c) of A_i = alpha r_i + beta sum_{j != i} r_j + c -------------
+# R may be an int, a Fraction or a sympy symbol: arithmetic only.
+def _linear_grpo(R: Any) -> tuple[Any, Any, Any]:
+    return 1 - 1 / R, -1 / R, 0
+
+
+def _linear_rloo(R: Any) -> tuple[Any, Any, Any]:
+    return 1, -1 / (R - 1), 0
+
+
+def _linear_reinforce(R: Any, *, baseline: Any = 0.0) -> tuple[Any, Any, Any]:
+    return 1, 0, -baseline
+
+
+# --- the registry entries (order = the order sims experiments loop over) ------------------------
+_SHAO = "Shao et al. 2024 (DeepSeekMath), Sec. 4.1.2"
+_FADE = "FADE (arXiv 2607.01490), as summarised in docs/conventions.md"
+for _spec in (
+    EstimatorSpec(
+        name="grpo",
+        fn=grpo_advantages,
+        exact=_exact_grpo,
+        linear=_linear_grpo,
+        source="seed paper arXiv 2606.29238, Eq. (15)",
+    ),
+    EstimatorSpec(
+        name="grpo_std",
+        fn=grpo_std_advantages,
+        options={"ddof": 1, "eps": 0.0, "std_scope": "group", "on_zero_std": "zero"},
+        check_options={"ddof": 1, "eps": 0.0},
+        exact=_exact_grpo_std,
+        source=_SHAO,
+    ),
+    EstimatorSpec(
+        name="dr_grpo",
+        fn=dr_grpo_advantages,
+        exact=_exact_grpo,
+        linear=_linear_grpo,
+        source="Liu et al. 2025 (Dr.GRPO), Eq. (3)",
+    ),
+    EstimatorSpec(
+        name="rloo",
+        fn=rloo_advantages,
+        exact=_exact_rloo,
+        linear=_linear_rloo,
+        source="Kool et al. 2019; Ahmadian et al. 2024, Eq. (7)",
+    ),
+    EstimatorSpec(
+        name="reinforce",
+        fn=reinforce_advantages,
+        options={"baseline": 0.0},
+        check_options={"baseline": 0.0},
+        exact=_exact_reinforce,
+        linear=_linear_reinforce,
+        min_group_size=1,
+        source="Williams 1992",
+    ),
+    EstimatorSpec(
+        name="asym_grpo",
+        fn=asym_grpo_advantages,
+        options={"delta": 1.0},
+        check_options={"delta": 0.5},
+        exact=_exact_asym,
+        source=_FADE,
+    ),
+    EstimatorSpec(
+        name="power_alpha",
+        fn=power_alpha_advantages,
+        options={"alpha": 1.0},
+        check_options={"alpha": 2.0},
+        exact=_exact_power,
+        source=_FADE,
+    ),
+    EstimatorSpec(
+        name="fade",
+        fn=fade_advantages,
+        options={"alpha": 1.0, "delta": 1.0},
+        check_options={"alpha": 2.0, "delta": 0.5},
+        exact=_exact_fade,
+        source=_FADE,
+    ),
+):
+    register_estimator(_spec)
+del _spec
+
+ESTIMATORS: Mapping[str, Callable[..., Array]] = RegistryView("fn")
+"""Read-only live view ``name -> float form`` of :mod:`grpo_theory.registry`."""
 
 
 def compute_advantages(name: str, rewards: Array, **options: Any) -> Array:
-    """``get_estimator(name)(rewards, **options)``: advantages ``[P, R]`` by registry name."""
+    """Advantages ``[P, R]`` of the registered estimator ``name`` with ``options``.
+
+    Unknown options raise ``ValueError`` naming them (see :func:`grpo_theory.estimator_spec`
+    for each estimator's options and defaults).
+    """
+    validate_options(name, options)
     return get_estimator(name)(rewards, **options)

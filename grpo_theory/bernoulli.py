@@ -21,15 +21,17 @@ as the decimal they print as (``0.1 -> 1/10``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import sympy as sp
 
-from .advantages import ESTIMATORS, compute_advantages
+from ._validate import check_p, check_R, is_exact_number, to_exact
+from .advantages import compute_advantages
+from .registry import RegistryView, estimator_spec, validate_options
+
+if TYPE_CHECKING:  # sympy is imported only inside the functions that do exact work
+    import sympy as sp
 
 __all__ = [
     "EXACT_ESTIMATORS",
@@ -44,77 +46,54 @@ __all__ = [
 
 Number = Any  # float | sympy.Expr
 
-
-def to_exact(x: Any, *, name: str = "value") -> sp.Expr:
-    """Convert ``x`` to an exact sympy number: ints and Fractions exactly, floats by their repr.
-
-    ``0.1`` becomes ``1/10`` (the decimal the user typed), not the binary double.
-
-    >>> to_exact(0.1)
-    1/10
-    """
-    if isinstance(x, sp.Basic):
-        return x
-    if isinstance(x, bool):
-        raise TypeError(f"{name} must be a number, got bool")
-    if isinstance(x, int | np.integer):
-        return sp.Integer(int(x))
-    if isinstance(x, Fraction):
-        return sp.Rational(x.numerator, x.denominator)
-    if isinstance(x, float | np.floating):
-        if not math.isfinite(float(x)):
-            raise ValueError(f"{name} must be finite, got {x}")
-        return sp.Rational(repr(float(x)))
-    raise TypeError(f"{name} must be a number or sympy expression, got {type(x)!r}")
-
-
-def _is_exact_p(p: Any) -> bool:
-    return isinstance(p, sp.Basic | Fraction)
-
-
-def _check_R(R: Any, minimum: int = 1) -> int:
-    if isinstance(R, bool) or not isinstance(R, int | np.integer):
-        raise TypeError(f"R must be an int, got {type(R)!r}")
-    if R < minimum:
-        raise ValueError(f"R must be >= {minimum}, got R={R}")
-    return int(R)
-
-
-def _check_p(p: Any) -> Any:
-    """Return ``p`` as sympy (exact input) or float; raise if a number outside [0, 1]."""
-    if _is_exact_p(p):
-        q = to_exact(p, name="p")
-        if q.is_number and not (0 <= q <= 1):
-            raise ValueError(f"p must be in [0, 1], got {p}")
-        return q
-    q = float(p)
-    if not math.isfinite(q) or not 0.0 <= q <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p}")
-    return q
+_TINY = np.finfo(np.float64).tiny * 2.0**53  # below this a float power has lost precision
 
 
 def binom_pmf(k: Any, R: int, p: Any) -> np.ndarray:
-    """Float ``C(R, k) p^k (1-p)^(R-k)``, broadcasting ``k`` and ``p``; log-space, no overflow.
+    """Float Binomial pmf ``C(R, k) p^k (1-p)^(R-k)``, broadcasting ``k`` and ``p``.
 
-    (scipy's ``binom.pmf`` raises OverflowError for subnormal ``p`` such as ``2.2e-308``.)
+    The one float binomial pmf of the project. Computed as the direct product
+    ``C(R, k) * p**k * (1-p)**(R-k)`` (``0^0 = 1``; ``C(R, k)`` from :func:`math.comb`), and in
+    log space (``gammaln``, ``log1p``) where a factor of that product leaves the normal float
+    range (subnormal ``p`` such as ``2.2e-308``, ``R > 1000``): no overflow, no precision lost to
+    subnormals (scipy's ``binom.pmf`` raises OverflowError there). ``k`` outside ``0..R`` gives 0.
+
+    Args:
+        k: success counts (array-like of integers).
+        R: number of trials, ``>= 0``.
+        p: success probability(ies) in ``[0, 1]``.
+
+    Returns:
+        float64 array of the broadcast shape of ``k`` and ``p``.
 
     >>> binom_pmf(np.arange(3), 2, 0.5).tolist()
     [0.25, 0.5, 0.25]
     """
-    from scipy.special import gammaln
-
     k = np.asarray(k, dtype=np.float64)
     q = np.asarray(p, dtype=np.float64)
     k, q = np.broadcast_arrays(k, q)
     inside = (k >= 0) & (k <= R)
-    logc = gammaln(R + 1.0) - gammaln(np.where(inside, k, 0) + 1.0)
-    logc -= gammaln(R - np.where(inside, k, 0) + 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lp = np.where(k > 0, k * np.log(np.where(q > 0, q, 1.0)), 0.0)
-        lq = np.where(R - k > 0, (R - k) * np.log1p(-np.where(q < 1, q, 0.0)), 0.0)
-        out = np.exp(logc + lp + lq)
-    out = np.where((q == 0) & (k > 0), 0.0, out)
-    out = np.where((q == 1) & (k < R), 0.0, out)
+    kk = np.where(inside, k, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        if R <= 1000:
+            coef_table = np.array([float(math.comb(R, j)) for j in range(R + 1)])
+            coef = coef_table[kk.astype(np.int64)]
+            fp = np.power(q, kk)
+            fq = np.power(1.0 - q, R - kk)
+            out = coef * fp * fq
+            risky = ((fp < _TINY) & (fp > 0)) | ((fq < _TINY) & (fq > 0))
+        else:
+            out = np.zeros(k.shape)
+            risky = np.ones(k.shape, dtype=bool)
+        if risky.any():
+            from scipy.special import gammaln
+
+            logc = gammaln(R + 1.0) - gammaln(kk + 1.0) - gammaln(R - kk + 1.0)
+            lp = np.where(kk > 0, kk * np.log(np.where(q > 0, q, 1.0)), 0.0)
+            lq = np.where(R - kk > 0, (R - kk) * np.log1p(-np.where(q < 1, q, 0.0)), 0.0)
+            out = np.where(risky, np.exp(logc + lp + lq), out)
+    out = np.where((q == 0) & (kk > 0), 0.0, out)
+    out = np.where((q == 1) & (kk < R), 0.0, out)
     return np.where(inside, out, 0.0)
 
 
@@ -129,126 +108,23 @@ def group_outcomes(*, R: int, p: Any) -> tuple[np.ndarray, list[Any] | np.ndarra
         ``(k, pmf)``: ``k = [0..R]`` (int array) and ``pmf[k] = C(R, k) p^k (1-p)^(R-k)``, a list
         of sympy expressions for exact ``p``, else a float64 array.
 
-    >>> group_outcomes(R=2, p=sp.Rational(1, 3))[1]
+    >>> from fractions import Fraction
+    >>> group_outcomes(R=2, p=Fraction(1, 3))[1]
     [4/9, 4/9, 1/9]
     """
-    R = _check_R(R)
-    q = _check_p(p)
+    R = check_R(R)
+    q = check_p(p)
     k = np.arange(R + 1)
-    if isinstance(q, sp.Basic):
+    if is_exact_number(q):
+        import sympy as sp
+
         pmf = [sp.binomial(R, j) * q**j * (1 - q) ** (R - j) for j in range(R + 1)]
         return k, pmf
     return k, binom_pmf(k, R, q)
 
 
-# --- exact advantage values per estimator -------------------------------------------------------
-def _exact_centred(R: int, k: int) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
-    m = sp.Rational(k, R)
-    return m, 1 - m, -m
-
-
-def _ex_grpo(R: int, k: int, **opts: Any) -> tuple[sp.Expr, sp.Expr]:
-    _no_opts("grpo", opts)
-    _, cs, cf = _exact_centred(R, k)
-    return cs, cf
-
-
-def _ex_dr_grpo(R: int, k: int, **opts: Any) -> tuple[sp.Expr, sp.Expr]:
-    _no_opts("dr_grpo", opts)
-    return _ex_grpo(R, k)
-
-
-def _ex_rloo(R: int, k: int, **opts: Any) -> tuple[sp.Expr, sp.Expr]:
-    _no_opts("rloo", opts)
-    _, cs, cf = _exact_centred(R, k)
-    f = sp.Rational(R, R - 1)
-    return f * cs, f * cf
-
-
-def _ex_reinforce(R: int, k: int, *, baseline: Any = 0.0) -> tuple[sp.Expr, sp.Expr]:
-    b = to_exact(baseline, name="baseline")
-    return 1 - b, -b
-
-
-def _ex_grpo_std(
-    R: int,
-    k: int,
-    *,
-    ddof: int = 1,
-    eps: Any = 0.0,
-    std_scope: str = "group",
-    on_zero_std: str = "zero",
-) -> tuple[sp.Expr, sp.Expr]:
-    if std_scope != "group":
-        raise ValueError(
-            "std_scope='batch' depends on the other groups of the batch; exact enumeration of one "
-            "group supports std_scope='group' only"
-        )
-    if ddof < 0 or R < max(2, ddof + 1):
-        raise ValueError(
-            f"grpo_std needs ddof >= 0 and R >= max(2, ddof+1), got R={R}, ddof={ddof}"
-        )
-    e = to_exact(eps, name="eps")
-    if e < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
-    if on_zero_std not in ("zero", "raise"):
-        raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
-    _, cs, cf = _exact_centred(R, k)
-    if k in (0, R):
-        if on_zero_std == "raise" and e == 0:
-            raise ValueError(
-                f"grpo_std: the group with k={k} of R={R} successes has zero variance and eps=0: "
-                "0/0. Use on_zero_std='zero' (advantage 0) or eps>0."
-            )
-        return sp.Integer(0), sp.Integer(0)
-    std = sp.sqrt(sp.Rational(k * (R - k), R) / (R - ddof))
-    return cs / (std + e), cf / (std + e)
-
-
-def _ex_asym(R: int, k: int, *, delta: Any = 1.0) -> tuple[sp.Expr, sp.Expr]:
-    d = to_exact(delta, name="delta")
-    if not d > 0:
-        raise ValueError(f"delta must be > 0, got {delta}")
-    _, cs, cf = _exact_centred(R, k)
-    return cs, (cf if cf >= 0 else cf / d)
-
-
-def _power_factor(R: int, k: int, alpha: Any) -> sp.Expr:
-    a = to_exact(alpha, name="alpha")
-    base = 1 - sp.Rational(k, R)
-    return sp.Integer(0) if base == 0 else base ** (a - 1)
-
-
-def _ex_power(R: int, k: int, *, alpha: Any = 1.0) -> tuple[sp.Expr, sp.Expr]:
-    _, cs, cf = _exact_centred(R, k)
-    f = _power_factor(R, k, alpha)
-    return f * cs, f * cf
-
-
-def _ex_fade(R: int, k: int, *, alpha: Any = 1.0, delta: Any = 1.0) -> tuple[sp.Expr, sp.Expr]:
-    d = to_exact(delta, name="delta")
-    if not d > 0:
-        raise ValueError(f"delta must be > 0, got {delta}")
-    s, f = _ex_power(R, k, alpha=alpha)
-    return s, (f if f >= 0 else f / d)
-
-
-def _no_opts(name: str, opts: dict[str, Any]) -> None:
-    if opts:
-        raise TypeError(f"{name} takes no options, got {sorted(opts)}")
-
-
-EXACT_ESTIMATORS: dict[str, Callable[..., tuple[sp.Expr, sp.Expr]]] = {
-    "grpo": _ex_grpo,
-    "dr_grpo": _ex_dr_grpo,
-    "rloo": _ex_rloo,
-    "reinforce": _ex_reinforce,
-    "grpo_std": _ex_grpo_std,
-    "asym_grpo": _ex_asym,
-    "power_alpha": _ex_power,
-    "fade": _ex_fade,
-}
-"""Estimators with an exact (sympy) form of ``(a_S(k), a_F(k))``: every registered one."""
+EXACT_ESTIMATORS = RegistryView("exact")
+"""Read-only live view ``name -> exact form`` of the registered estimators that declare one."""
 
 
 def _freeze(opts: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -266,7 +142,10 @@ def _freeze(opts: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 def _table_cached(
     estimator: str, R: int, frozen: tuple[tuple[str, Any], ...]
 ) -> tuple[tuple[sp.Expr | None, ...], tuple[sp.Expr | None, ...]]:
-    fn = EXACT_ESTIMATORS[estimator]
+    import sympy as sp
+
+    fn = estimator_spec(estimator).exact
+
     succ: list[sp.Expr | None] = []
     fail: list[sp.Expr | None] = []
     for k in range(R + 1):
@@ -274,14 +153,6 @@ def _table_cached(
         succ.append(sp.sympify(s) if k >= 1 else None)
         fail.append(sp.sympify(f) if k <= R - 1 else None)
     return tuple(succ), tuple(fail)
-
-
-def _min_R(estimator: str, opts: dict[str, Any]) -> int:
-    if estimator == "reinforce":
-        return 1
-    if estimator == "grpo_std":
-        return max(2, int(opts.get("ddof", 1)) + 1)
-    return 2
 
 
 def advantage_value_table(
@@ -299,17 +170,15 @@ def advantage_value_table(
     Returns:
         ``(succ, fail)``: two lists of length ``R + 1`` of sympy numbers.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}"
-        )
-    if estimator not in EXACT_ESTIMATORS:
+    spec = estimator_spec(estimator)
+    if spec.exact is None:
         raise ValueError(
             f"estimator {estimator!r} has no exact form; use advantage_values(..., exact=False)"
         )
-    R = _check_R(R)
-    if R < _min_R(estimator, opts):
-        raise ValueError(f"{estimator} needs R >= {_min_R(estimator, opts)}, got R={R}")
+    validate_options(estimator, opts)
+    R = check_R(R)
+    if R < spec.min_group_size:
+        raise ValueError(f"{estimator} needs R >= {spec.min_group_size}, got R={R}")
     s, f = _table_cached(estimator, R, _freeze(opts))
     return list(s), list(f)
 
@@ -335,7 +204,7 @@ def advantage_values(
     >>> advantage_values("grpo_std", R=4, k=2, ddof=0)
     (1, -1)
     """
-    R = _check_R(R)
+    R = check_R(R)
     if not 0 <= k <= R:
         raise ValueError(f"need 0 <= k <= R, got k={k}, R={R}")
     if exact:
@@ -348,7 +217,7 @@ def advantage_values(
 
 def _law_terms(estimator: str, R: int, p: Any, opts: dict[str, Any]) -> list[tuple[Any, Any]]:
     """``[(value, probability)]`` of ``A_1`` (unmerged), one term per (own reward, k)."""
-    q = _check_p(p)
+    q = check_p(p)
     s, f = advantage_value_table(estimator, R=R, **opts)
     _, pmf = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     terms = []
@@ -373,14 +242,17 @@ def advantage_distribution(
         ``[(value, probability)]`` sorted by value, equal values merged; values are exact sympy
         numbers, probabilities exact for exact ``p`` else floats. Probabilities sum to 1.
 
+    >>> import sympy as sp
     >>> advantage_distribution("grpo", R=2, p=sp.Rational(1, 2))
     [(-1/2, 1/4), (0, 1/2), (1/2, 1/4)]
     """
     merged: dict[sp.Expr, Any] = {}
-    for v, pr in _law_terms(estimator, _check_R(R), p, opts):
+    for v, pr in _law_terms(estimator, check_R(R), p, opts):
         merged[v] = merged.get(v, 0) + pr
     items = sorted(merged.items(), key=lambda t: float(t[0]))
-    if _is_exact_p(p):
+    if is_exact_number(p):
+        import sympy as sp
+
         return [(v, sp.expand(pr)) for v, pr in items]
     return [(v, float(pr)) for v, pr in items]
 
@@ -402,12 +274,13 @@ def exact_advantage_moments(estimator: str, *, R: int, p: Any, **opts: Any) -> d
         dict with keys ``mean``, ``var``, ``cov``, ``cond_mean_success``, ``cond_mean_failure``
         (sympy expressions for exact ``p``, else floats).
 
+    >>> import sympy as sp
     >>> m = exact_advantage_moments("grpo", R=4, p=sp.Rational(1, 2))
     >>> (m["mean"], m["var"], m["cov"], m["cond_mean_success"])
     (0, 3/16, -1/16, 3/8)
     """
-    R = _check_R(R)
-    q = _check_p(p)
+    R = check_R(R)
+    q = check_p(p)
     s, f = advantage_value_table(estimator, R=R, **opts)
     _, pmf1 = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     cs = sum(s[j + 1] * pmf1[j] for j in range(R))
@@ -434,6 +307,8 @@ def exact_advantage_moments(estimator: str, *, R: int, p: Any, **opts: Any) -> d
         "cond_mean_success": cs,
         "cond_mean_failure": cf,
     }
-    if isinstance(q, sp.Basic):
+    if is_exact_number(q):
+        import sympy as sp
+
         return {key: (None if v is None else sp.simplify(v)) for key, v in out.items()}
     return {key: (None if v is None else float(v)) for key, v in out.items()}

@@ -13,7 +13,16 @@ clipped at 1, so a vacuous bound shows as a number ``>= 1``):
 Exact tails for Bernoulli(p) rewards (strict ``>`` everywhere, as in the paper; the event
 ``|.| > eps`` is decided in exact rational arithmetic, floats read as their decimal repr):
 
-* ``P(|v_hat_R - p| > eps) = sum_{k : |k/R - p| > eps} Bin(k; R, p)``;
+* ``P(|v_hat_R - p| > eps) = sum_{k : |k/R - p| > eps} Bin(k; R, p)``: the project's ONE
+  implementation (:func:`exact_baseline_tail_bernoulli`; the event itself, per ``k``, is
+  :func:`baseline_tail_event`, which Monte Carlo estimates use too). Convention: strict ``>``
+  decided exactly. ``p`` and ``eps`` are read as exact rationals: ints, Fractions and sympy
+  rationals as they are, floats as the decimal they print as (``repr``: ``0.1 -> 1/10``,
+  ``0.4 -> 2/5``). So at a breakpoint typed as decimals (``R = 2, eps = 0.4, p = 0.1``:
+  ``|1/2 - 1/10| = 2/5``) the count ``k = 1`` is excluded and the tail is ``p^2 = 0.01``;
+  a float computed as ``0.5 - 0.4 = 0.09999999999999998`` is not that breakpoint, and there
+  ``k = 1`` counts (``1 - (1-p)^2 ~ 0.19``). At a breakpoint the tail equals the one-sided limit
+  from the side where the count is excluded;
 * its supremum over ``p in [0, 1]``: piecewise polynomial in ``p``; on each piece (between the
   breakpoints ``k/R +- eps``) it is ``F(a) + 1 - F(b - 1)`` for fixed integers ``a < b``
   (``F`` the Binomial(R, p) cdf), whose derivative
@@ -26,25 +35,24 @@ Exact tails for Bernoulli(p) rewards (strict ``>`` everywhere, as in the paper; 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
-import sympy as sp
 
-from .bernoulli import (
-    _check_p,
-    _check_R,
-    _is_exact_p,
-    advantage_value_table,
-    binom_pmf,
-    group_outcomes,
-    to_exact,
+from ._validate import (
+    check_p,
+    check_R,
+    is_exact_number,
+    to_fraction,
 )
+from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
 
 __all__ = [
     "chebyshev_bound",
     "hoeffding_bound",
     "bernstein_bound",
+    "baseline_tail_event",
     "exact_baseline_tail_bernoulli",
     "sup_baseline_tail_bernoulli",
     "exact_advantage_tail_bernoulli",
@@ -139,15 +147,72 @@ def bernstein_bound(*, R: Any, eps: Any, sigma2: Any, width: float = 1.0) -> flo
     return _out(2.0 * np.exp(-r * e**2 / (2.0 * s + 2.0 * w * e / 3.0)))
 
 
-def _check_eps(eps: Any) -> sp.Expr:
-    e = to_exact(eps, name="eps")
+def _check_eps(eps: Any) -> Any:
+    """``eps >= 0`` as an exact number: a Fraction (sympy only for non-rational sympy input)."""
+    try:
+        e: Any = to_fraction(eps, name="eps")
+    except TypeError:
+        if not is_exact_number(eps):
+            raise
+        from ._validate import to_exact
+
+        e = to_exact(eps, name="eps")
     if e < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     return e
 
 
+# A float |k/R - p| - eps farther than this from 0 has the sign of the exact difference (float
+# rounding of these O(1) numbers is ~1e-16); closer ones are decided in exact arithmetic.
+_FLOAT_MARGIN = 1e-9
+
+
+def baseline_tail_event(*, R: int, eps: Any, p: Any) -> np.ndarray:
+    """The counts in the event ``|k/R - p| > eps`` (strict), decided exactly: bool ``[R + 1]``.
+
+    ``p`` and ``eps`` are read as exact rationals (floats as their decimal repr, see the module
+    docstring); irrational sympy numbers are compared by sympy. A float computation decides every
+    ``k`` whose margin exceeds ``1e-9``, exact arithmetic the rest (so the answer is exact).
+
+    Args:
+        R: group size, ``>= 1``.
+        eps: threshold, ``>= 0``.
+        p: success probability in ``[0, 1]`` (number; not a symbol).
+
+    Returns:
+        ``mask`` with ``mask[k]`` True iff ``|k/R - p| > eps``.
+
+    >>> baseline_tail_event(R=2, eps=0.4, p=0.1).tolist()  # |1/2 - 1/10| = 2/5 is not > 2/5
+    [False, False, True]
+    """
+    R = check_R(R)
+    e = _check_eps(eps)
+    q = check_p(p)
+    ks = range(R + 1)
+    if isinstance(e, Fraction) and not is_exact_number(q):
+        d = np.abs(np.arange(R + 1) / R - q) - float(e)
+        mask = d > 0
+        qf = to_fraction(q, name="p")
+        for k in np.flatnonzero(np.abs(d) <= _FLOAT_MARGIN):
+            mask[k] = abs(Fraction(int(k), R) - qf) > e
+        return mask
+    try:
+        qf, ef = to_fraction(q, name="p"), to_fraction(e, name="eps")
+        return np.array([abs(Fraction(k, R) - qf) > ef for k in ks], dtype=bool)
+    except TypeError:  # irrational sympy p or eps
+        import sympy as sp
+
+        qs, es = sp.sympify(q), sp.sympify(e)
+        if not (qs.is_number and es.is_number):
+            raise TypeError(f"p and eps must be numbers, got p={p!r}, eps={eps!r}") from None
+        return np.array([bool(abs(sp.Rational(k, R) - qs) > es) for k in ks], dtype=bool)
+
+
 def exact_baseline_tail_bernoulli(*, R: int, eps: Any, p: Any) -> Any:
-    """Exact ``P(|v_hat_R - p| > eps)``, ``v_hat_R = k / R``, ``k ~ Binomial(R, p)``.
+    """Exact ``P(|v_hat_R - p| > eps)``, ``v_hat_R = k / R``, ``k ~ Binomial(R, p)`` (App. A.2).
+
+    ``= sum_{k : |k/R - p| > eps} C(R, k) p^k (1-p)^(R-k)``, the event decided exactly by
+    :func:`baseline_tail_event` (strict ``>``; floats read as their decimal repr).
 
     Args:
         R: group size, ``>= 1``.
@@ -157,22 +222,34 @@ def exact_baseline_tail_bernoulli(*, R: int, eps: Any, p: Any) -> Any:
     Returns:
         The probability (sympy number for exact ``p``, else float).
 
-    >>> exact_baseline_tail_bernoulli(R=2, eps=0.3, p=sp.Rational(1, 2))
+    >>> from fractions import Fraction
+    >>> exact_baseline_tail_bernoulli(R=2, eps=0.3, p=Fraction(1, 2))
     1/2
+    >>> round(exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.1), 15)  # only k = 2: 0.1^2
+    0.01
     """
-    R = _check_R(R)
-    e = _check_eps(eps)
-    q = _check_p(p)
-    qx = q if isinstance(q, sp.Basic) else to_exact(q, name="p")
+    R = check_R(R)
+    mask = baseline_tail_event(R=R, eps=eps, p=p)
+    q = check_p(p)
     _, pmf = group_outcomes(R=R, p=q)
-    hit = [k for k in range(R + 1) if abs(sp.Rational(k, R) - qx) > e]
-    if isinstance(q, sp.Basic):
+    hit = [k for k in range(R + 1) if mask[k]]
+    if is_exact_number(q):
+        import sympy as sp
+
         return sp.simplify(sum((pmf[k] for k in hit), sp.Integer(0)))
     return float(sum(pmf[k] for k in hit))
 
 
-def _piece_value(a: int, b: int, R: int, p: float) -> float:
-    """``P(k <= a) + P(k >= b)`` for ``k ~ Bin(R, p)`` (summed pmf terms, no ``1 - cdf``)."""
+def _piece_value(a: int, b: int, R: int, p: Fraction | float) -> float:
+    """``P(k <= a) + P(k >= b)`` for ``k ~ Bin(R, p)`` (summed pmf terms, no ``1 - cdf``).
+
+    Exact in rationals (then correctly rounded) for a rational ``p`` (the breakpoints); float
+    pmf terms for a float ``p`` (the stationary point, irrational in general).
+    """
+    ks = [k for k in range(R + 1) if k <= a or k >= b]
+    if isinstance(p, Fraction):
+        return float(min(Fraction(1), sum(
+            (math.comb(R, k) * p**k * (1 - p) ** (R - k) for k in ks), Fraction(0))))
     pmf = binom_pmf(np.arange(R + 1), R, p)
     return float(min(1.0, pmf[: max(a + 1, 0)].sum() + pmf[max(b, 0) :].sum()))
 
@@ -198,13 +275,15 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
     >>> round(v, 6), round(p, 6)
     (0.58, 0.3)
     """
-    R = _check_R(R)
+    R = check_R(R)
     e = _check_eps(eps)
+    if not isinstance(e, Fraction):
+        raise TypeError(f"sup_baseline_tail_bernoulli needs a rational eps, got {eps!r}")
     if e >= 1:
         return 0.0, 0.0
-    pts = {sp.Integer(0), sp.Integer(1)}
+    pts = {Fraction(0), Fraction(1)}
     for k in range(R + 1):
-        for c in (sp.Rational(k, R) - e, sp.Rational(k, R) + e):
+        for c in (Fraction(k, R) - e, Fraction(k, R) + e):
             if 0 < c < 1:
                 pts.add(c)
     grid = sorted(pts)
@@ -212,8 +291,8 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
     for lo, hi in zip(grid[:-1], grid[1:], strict=True):
         mid = (lo + hi) / 2
         # strict event at the midpoint: k/R < mid - eps  or  k/R > mid + eps
-        a = int(sp.ceiling(R * (mid - e))) - 1  # largest k with k < R (mid - eps)
-        b = int(sp.floor(R * (mid + e))) + 1  # smallest k with k > R (mid + eps)
+        a = math.ceil(R * (mid - e)) - 1  # largest k with k < R (mid - eps)
+        b = math.floor(R * (mid + e)) + 1  # smallest k with k > R (mid + eps)
         a = min(a, R)
         b = max(b, 0)
         if a >= b - 1:  # every k is in the event
@@ -221,7 +300,7 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
             if val > best:
                 best, arg = val, where
             continue
-        cands = [float(lo), float(hi)]
+        cands: list[Fraction | float] = [lo, hi]
         if a >= 0 and b <= R:
             d = b - 1 - a
             t = (math.comb(R - 1, a) / math.comb(R - 1, b - 1)) ** (1.0 / d)
@@ -231,7 +310,7 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
         for c in cands:
             val = _piece_value(a, b, R, c)
             if val > best + 1e-15:
-                best, arg = val, c
+                best, arg = val, float(c)
     return float(best), float(arg)
 
 
@@ -261,12 +340,13 @@ def exact_advantage_tail_bernoulli(
     Returns:
         The probability (exact for exact ``p``, else float).
 
-    >>> exact_advantage_tail_bernoulli(R=4, eps=0.3, p=sp.Rational(1, 2))
+    >>> from fractions import Fraction
+    >>> exact_advantage_tail_bernoulli(R=4, eps=0.3, p=Fraction(1, 2))
     1/2
     """
-    R = _check_R(R)
+    R = check_R(R)
     e = _check_eps(eps)
-    q = _check_p(p)
+    q = check_p(p)
     s, f = advantage_value_table(estimator, R=R, **{**(estimator_options or {}), **opts})
     _, pmf = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     total: Any = 0
@@ -275,6 +355,8 @@ def exact_advantage_tail_bernoulli(
             total += q * pmf[j]
         if abs(f[j]) > e:
             total += (1 - q) * pmf[j]
-    if _is_exact_p(p):
+    if is_exact_number(p):
+        import sympy as sp
+
         return sp.simplify(sp.sympify(total))
     return float(total)

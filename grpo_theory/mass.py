@@ -20,10 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import sympy as sp
 
-from ._validate import as_rewards, is_torch
-from .bernoulli import _check_R, _is_exact_p, advantage_value_table, binom_pmf, group_outcomes
+from ._validate import as_rewards, check_R, is_exact_number, is_torch
+from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
 
 __all__ = ["gradient_mass", "expected_mass_bernoulli", "plot_expected_mass"]
 
@@ -78,12 +77,15 @@ def expected_mass_bernoulli(estimator: str, *, R: int, p: Any, **opts: Any) -> t
     Returns:
         ``(E m_S, E m_F)``: sympy for exact ``p``, floats for a float, arrays for an array.
 
-    >>> expected_mass_bernoulli("grpo", R=2, p=sp.Rational(1, 2))
+    >>> from fractions import Fraction
+    >>> expected_mass_bernoulli("grpo", R=2, p=Fraction(1, 2))
     (1/4, 1/4)
     """
-    R = _check_R(R)
+    R = check_R(R)
     s, f = advantage_value_table(estimator, R=R, **opts)
-    if _is_exact_p(p):
+    if is_exact_number(p):
+        import sympy as sp
+
         _, pmf = group_outcomes(R=R, p=p)
         ms = sum((pmf[k] * k * s[k] for k in range(1, R + 1)), sp.Integer(0))
         mf = sum((pmf[k] * (R - k) * abs(f[k]) for k in range(R)), sp.Integer(0))

@@ -33,31 +33,52 @@ assumptions), exported as :data:`R`, :data:`sigma2`, :data:`mu`, :data:`r_i`, :d
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING, Any
+
+from .registry import RegistryView, estimator_names, estimator_spec
+
+if TYPE_CHECKING:  # sympy is imported when a symbol or a moment is first asked for
+    import sympy as sp
 
 __all__ = [
-    "R",
-    "sigma2",
-    "mu",
-    "r_i",
-    "b",
+    "R",  # noqa: F822 (lazy: module __getattr__)
+    "sigma2",  # noqa: F822 (lazy: module __getattr__)
+    "mu",  # noqa: F822 (lazy: module __getattr__)
+    "r_i",  # noqa: F822 (lazy: module __getattr__)
+    "b",  # noqa: F822 (lazy: module __getattr__)
     "LINEAR_ESTIMATORS",
     "linear_weights",
     "linear_estimator_moments",
 ]
 
-R, sigma2, mu, r_i, b = sp.symbols("R sigma2 mu r_i b")
+_SYMBOLS = ("R", "sigma2", "mu", "r_i", "b")
 
-LINEAR_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce")
+
+def __getattr__(name: str) -> Any:
+    """The symbols :data:`R`, :data:`sigma2`, :data:`mu`, :data:`r_i`, :data:`b` (lazy sympy)."""
+    if name in _SYMBOLS:
+        import sympy as sp
+
+        value = sp.Symbol(name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+LINEAR_ESTIMATORS = RegistryView("linear")
+"""Read-only live view ``name -> linear weights`` of the registered linear estimators."""
 
 
 def linear_weights(name: str, *, baseline: sp.Expr | float = 0) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """``(alpha, beta, c)`` of ``A_i = alpha r_i + beta sum_{j != i} r_j + c``.
 
+    Read from the estimator's registry entry (``EstimatorSpec.linear``) with a symbolic ``R``.
+
     Args:
         name: one of :data:`LINEAR_ESTIMATORS`.
         baseline: reinforce's constant baseline ``b`` (default 0; pass the symbol :data:`b`
-            to keep it symbolic). Ignored by the others.
+            to keep it symbolic). Passed to estimators that have a ``baseline`` option; ignored
+            by the others.
 
     Returns:
         Three sympy expressions in :data:`R`.
@@ -65,13 +86,16 @@ def linear_weights(name: str, *, baseline: sp.Expr | float = 0) -> tuple[sp.Expr
     >>> linear_weights("rloo")
     (1, -1/(R - 1), 0)
     """
-    if name in ("grpo", "dr_grpo"):
-        return 1 - 1 / R, -1 / R, sp.Integer(0)
-    if name == "rloo":
-        return sp.Integer(1), -1 / (R - 1), sp.Integer(0)
-    if name == "reinforce":
-        return sp.Integer(1), sp.Integer(0), -sp.sympify(baseline)
-    raise ValueError(f"no linear closed form for {name!r}; choose one of {LINEAR_ESTIMATORS}")
+    import sympy as sp
+
+    spec = estimator_spec(name) if name in estimator_names() else None
+    if spec is None or spec.linear is None:
+        raise ValueError(
+            f"no linear closed form for {name!r}; choose one of {list(LINEAR_ESTIMATORS)}"
+        )
+    opts = {"baseline": sp.sympify(baseline)} if "baseline" in spec.options else {}
+    Rs = sp.Symbol("R")
+    return tuple(sp.sympify(w) for w in spec.linear(Rs, **opts))  # type: ignore[return-value]
 
 
 def linear_estimator_moments(name: str, *, baseline: sp.Expr | float = 0) -> dict[str, sp.Expr]:
@@ -95,6 +119,9 @@ def linear_estimator_moments(name: str, *, baseline: sp.Expr | float = 0) -> dic
     >>> linear_estimator_moments("rloo")["var"]
     R*sigma2/(R - 1)
     """
+    import sympy as sp
+
+    R, mu, sigma2, r_i = sp.symbols("R mu sigma2 r_i")
     alpha, beta, c = linear_weights(name, baseline=baseline)
     out = {
         "mean": (alpha + (R - 1) * beta) * mu + c,

@@ -25,6 +25,7 @@ from scipy.stats import binom
 
 from grpo_theory import bernoulli as _bern
 from grpo_theory import compute_advantages
+from grpo_theory.bounds import exact_baseline_tail_bernoulli
 
 __all__ = [
     "advantage_values",
@@ -95,10 +96,9 @@ def advantage_tail(estimator: str, *, R: int, p: float, threshold: float, **opts
 
 
 def baseline_tail(*, R: int, p: float, eps: float) -> float:
-    """Exact ``P(|v_hat_R - p| > eps)``, ``v_hat_R = k/R``, ``k ~ Binomial(R, p)``, strict ``>``."""
-    k = np.arange(R + 1)
-    mask = np.abs(k / R - p) > eps + 1e-15
-    return float(binom.pmf(k[mask], R, p).sum())
+    """Exact ``P(|v_hat_R - p| > eps)``: :func:`grpo_theory.bounds.exact_baseline_tail_bernoulli`
+    (the one implementation; strict ``>`` decided exactly, floats read as their decimal repr)."""
+    return float(exact_baseline_tail_bernoulli(R=R, eps=eps, p=p))
 
 
 def sup_baseline_tail(*, R: int, eps: float, grid: int = 4001) -> tuple[float, float]:

@@ -34,7 +34,6 @@ _LAZY: dict[str, str] = {
     "check_multiturn": "checks",
     "check_multiturn_modes": "checks",
     "check_spectra_limit": "checks",
-    "exact_baseline_tail": "checks",
     "multiturn_bias_table": "checks",
     "spectra_summary": "checks",
     "run_training": "training",

@@ -25,8 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from grpo_theory import compute_advantages, spectral_metrics
-from grpo_theory.bounds import chebyshev_bound, hoeffding_bound
+from grpo_theory import binom_pmf, compute_advantages, estimator_spec, spectral_metrics
+from grpo_theory.bounds import (
+    baseline_tail_event,
+    chebyshev_bound,
+    exact_baseline_tail_bernoulli,
+    hoeffding_bound,
+)
 
 from ._stats import adv as _adv
 from ._stats import jackknife_cosine as _jackknife_cosine
@@ -35,7 +40,6 @@ from ._stats import var_cov_stats as _var_cov_stats
 from .exact import (
     bernoulli_advantage_moments,
     bernoulli_tail,
-    binom_pmf,
     cond_advantage_given_reward,
     estimator_options,
     expected_gradient_bernoulli,
@@ -51,8 +55,6 @@ from .multiturn_checks import (
 from .results import DEFAULT_K, CheckResult, make_check
 
 __all__ = [
-    "LINEAR_ESTIMATORS",
-    "exact_baseline_tail",
     "check_theorem41",
     "check_tails",
     "check_unbiasedness",
@@ -65,17 +67,17 @@ __all__ = [
     "check_spectra_limit",
 ]
 
-LINEAR_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce")
+def _is_linear(estimator: str) -> bool:
+    """True when the registry declares ``estimator`` linear in the rewards."""
+    return estimator_spec(estimator).is_linear
 
 
-# --- paper bounds come from grpo_theory.bounds; the exact tail is computed here -------------
-def exact_baseline_tail(*, R: int, eps: float, p: float) -> float:
-    """Exact ``P(|v_hat_R - p| > eps)`` for ``R`` i.i.d. Bernoulli(p) rewards (strict ``>``).
-
-    Independent reference for :func:`grpo_theory.bounds.exact_baseline_tail_bernoulli`.
-    """
-    k = np.arange(R + 1)
-    return float(binom_pmf(k, R, p) @ (np.abs(k / R - p) > eps + 1e-15))
+def sampled_baseline_tail_event(rewards: np.ndarray, *, eps: float, p: float) -> np.ndarray:
+    """``[n]`` bool: ``|v_hat_R - p| > eps`` for each sampled binary group, decided exactly by
+    :func:`grpo_theory.bounds.baseline_tail_event` (the convention of the exact tail)."""
+    R = rewards.shape[1]
+    counts = np.rint(rewards.sum(axis=1)).astype(np.int64)
+    return baseline_tail_event(R=R, eps=eps, p=p)[counts]
 
 
 # --- Theorem 4.1 -------------------------------------------------------------------------------
@@ -110,7 +112,7 @@ def check_theorem41(
     tag = f"{estimator} R={R} J={p:.3g}" + ("" if binary else f" ({world.reward})")
     if binary:
         ex = bernoulli_advantage_moments(estimator, R=R, p=p, opts=opts)
-    elif estimator in LINEAR_ESTIMATORS:
+    elif _is_linear(estimator):
         a, b, c = linear_coefficients(estimator, R=R, opts=opts)
         ex = {
             "mean_sum": R * (p * (a + (R - 1) * b) + c),
@@ -224,8 +226,8 @@ def _tail_checks(
             )
         )
         if baseline:
-            ex_b = exact_baseline_tail(R=R, eps=eps, p=p)
-            m, se = _mean_se((np.abs(rewards.mean(1) - p) > eps + 1e-15).astype(float))
+            ex_b = exact_baseline_tail_bernoulli(R=R, eps=eps, p=p)
+            m, se = _mean_se(sampled_baseline_tail_event(rewards, eps=eps, p=p).astype(float))
             hb = float(hoeffding_bound(R=R, eps=eps))
             out.append(
                 make_check(
@@ -295,7 +297,7 @@ def check_unbiasedness(
         Eg = expected_gradient_bernoulli(
             estimator, probs=probs, means=means, psi=psi, R=R, opts=opts
         )
-    elif estimator in LINEAR_ESTIMATORS:
+    elif _is_linear(estimator):
         Eg = expected_gradient_linear(estimator, probs=probs, means=means, psi=psi, R=R, opts=opts)
     else:
         return []

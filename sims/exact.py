@@ -17,15 +17,15 @@ exactly).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from grpo_theory import compute_advantages
+from grpo_theory import binom_pmf, compute_advantages
+from grpo_theory.registry import RegistryView
 
 __all__ = [
-    "binom_pmf",
     "ESTIMATOR_SPECS",
     "estimator_options",
     "own_reward_table",
@@ -38,28 +38,13 @@ __all__ = [
     "expected_gradient_linear",
 ]
 
-#: Estimators checked by default, with the options used (stated, not hidden defaults).
-ESTIMATOR_SPECS: dict[str, dict[str, Any]] = {
-    "grpo": {},
-    "grpo_std": {"ddof": 1, "eps": 0.0},
-    "dr_grpo": {},
-    "rloo": {},
-    "reinforce": {"baseline": 0.0},
-    "asym_grpo": {"delta": 0.5},
-    "power_alpha": {"alpha": 2.0},
-    "fade": {"alpha": 2.0, "delta": 0.5},
-}
-
-
-def binom_pmf(k: np.ndarray, n: int, p: float) -> np.ndarray:
-    """Binomial(n, p) pmf at the integers ``k`` (``0 <= k <= n``; exact ``0^0 = 1``)."""
-    k = np.asarray(k, dtype=np.int64)
-    coef = np.array([math.comb(n, int(j)) for j in k.ravel()], dtype=np.float64).reshape(k.shape)
-    return coef * np.power(p, k) * np.power(1.0 - p, n - k)
+#: Estimators checked by default, with the options used: a read-only live view of the registry
+#: (``name -> EstimatorSpec.check_options``, see :mod:`grpo_theory.registry`).
+ESTIMATOR_SPECS: Mapping[str, Mapping[str, Any]] = RegistryView("check_options")
 
 
 def estimator_options(name: str, opts: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Options for ``name``: ``opts`` if given, else :data:`ESTIMATOR_SPECS` (``{}`` if unknown)."""
+    """Options for ``name``: ``opts`` if given, else its registered ``check_options``."""
     if opts is not None:
         return dict(opts)
     return dict(ESTIMATOR_SPECS.get(name, {}))

@@ -43,16 +43,11 @@ from .results import CheckResult, _jsonable, md_escape, results_table
 
 __all__ = ["EXPERIMENTS", "run_experiment", "environment_info"]
 
-ALL_ESTIMATORS = (
-    "grpo",
-    "grpo_std",
-    "dr_grpo",
-    "rloo",
-    "reinforce",
-    "asym_grpo",
-    "power_alpha",
-    "fade",
-)
+def _all_estimators() -> tuple[str, ...]:
+    """Every registered estimator, in registration order (:mod:`grpo_theory.registry`)."""
+    from grpo_theory import estimator_names
+
+    return estimator_names()
 
 
 def environment_info() -> dict[str, Any]:
@@ -134,7 +129,7 @@ def exp_moments(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     Rs = (4,) if quick else (2, 4, 8, 16)
     n = 20_000 if quick else 200_000
-    ests = ("grpo", "grpo_std", "rloo") if quick else ALL_ESTIMATORS
+    ests = ("grpo", "grpo_std", "rloo") if quick else _all_estimators()
     bern, beta = _bandit(), _bandit("beta")
     checks: list[CheckResult] = []
     for R in Rs:
@@ -161,7 +156,7 @@ def exp_unbiasedness(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]
     rng = np.random.default_rng(seed)
     Rs = (2, 8) if quick else (2, 4, 8, 16)
     n = 10_000 if quick else 100_000
-    ests = ("grpo", "grpo_std", "rloo") if quick else ALL_ESTIMATORS
+    ests = ("grpo", "grpo_std", "rloo") if quick else _all_estimators()
     bandit = _bandit()
     mdp = TokenMDP.random(np.random.default_rng(seed + 1), vocab=3, length=3)
     # three prompts of different difficulty (solve rates ~0.1, ~0.5, ~0.9), separate parameters
@@ -419,9 +414,13 @@ def exp_training(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
 # --- tails --------------------------------------------------------------------------------------
 def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     """Sampled vs exact tails of the advantage and of the baseline error, with both bounds."""
-    from grpo_theory.bounds import chebyshev_bound, hoeffding_bound
+    from grpo_theory.bounds import (
+        chebyshev_bound,
+        exact_baseline_tail_bernoulli,
+        hoeffding_bound,
+    )
 
-    from .checks import check_tails, exact_baseline_tail
+    from .checks import check_tails, sampled_baseline_tail_event
     from .exact import bernoulli_tail
 
     t0 = time.perf_counter()
@@ -448,9 +447,12 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
                     bernoulli_tail("grpo", R=R, p=p, eps=float(e)) for e in eps_grid
                 ],
                 "mc_adv_tail": [float((np.abs(A) > e).mean()) for e in eps_grid],
-                "exact_base_tail": [exact_baseline_tail(R=R, eps=float(e), p=p) for e in eps_grid],
+                "exact_base_tail": [
+                    exact_baseline_tail_bernoulli(R=R, eps=float(e), p=p) for e in eps_grid
+                ],
                 "mc_base_tail": [
-                    float((np.abs(rew.mean(1) - p) > e + 1e-15).mean()) for e in eps_grid
+                    float(sampled_baseline_tail_event(rew, eps=float(e), p=p).mean())
+                    for e in eps_grid
                 ],
                 "chebyshev": [
                     float(chebyshev_bound(R=R, eps=float(e), sigma2=p * (1 - p))) for e in eps_grid

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -96,9 +97,18 @@ def test_grpo_variance_and_covariance_closed_form_sympy() -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 20), st.floats(0.0, 1.0), st.sampled_from([0.05, 0.1, 0.2, 0.3, 0.45]))
-def test_exact_baseline_tail_equals_grpo_theory_bounds(R: int, p: float, eps: float) -> None:
+def test_sampled_baseline_event_is_the_exact_tails_event(R: int, p: float, eps: float) -> None:
+    # every group of k successes is counted iff the exact tail counts k, so the sampled mean over
+    # one group per k, weighted by the pmf, reproduces the exact tail
+    rows = (np.arange(R)[None, :] < np.arange(R + 1)[:, None]).astype(np.float64)
+    hit = checks.sampled_baseline_tail_event(rows, eps=eps, p=p)
+    k = np.arange(R + 1)
+    exact_mask = np.array([abs(Fraction(int(j), R) - Fraction(repr(p))) > Fraction(repr(eps))
+                           for j in k])
+    assert hit.tolist() == exact_mask.tolist()
+    pmf = np.array([math.comb(R, int(j)) * p**j * (1 - p) ** (R - j) for j in k])
     ref = float(exact_baseline_tail_bernoulli(R=R, eps=eps, p=p))
-    assert checks.exact_baseline_tail(R=R, eps=eps, p=p) == pytest.approx(ref, abs=1e-12)
+    assert float(pmf @ hit) == pytest.approx(ref, abs=1e-12)
 
 
 @pytest.mark.parametrize("estimator", ["grpo_std", "fade", "rloo", "power_alpha"])

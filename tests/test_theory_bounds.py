@@ -9,6 +9,7 @@ import pytest
 import sympy as sp
 
 from grpo_theory import (
+    baseline_tail_event,
     bernstein_bound,
     bound_table,
     chebyshev_bound,
@@ -200,3 +201,90 @@ def test_bounds_bad_input() -> None:
         exact_baseline_tail_bernoulli(R=4, eps=-0.1, p=0.5)
     with pytest.raises(ValueError, match="p must be in"):
         exact_advantage_tail_bernoulli(R=4, eps=0.1, p=-0.1)
+
+
+# --- the one exact baseline tail, AT the breakpoints p = k/R +- eps (strict '>', exact) --------
+def test_baseline_tail_at_breakpoint_R2_eps04_p01_by_hand() -> None:
+    # R = 2, eps = 2/5, p = 1/10: |0/2 - 1/10| = 1/10, |1/2 - 1/10| = 2/5 (NOT > 2/5: excluded),
+    # |2/2 - 1/10| = 9/10 > 2/5. Only k = 2 counts: P = p^2 = 1/100.
+    from fractions import Fraction
+
+    assert baseline_tail_event(R=2, eps=0.4, p=0.1).tolist() == [False, False, True]
+    assert exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.1) == pytest.approx(0.01, abs=1e-17)
+    assert exact_baseline_tail_bernoulli(
+        R=2, eps=Fraction(2, 5), p=Fraction(1, 10)
+    ) == sp.Rational(1, 100)
+    # just left of the breakpoint k = 1 counts: P(k >= 1) = 1 - (1 - p)^2 -> 1 - 0.81 = 0.19
+    assert exact_baseline_tail_bernoulli(
+        R=2, eps=Fraction(2, 5), p=Fraction(1, 10) - Fraction(1, 10**9)
+    ) == pytest.approx(0.19, abs=1e-8)
+    # the float 0.5 - 0.4 = 0.09999999999999998 is read as that decimal, left of 1/10: k = 1 counts
+    assert exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.5 - 0.4) == pytest.approx(
+        1 - (1 - (0.5 - 0.4)) ** 2, rel=1e-14
+    )
+
+
+def test_baseline_tail_at_breakpoints_R4_eps025_by_hand() -> None:
+    # R = 4, eps = 1/4, p = 1/2: |k/4 - 1/2| = 1/2, 1/4, 0, 1/4, 1/2; > 1/4 only k = 0, 4:
+    # P = 2 / 16 = 1/8 (k = 1, 3 sit exactly at distance eps and are excluded).
+    assert exact_baseline_tail_bernoulli(R=4, eps=0.25, p=sp.Rational(1, 2)) == sp.Rational(1, 8)
+    assert exact_baseline_tail_bernoulli(R=4, eps=0.25, p=0.5) == 0.125
+    # p = 3/4 = 1/2 + eps: distances 3/4, 1/2, 1/4, 0, 1/4 -> k = 0, 1 count:
+    # (1/4)^4 + 4 (3/4)(1/4)^3 = 1/256 + 12/256 = 13/256
+    assert exact_baseline_tail_bernoulli(R=4, eps=0.25, p=sp.Rational(3, 4)) == sp.Rational(13, 256)
+
+
+def test_every_caller_uses_the_one_tail_at_all_breakpoints() -> None:
+    # the sims and paper_checks routes are the library function (980 breakpoint cases used to
+    # disagree between them): R <= 20, 8 eps values, every float breakpoint k/R +- eps in [0, 1]
+    from paper_checks._exact import baseline_tail
+    from sims.checks import sampled_baseline_tail_event
+
+    for R in range(1, 21):
+        rows = (np.arange(R)[None, :] < np.arange(R + 1)[:, None]).astype(np.float64)
+        for eps in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5):
+            for k in range(R + 1):
+                for p in (k / R - eps, k / R + eps):
+                    if not 0.0 <= p <= 1.0:
+                        continue
+                    lib = exact_baseline_tail_bernoulli(R=R, eps=eps, p=p)
+                    assert baseline_tail(R=R, p=p, eps=eps) == lib
+                    ev = baseline_tail_event(R=R, eps=eps, p=p)
+                    assert sampled_baseline_tail_event(rows, eps=eps, p=p).tolist() == ev.tolist()
+
+
+def test_sup_baseline_tail_R2_eps04_is_the_limit_at_the_breakpoint() -> None:
+    # R = 2, eps = 2/5; k = 0 counts iff p > 2/5, k = 1 iff |1/2 - p| > 2/5 (p < 1/10 or
+    # p > 9/10), k = 2 iff 1 - p > 2/5 (p < 3/5). Pieces:
+    #   (0, 1/10):   k = 1, 2   -> 1 - (1-p)^2, increasing to 0.19 at 1/10;
+    #   (1/10, 2/5): k = 2      -> p^2 <= 0.16;
+    #   (2/5, 3/5):  k = 0, 2   -> p^2 + (1-p)^2, largest at the ends: 0.16 + 0.36 = 0.52;
+    #   and the mirror images on (3/5, 1).
+    # So sup = 0.52, a limit p -> 2/5 from the right (or 3/5 from the left). AT p = 2/5, k = 0
+    # is excluded (|0 - 2/5| = 2/5 is not > 2/5): P = p^2 = 0.16.
+    val, arg = sup_baseline_tail_bernoulli(R=2, eps=0.4)
+    assert val == pytest.approx(0.52, abs=1e-15)
+    assert arg in (0.4, 0.6)
+    assert exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.4) == pytest.approx(0.16, abs=1e-15)
+    right = exact_baseline_tail_bernoulli(R=2, eps=0.4, p=0.4 + 1e-9)
+    assert right == pytest.approx(0.52, abs=1e-8)
+
+
+# --- tiny exact cases (rlax style): fixed input, hand-checked output ---------------------------
+def test_closed_form_bounds_tiny_exact_cases() -> None:
+    # Chebyshev sigma2 / (R eps^2): R = 4, eps = 1/2, sigma2 = 1/4 -> (3/4)/(4/4) = 3/4
+    assert chebyshev_bound(R=4, eps=0.5, sigma2=0.25) == 0.75
+    # Hoeffding 2 exp(-2 R eps^2): R = 2, eps = 1/2 -> 2 exp(-1)
+    assert hoeffding_bound(R=2, eps=0.5) == pytest.approx(2 / math.e, rel=1e-15)
+    # Bernstein 2 exp(-R eps^2 / (2 sigma2 + 2 w eps / 3)): R = 1, eps = 1, sigma2 = 0,
+    # w = 3/2 -> 2 exp(-1 / 1) = 2/e
+    assert bernstein_bound(R=1, eps=1.0, sigma2=0.0, width=1.5) == pytest.approx(2 / math.e)
+
+
+def test_exact_advantage_tail_and_bound_table_tiny_exact_cases() -> None:
+    # grpo, R = 2, p = 1/2: A_1 = +-1/2 when k = 1 (prob 1/2), else 0: P(|A_1| > 0.4) = 1/2
+    assert exact_advantage_tail_bernoulli(R=2, eps=0.4, p=sp.Rational(1, 2)) == sp.Rational(1, 2)
+    # rloo doubles the values to +-1: P(|A_1| > 0.6) = 1/2 as well, P(|A_1| > 1) = 0
+    assert exact_advantage_tail_bernoulli(R=2, eps=1, p=sp.Rational(1, 2), estimator="rloo") == 0
+    t = bound_table("hoeffding", R_values=[2], eps_values=[0.5])
+    assert t.values.ravel().tolist() == pytest.approx([2 / math.e], rel=1e-15)

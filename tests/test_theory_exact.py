@@ -230,3 +230,76 @@ def test_symbolic_moments_match_covariance_matrix_route(name: str) -> None:
         # E[A_1 | r_1] = W[0, 0] r_1 + mu * sum_{j != 1} W[0, j]
         cond = W[0, 0] * r_i + mu * sum(W[0, j] for j in range(1, n))
         assert sp.simplify(sym["cond_mean_given_own"].subs(sub) - cond) == 0
+
+
+# --- tiny exact cases (rlax style): fixed input, hand-checked output ---------------------------
+def test_to_exact_tiny_exact_case() -> None:
+    from fractions import Fraction
+
+    from grpo_theory import to_exact
+
+    # floats read as the decimal they print as; ints and Fractions exactly
+    assert to_exact(0.1) == sp.Rational(1, 10)
+    assert to_exact(2) == sp.Integer(2)
+    assert to_exact(Fraction(1, 3)) == sp.Rational(1, 3)
+
+
+def test_binom_pmf_tiny_exact_case() -> None:
+    from grpo_theory import binom_pmf
+
+    # Bin(3, 1/2): C(3, k) / 8 = [1, 3, 3, 1] / 8; k = 4 is outside 0..3 -> 0
+    assert binom_pmf([0, 1, 2, 3, 4], 3, 0.5).tolist() == [0.125, 0.375, 0.375, 0.125, 0.0]
+
+
+def test_group_outcomes_tiny_exact_case() -> None:
+    # R = 3, p = 1/3: (2/3)^3 = 8/27, 3 (1/3)(2/3)^2 = 12/27, 3 (1/3)^2 (2/3) = 6/27, 1/27
+    k, pmf = group_outcomes(R=3, p=sp.Rational(1, 3))
+    assert k.tolist() == [0, 1, 2, 3]
+    assert pmf == [sp.Rational(8, 27), sp.Rational(12, 27), sp.Rational(6, 27), sp.Rational(1, 27)]
+
+
+def test_advantage_value_table_rloo_tiny_exact_case() -> None:
+    from grpo_theory import advantage_value_table
+
+    # rloo, R = 3: a_S(k) = 3/2 (1 - k/3) -> k=1: 1, k=2: 1/2, k=3: 0 (a_S(0): no success);
+    # a_F(k) = 3/2 (-k/3) = -k/2 -> 0, -1/2, -1 (a_F(3): no failure)
+    s, f = advantage_value_table("rloo", R=3)
+    half = sp.Rational(1, 2)
+    assert s == [None, 1, half, 0]
+    assert f == [0, -half, -1, None]
+
+
+def test_advantage_distribution_rloo_tiny_exact_case() -> None:
+    # R = 2, p = 1/2: A_1 = r_1 - r_2 in {-1, 0, 1} with probabilities 1/4, 1/2, 1/4
+    q = sp.Rational(1, 4)
+    assert advantage_distribution("rloo", R=2, p=sp.Rational(1, 2)) == [(-1, q), (0, 2 * q), (1, q)]
+
+
+def test_exact_advantage_moments_rloo_tiny_exact_case() -> None:
+    # R = 2, p = 1/2: A_1 = r_1 - r_2 = -A_2: mean 0, var = E A_1^2 = 1/4 + 1/4 = 1/2,
+    # cov = -var = -1/2, E[A_1 | r_1 = 1] = 1 - E r_2 = 1/2, E[A_1 | r_1 = 0] = -1/2
+    m = exact_advantage_moments("rloo", R=2, p=sp.Rational(1, 2))
+    half = sp.Rational(1, 2)
+    assert (m["mean"], m["var"], m["cov"]) == (0, half, -half)
+    assert (m["cond_mean_success"], m["cond_mean_failure"]) == (half, -half)
+
+
+def test_linear_weights_tiny_exact_case() -> None:
+    from grpo_theory import linear_weights
+
+    # grpo: A_i = r_i - (1/R) sum_j r_j = (1 - 1/R) r_i - (1/R) sum_{j != i} r_j
+    assert linear_weights("grpo") == (1 - 1 / R_sym, -1 / R_sym, 0)
+    # reinforce with baseline b: A_i = r_i - b
+    b = sp.Symbol("b")
+    assert linear_weights("reinforce", baseline=b) == (1, 0, -b)
+    with pytest.raises(ValueError, match="no linear closed form"):
+        linear_weights("grpo_std")
+
+
+def test_linear_estimator_moments_rloo_cov_tiny_exact_case() -> None:
+    # rloo: alpha = 1, beta = -1/(R-1): cov = (2 alpha beta + (R-2) beta^2) sigma2
+    # = (-2(R-1) + (R-2)) / (R-1)^2 sigma2 = -R sigma2 / (R-1)^2 (R = 2, sigma2 = 1/4: -1/2, as
+    # in the enumeration above)
+    cov = linear_estimator_moments("rloo")["cov"]
+    assert sp.simplify(cov + R_sym * sigma2 / (R_sym - 1) ** 2) == 0
+    assert cov.subs({R_sym: 2, sigma2: sp.Rational(1, 4)}) == -sp.Rational(1, 2)

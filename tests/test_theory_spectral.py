@@ -116,3 +116,68 @@ def test_spectral_bad_input() -> None:
         gradient_gram(np.eye(3), [1.0, 1.0])
     with pytest.raises(ValueError, match="NaN or inf"):
         spectral_metrics(np.eye(2), [np.nan, 1.0])
+
+
+# --- tiny exact cases (rlax style): fixed input, hand-checked output ---------------------------
+def test_gradient_gram_tiny_exact_case() -> None:
+    from grpo_theory import gradient_gram
+
+    # w_i K_ij w_j with K = [[1, 1/2], [1/2, 1]], w = [2, -1]: [[4, -1], [-1, 1]]
+    assert gradient_gram([[1.0, 0.5], [0.5, 1.0]], [2.0, -1.0]).tolist() == [[4.0, -1.0],
+                                                                            [-1.0, 1.0]]
+
+
+def test_singular_values_from_gram_and_numerical_rank_tiny_exact_case() -> None:
+    from grpo_theory import numerical_rank, singular_values_from_gram
+
+    # diag(4, 1) -> singular values sqrt: [2, 1]; [[1, 1], [1, 1]] has eigenvalues 2, 0
+    assert singular_values_from_gram([[4.0, 0.0], [0.0, 1.0]]).tolist() == [2.0, 1.0]
+    np.testing.assert_allclose(singular_values_from_gram([[1.0, 1.0], [1.0, 1.0]]),
+                               [2**0.5, 0.0], atol=1e-15)
+    # rank counts s > 1e-6 * s_max: [2, 1, 1e-9] -> 2; all zero -> 0
+    assert numerical_rank([2.0, 1.0, 1e-9]) == 2
+    assert numerical_rank([0.0, 0.0]) == 0
+
+
+def test_rank_metrics_tiny_exact_case() -> None:
+    from grpo_theory import effective_rank, entropy_effective_rank, stable_rank, top1_fraction
+
+    s = [2.0, 1.0, 1.0]  # sum 4, sum of squares 6, max 2
+    assert effective_rank(s) == pytest.approx(16 / 6, rel=1e-15)  # 4^2 / 6 = 8/3
+    assert stable_rank(s) == 1.5  # 6 / 2^2
+    assert top1_fraction(s) == pytest.approx(4 / 6, rel=1e-15)  # 2^2 / 6 = 2/3
+    # p = [1/2, 1/4, 1/4]: H = (1/2) ln 2 + 2 (1/4) ln 4 = (3/2) ln 2 -> exp(H) = 2^(3/2)
+    assert entropy_effective_rank(s) == pytest.approx(2**1.5, rel=1e-14)
+
+
+def test_spectral_metrics_tiny_exact_cases() -> None:
+    from grpo_theory import spectral_metrics, spectral_metrics_from_matrix
+
+    # K = diag(1, 4), w = [1, 1]: G G^T = diag(1, 4), s = [2, 1]: rank 2,
+    # effective rank 3^2 / 5 = 9/5, top-1 4/5
+    m = spectral_metrics(np.diag([1.0, 4.0]), [1.0, 1.0])
+    assert m.singular_values == (2.0, 1.0) and m.rank == 2
+    assert m.effective_rank == pytest.approx(9 / 5) and m.top1_fraction == pytest.approx(4 / 5)
+    # G = [[3, 0, 0], [0, 4, 0]]: s = [4, 3]: effective rank 49/25, top-1 16/25
+    g = spectral_metrics_from_matrix([[3.0, 0.0, 0.0], [0.0, 4.0, 0.0]])
+    np.testing.assert_allclose(g.singular_values, [4.0, 3.0], rtol=1e-14)
+    assert g.effective_rank == pytest.approx(49 / 25) and g.top1_fraction == pytest.approx(16 / 25)
+
+
+def test_reference_grams_tiny_exact_cases() -> None:
+    from grpo_theory import (
+        gram_clustered,
+        gram_common_component,
+        gram_isotropic,
+        isotropic_effective_rank_binary,
+    )
+
+    assert gram_isotropic(2).tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    # labels [1, 0, 1]: same label -> within 2, different -> between 1/2, plus noise 1 on diagonal
+    assert gram_clustered([1, 0, 1], within=2.0, between=0.5, noise=1.0).tolist() == [
+        [3.0, 0.5, 2.0], [0.5, 3.0, 0.5], [2.0, 0.5, 3.0],
+    ]
+    # strength 3: 3 * ones + I
+    assert gram_common_component(2, strength=3.0).tolist() == [[4.0, 3.0], [3.0, 4.0]]
+    # 4 k (R - k) / R with R = 4, k = 1: 4 * 1 * 3 / 4 = 3
+    assert isotropic_effective_rank_binary(4, 1) == 3.0

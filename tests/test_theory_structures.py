@@ -171,3 +171,47 @@ def test_plot_expected_mass_draws_on_given_axes() -> None:
     assert len(ax.lines) == 2
     np.testing.assert_allclose(mf, 2 * ms, rtol=1e-12, atol=1e-15)
     plt.close(fig)
+
+
+# --- tiny exact cases (rlax style): fixed input, hand-checked output ---------------------------
+def test_gradient_mass_tiny_exact_case() -> None:
+    from grpo_theory import gradient_mass
+
+    # grpo on [1, 0, 0, 0]: A = [3/4, -1/4, -1/4, -1/4]: m_S = 3/4, m_F = 3 * 1/4 = 3/4;
+    # asym delta = 1/2: A = [3/4, -1/2, -1/2, -1/2]: m_F = 3/2 = m_S / delta
+    m_s, m_f = gradient_mass([[0.75, -0.25, -0.25, -0.25], [0.75, -0.5, -0.5, -0.5]],
+                             [[1, 0, 0, 0], [1, 0, 0, 0]])
+    assert m_s.tolist() == [0.75, 0.75] and m_f.tolist() == [0.75, 1.5]
+
+
+def test_expected_mass_bernoulli_rloo_tiny_exact_case() -> None:
+    import sympy as sp
+
+    from grpo_theory import expected_mass_bernoulli
+
+    # rloo, R = 2, p = 1/2: only k = 1 (prob 1/2) has both kinds: a_S(1) = 2 (1/2) = 1,
+    # a_F(1) = 2 (-1/2) = -1; k = 0, 2 give 0. E m_S = 1/2 * 1 * 1, E m_F = 1/2 * 1 * 1.
+    half = sp.Rational(1, 2)
+    assert expected_mass_bernoulli("rloo", R=2, p=half) == (half, half)
+    assert expected_mass_bernoulli("rloo", R=2, p=0.5) == (0.5, 0.5)
+
+
+def test_aggregation_weights_and_effective_weights_tiny_exact_case() -> None:
+    from grpo_theory import aggregation_weights, effective_weights
+
+    # lengths [[1, 3]]: sequence_sum 1/(P R) = 1/2 each; token_mean 1/(1+3) = 1/4 each;
+    # sequence_mean 1/(P R L_i) = [1/2, 1/6]; dr_grpo(max 4) 1/(1*2*4) = 1/8
+    L = [[1, 3]]
+    assert aggregation_weights(L, mode="sequence_sum").tolist() == [[0.5, 0.5]]
+    assert aggregation_weights(L, mode="token_mean").tolist() == [[0.25, 0.25]]
+    assert aggregation_weights(L, mode="dr_grpo", max_tokens=4).tolist() == [[0.125, 0.125]]
+    # effective weights w_i A_i with A = [1/2, -1/2], token_mean: [1/8, -1/8]
+    assert effective_weights([[0.5, -0.5]], L, mode="token_mean").tolist() == [[0.125, -0.125]]
+
+
+def test_multiturn_past_rewards_and_reward_to_go_tiny_exact_case() -> None:
+    from grpo_theory import past_rewards, reward_to_go
+
+    # stage rewards [1, 0, 2]: past sums [0, 1, 1]; reward-to-go [3, 2, 2]
+    assert past_rewards([[[1.0, 0.0, 2.0]]]).tolist() == [[[0.0, 1.0, 1.0]]]
+    assert reward_to_go([[[1.0, 0.0, 2.0]]]).tolist() == [[[3.0, 2.0, 2.0]]]

@@ -1,0 +1,40 @@
+"""`import grpo_theory` is cheap: no sympy/scipy/torch/matplotlib, and within 0.15 s of numpy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPORT_BUDGET_S = 0.15  # issue 8: import grpo_theory <= import numpy + 0.15 s
+HEAVY = ("sympy", "scipy", "torch", "matplotlib")
+
+
+def _run(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env,
+        cwd=ROOT,
+    ).stdout.strip()
+
+
+def _import_seconds(module: str) -> float:
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    return float(_run(code))
+
+
+def test_import_grpo_theory_loads_no_sympy_scipy_torch_matplotlib() -> None:
+    out = _run(
+        "import sys, grpo_theory; "
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    assert out == "", f"import grpo_theory loaded {out}"
+
+
+def test_import_grpo_theory_within_budget_of_numpy() -> None:
+    # min of 3 fresh processes each (the machine is shared: the min is the stable statistic)
+    numpy_s = min(_import_seconds("numpy") for _ in range(3))
+    core_s = min(_import_seconds("grpo_theory") for _ in range(3))
+    assert core_s <= numpy_s + IMPORT_BUDGET_S, (core_s, numpy_s)
