@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 import numpy as np
@@ -36,6 +35,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
+    from grpo_io import environment
     from grpo_theory import compute_advantages
     from sims._stats import var_cov_stats
     from sims.bandit import SoftmaxBandit
@@ -47,10 +47,8 @@ def main() -> None:
     b = SoftmaxBandit(np.array([0.0, 0.5, -0.5, 1.0]), np.array([0.2, 0.5, 0.7, 0.9]))
     n, R = 2**20, 16
     out: dict[str, object] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+        **environment(libraries=("numpy",), device="cpu"),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "numpy": np.__version__,
         "seed": args.seed,
     }
     t64 = _best_of(lambda: b.sample(n, R, rng))

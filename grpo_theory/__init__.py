@@ -43,13 +43,8 @@ from .conventions import (
     CONVENTIONS,
     Convention,
     conventions_markdown,
-    reference_loss,
-    reference_openrlhf_shaped_rewards,
-    reference_trl_grpo_advantages,
-    reference_verl_grpo_outcome_advantages,
-    reference_verl_rloo_outcome_advantages,
 )
-from .mass import expected_mass_bernoulli, gradient_mass, plot_expected_mass
+from .mass import expected_mass_bernoulli, gradient_mass
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
 from .registry import (
     EstimatorSpec,
@@ -75,8 +70,6 @@ from .spectral import (
 )
 from .symbolic import LINEAR_ESTIMATORS, linear_estimator_moments, linear_weights
 from .tables import TABLE_KINDS, BoundTable, bound_table
-
-__version__ = "0.1.0"
 
 __all__ = [
     "advantage_distribution",
@@ -129,13 +122,7 @@ __all__ = [
     "MULTITURN_MODES",
     "numerical_rank",
     "past_rewards",
-    "plot_expected_mass",
     "power_alpha_advantages",
-    "reference_loss",
-    "reference_openrlhf_shaped_rewards",
-    "reference_trl_grpo_advantages",
-    "reference_verl_grpo_outcome_advantages",
-    "reference_verl_rloo_outcome_advantages",
     "register_estimator",
     "reinforce_advantages",
     "reward_to_go",
@@ -151,3 +138,12 @@ __all__ = [
     "top1_fraction",
     "zero_variance_groups",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's (one source: pyproject.toml), read lazily."""
+    if name == "__version__":
+        from grpo_io import package_version
+
+        return package_version("grpo-audit") or "0+unknown"
+    raise AttributeError(f"module 'grpo_theory' has no attribute {name!r}")

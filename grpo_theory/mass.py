@@ -24,7 +24,7 @@ import numpy as np
 from ._validate import as_rewards, check_R, is_exact_number, is_torch
 from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
 
-__all__ = ["gradient_mass", "expected_mass_bernoulli", "plot_expected_mass"]
+__all__ = ["gradient_mass", "expected_mass_bernoulli"]
 
 
 def _np(x: Any) -> np.ndarray:
@@ -102,35 +102,3 @@ def expected_mass_bernoulli(estimator: str, *, R: int, p: Any, **opts: Any) -> t
     if parr.ndim == 0:
         return float(ms), float(mf)
     return ms, mf
-
-
-def plot_expected_mass(
-    ax: Any,
-    estimator: str,
-    *,
-    R: int,
-    p: Any = None,
-    label: str | None = None,
-    **opts: Any,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Plot ``E m_S(p)`` (solid) and ``E m_F(p)`` (dashed) of one estimator on ``ax``.
-
-    Args:
-        ax: a matplotlib Axes (nothing global is changed).
-        estimator: registry name.
-        R: group size.
-        p: solve-rate grid (default 201 points in [0, 1]).
-        label: legend stem (default: the estimator name).
-        **opts: estimator options.
-
-    Returns:
-        ``(p, E m_S, E m_F)`` arrays.
-    """
-    grid = np.linspace(0.0, 1.0, 201) if p is None else np.asarray(p, dtype=np.float64)
-    ms, mf = expected_mass_bernoulli(estimator, R=R, p=grid, **opts)
-    name = label or estimator
-    (line,) = ax.plot(grid, ms, "-", label=f"{name}: E m_S")
-    ax.plot(grid, mf, "--", color=line.get_color(), label=f"{name}: E m_F")
-    ax.set_xlabel("solve rate p")
-    ax.set_ylabel(f"expected mass per group (R={R})")
-    return grid, np.asarray(ms), np.asarray(mf)

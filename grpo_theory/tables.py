@@ -1,7 +1,8 @@
 """Bound/tail tables: rows ``R``, columns ``eps``, one probability (or bound) per cell.
 
-Cells ``>= 1`` are flagged *vacuous* (a probability bound that says nothing). Every table renders
-as Markdown, CSV and LaTeX. Kinds (:data:`TABLE_KINDS`):
+Cells ``>= 1`` are flagged *vacuous* (a probability bound that says nothing). This module computes
+the numbers (:class:`BoundTable` is data); rendering as Markdown, CSV and LaTeX lives above the
+core, in :mod:`grpo_audit.render`. Kinds (:data:`TABLE_KINDS`):
 
 * ``hoeffding``: ``2 exp(-2 R eps^2 / width^2)`` (Appendix A.2); option ``width``.
 * ``chebyshev``: ``(R-1) sigma2 / (R eps^2)`` (Thm 4.1(iv), Eq. 20); ``sigma2`` or ``p``.
@@ -14,8 +15,6 @@ as Markdown, CSV and LaTeX. Kinds (:data:`TABLE_KINDS`):
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,10 +43,6 @@ TABLE_KINDS: dict[str, str] = {
 }
 
 
-def _fmt_eps(e: float) -> str:
-    return f"{e:g}"
-
-
 @dataclass(frozen=True)
 class BoundTable:
     """One table: ``values[i, j]`` is the cell for ``R_values[i]`` and ``eps_values[j]``.
@@ -61,7 +56,7 @@ class BoundTable:
         values: ``[len(R_values), len(eps_values)]`` float array.
         params: the parameters that produced the table.
         extra: optional per-cell arrays (e.g. ``argmax_p`` of the sup table).
-        digits: default significant digits when rendering.
+        digits: default significant digits when rendering (used by :mod:`grpo_audit.render`).
         is_bound: True for upper bounds (a cell >= 1 is *vacuous*), False for exact
             probabilities (a cell = 1 is an event that is certain, flagged ``(= 1)``).
     """
@@ -81,83 +76,6 @@ class BoundTable:
     def vacuous(self) -> np.ndarray:
         """Bool mask of cells ``>= 1`` (a bound that says nothing)."""
         return self.values >= 1.0
-
-    def _cell(self, i: int, j: int, digits: int, flag: str) -> str:
-        v = float(self.values[i, j])
-        s = f"{v:#.{digits}g}" if v != 0 else "0"
-        if "argmax_p" in self.extra:
-            s += f" (p*={float(self.extra['argmax_p'][i, j]):.3g})"
-        return s + (f" {flag}" if v >= 1.0 else "")
-
-    def _header(self) -> list[str]:
-        return ["R"] + [self.event.replace("eps", _fmt_eps(e)) for e in self.eps_values]
-
-    def to_markdown(self, *, digits: int | None = None) -> str:
-        """GitHub Markdown table with a title line; vacuous cells get ``(vacuous)``."""
-        d = self.digits if digits is None else digits
-        head = [h.replace("|", "\\|") for h in self._header()]  # a bare | splits a cell
-        lines = [f"**{self.title}**", "", "| " + " | ".join(head) + " |"]
-        lines.append("|" + "|".join(["---:"] * len(head)) + "|")
-        for i, R in enumerate(self.R_values):
-            flag = "(vacuous)" if self.is_bound else "(= 1)"
-            cells = [self._cell(i, j, d, flag) for j in range(len(self.eps_values))]
-            lines.append("| " + " | ".join([str(R)] + cells) + " |")
-        return "\n".join(lines) + "\n"
-
-    def to_csv(self) -> str:
-        """CSV with columns ``R, eps, value, vacuous`` (one row per cell, full precision)."""
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        cols = ["R", "eps", "value", "vacuous"] + sorted(self.extra)
-        w.writerow(cols)
-        for i, R in enumerate(self.R_values):
-            for j, e in enumerate(self.eps_values):
-                v = float(self.values[i, j])
-                row = [R, repr(float(e)), repr(v), int(v >= 1.0)]
-                row += [repr(float(self.extra[k][i, j])) for k in sorted(self.extra)]
-                w.writerow(row)
-        return buf.getvalue()
-
-    def to_latex(self, *, digits: int | None = None) -> str:
-        """A ``tabular`` (booktabs); vacuous cells are set in grey with a dagger."""
-        d = self.digits if digits is None else digits
-        head = ["$R$"] + [
-            "$"
-            + self.event.replace("eps", _fmt_eps(e))
-            .replace("|", "\\lvert ", 1)
-            .replace("|", "\\rvert", 1)
-            .replace("v_hat_R", "\\hat v_R")
-            .replace("A_1", "A_1")
-            + "$"
-            for e in self.eps_values
-        ]
-        lines = [
-            f"% {self.title}",
-            "\\begin{tabular}{r" + "r" * len(self.eps_values) + "}",
-            "\\toprule",
-            " & ".join(head) + " \\\\",
-            "\\midrule",
-        ]
-        for i, R in enumerate(self.R_values):
-            cells = []
-            for j in range(len(self.eps_values)):
-                c = self._cell(i, j, d, "").strip()
-                cells.append(
-                    f"\\textcolor{{gray}}{{{c}$^\\dagger$}}" if self.values[i, j] >= 1 else c
-                )
-            lines.append(" & ".join([str(R)] + cells) + " \\\\")
-        lines += ["\\bottomrule", "\\end{tabular}", "% $^\\dagger$ vacuous (>= 1)"]
-        return "\n".join(lines) + "\n"
-
-    def render(self, fmt: str, *, digits: int | None = None) -> str:
-        """``fmt`` in ``{"md", "csv", "latex"}``."""
-        if fmt == "md":
-            return self.to_markdown(digits=digits)
-        if fmt == "csv":
-            return self.to_csv()
-        if fmt == "latex":
-            return self.to_latex(digits=digits)
-        raise ValueError(f"format must be one of 'md', 'csv', 'latex', got {fmt!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

@@ -6,16 +6,20 @@ check and a verdict computed by it (``holds``, ``holds-with-conditions``, ``refu
 figures; ``grpo-audit tables appendix-a2|table1`` prints the regenerated tables.
 """
 
-from .registry import (
-    REGISTRY,
-    VERDICTS,
-    CheckContext,
-    Claim,
-    ClaimResult,
-    Outcome,
-    get_claim,
-    run_claim,
-    run_claims,
+from __future__ import annotations
+
+from typing import Any
+
+_REGISTRY_NAMES = (
+    "REGISTRY",
+    "VERDICTS",
+    "CheckContext",
+    "Claim",
+    "ClaimResult",
+    "Outcome",
+    "get_claim",
+    "run_claim",
+    "run_claims",
 )
 
 __all__ = [
@@ -38,13 +42,17 @@ __all__ = [
 
 def all_claim_ids() -> list[str]:
     """Every registered claim id, in registration (paper) order."""
-    from .registry import _load_all
+    from .registry import REGISTRY, _load_all
 
     _load_all()
     return list(REGISTRY)
 
 
-def __getattr__(name: str):  # lazy: keep `import paper_checks` cheap
+def __getattr__(name: str) -> Any:  # lazy: keep `import paper_checks` cheap (no numpy)
+    if name in _REGISTRY_NAMES:
+        from . import registry
+
+        return getattr(registry, name)
     if name == "run_audit":
         from .report import run_audit
 

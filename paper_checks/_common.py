@@ -9,13 +9,15 @@ from typing import Any
 
 import numpy as np
 
+from sims._stats import Z_THRESHOLD
+
 from ._exact import TokenMDPView, advantage_values
 from .registry import CheckContext
 
 __all__ = ["K_SE", "STD", "P_GRID", "mc_evidence", "mc_theorem41", "training_run", "token_mdp",
            "scale_factor", "ratio"]
 
-K_SE = 4.0  # statistical tier: |estimate - exact| <= K_SE * SE
+K_SE = Z_THRESHOLD  # statistical tier: |estimate - exact| <= K_SE * SE (the one k)
 STD = {"ddof": 1, "eps": 0.0}  # std-normalised GRPO as TRL/verl/OpenRLHF run it (eps set to 0)
 P_GRID = tuple(np.round(np.linspace(0.05, 0.95, 19), 4))
 
@@ -30,7 +32,7 @@ def mc_evidence(results: list[Any], prefix: str) -> tuple[dict[str, float], bool
         ev[f"{key}_estimate"] = r.estimate
         ev[f"{key}_exact"] = r.exact
         ev[f"{key}_se"] = r.se
-        ev[f"{key}_z"] = r.z if np.isfinite(r.z) else 1e300
+        ev[f"{key}_z"] = r.z  # +-inf (failed deterministic check) is written as "inf"/"-inf"
         ev[f"{key}_n"] = r.n
         if r.paper_value is not None:
             ev[f"{key}_paper_formula"] = r.paper_value

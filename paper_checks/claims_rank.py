@@ -16,6 +16,7 @@ from scipy.stats import binom
 
 from grpo_theory import compute_advantages, spectral_metrics
 
+from ._common import STD
 from .paper_values import PAPER_CROSS_REFERENCES, PAPER_LABELLED_STATEMENTS, PAPER_TABLE1
 from .registry import CheckContext, Outcome, claim
 
@@ -23,7 +24,6 @@ __all__ = ["effective_rank_range", "expected_metric"]
 
 SEC7 = "7. Experiments and Table 1"
 SEC8 = "8-9. Discussion and related work"
-STD = {"ddof": 1, "eps": 0.0}
 PSI_MODELS: dict[str, dict[str, float]] = {
     "isotropic": {},
     "clustered (noise 0.1)": {"within": 1.0, "between": 0.0, "noise": 0.1},

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from grpo_io import to_jsonable
+
 __all__ = [
     "VERDICTS",
     "Claim",
@@ -119,7 +121,7 @@ class ClaimResult:
             "check": self.check,
             "variants": list(self.variants),
             "verdict": self.verdict,
-            "evidence": _jsonable(self.evidence),
+            "evidence": to_jsonable(self.evidence),
             "correction": self.correction,
             "conditions": self.conditions,
             "figure": self.figure,
@@ -176,8 +178,8 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
     t0 = time.perf_counter()
     out = c.fn(CheckContext(seed=seed, quick=quick))
     dt = time.perf_counter() - t0
-    ev = _jsonable(out.evidence)
-    _check_evidence(c.id, ev)
+    _check_evidence(c.id, out.evidence)
+    ev = to_jsonable(out.evidence)
     return ClaimResult(
         id=c.id,
         location=c.location,
@@ -255,34 +257,19 @@ def _load_all() -> None:
         importlib.import_module(f"{__package__}.{name}")
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, bool | np.bool_):
-        return bool(x)
-    if isinstance(x, int | np.integer):
-        return int(x)
-    if isinstance(x, float | np.floating):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if x is None or isinstance(x, str):
-        return x
-    try:  # sympy numbers
-        return float(x)
-    except (TypeError, ValueError):
-        return str(x)
-
-
 def _check_evidence(cid: str, ev: Any, path: str = "") -> None:
-    """Evidence must not carry NaN/inf silently: raise naming the entry."""
+    """Evidence must not carry NaN (an undefined number) silently: raise naming the entry.
+
+    Infinities are allowed (e.g. the ``z = inf`` of a failed deterministic check); they are written
+    as ``"inf"``/``"-inf"`` (:data:`grpo_io.NONFINITE_POLICY`).
+    """
     if isinstance(ev, dict):
         for k, v in ev.items():
-            _check_evidence(cid, v, f"{path}.{k}" if path else k)
-    elif isinstance(ev, list):
+            _check_evidence(cid, v, f"{path}.{k}" if path else str(k))
+    elif isinstance(ev, list | tuple):
         for i, v in enumerate(ev):
             _check_evidence(cid, v, f"{path}[{i}]")
-    elif isinstance(ev, float) and not math.isfinite(ev):
-        raise ValueError(f"claim {cid}: evidence {path} is {ev} (non-finite)")
+    elif hasattr(ev, "tolist") and hasattr(ev, "dtype"):  # numpy array or scalar
+        _check_evidence(cid, ev.tolist(), path)
+    elif isinstance(ev, float) and math.isnan(ev):
+        raise ValueError(f"claim {cid}: evidence {path} is nan (an undefined number)")

@@ -13,50 +13,17 @@
 
 from __future__ import annotations
 
-import json
-import platform
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from grpo_io import environment, write_json
+
 from .paper_values import PAPER_ID
 from .registry import VERDICTS, ClaimResult, run_claims
 
-__all__ = ["run_audit", "summary_table", "environment"]
-
-
-def environment() -> dict[str, Any]:
-    """Library versions and the device (CPU only: nothing here uses an accelerator)."""
-    import matplotlib
-    import numpy
-    import scipy
-    import sympy
-
-    env: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "numpy": numpy.__version__,
-        "scipy": scipy.__version__,
-        "sympy": sympy.__version__,
-        "matplotlib": matplotlib.__version__,
-        "device": "cpu",
-    }
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-    except ImportError:  # pragma: no cover
-        env["torch"] = None
-    try:
-        from importlib.metadata import version
-
-        env["grpo_audit"] = version("grpo-audit")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        env["grpo_audit"] = None
-    return env
+__all__ = ["run_audit", "summary_table"]
 
 
 def _short(text: str | None, n: int = 160) -> str:
@@ -194,11 +161,10 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         "verdict_counts": dict(Counter(r.verdict for r in results)),
         "seconds_claims": round(t_claims, 2),
         "seconds_total": round(elapsed, 2),
-        "environment": environment(),
+        "environment": environment(),  # numpy, scipy, sympy, matplotlib, torch; device cpu
     }
-    (out / "claims.json").write_text(
-        json.dumps([r.as_dict() for r in results], indent=2) + "\n", encoding="utf-8")
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "claims.json", [r.as_dict() for r in results])
+    write_json(out / "meta.json", meta)
     env = meta["environment"]
     md = [
         f"# Proof audit of {PAPER_ID}",

@@ -1,108 +1,37 @@
-"""Output helpers shared by the real-model experiments: JSON(L) writing, resume, environment."""
+"""Output helpers of the real-model experiments: resume checks on top of :mod:`grpo_io`.
+
+JSON(L) writing and reading, the non-finite policy and the environment record are
+:mod:`grpo_io`'s (re-exported here for the experiment modules).
+"""
 
 from __future__ import annotations
 
 import json
-import math
-import platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import grpo_io
+from grpo_io import append_jsonl, read_jsonl, rewrite_jsonl, write_json
+from grpo_io import to_jsonable as jsonable
 
-__all__ = ["jsonable", "write_json", "append_jsonl", "read_jsonl", "environment", "check_config"]
+__all__ = [
+    "jsonable",
+    "write_json",
+    "append_jsonl",
+    "read_jsonl",
+    "rewrite_jsonl",
+    "environment",
+    "check_config",
+]
 
-
-def jsonable(x: Any) -> Any:
-    """Recursively convert numpy/torch scalars and arrays to JSON types; NaN/inf -> ``None``."""
-    if isinstance(x, Mapping):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        v = float(x)
-        return v if math.isfinite(v) else None
-    return x
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented strict JSON (atomically: temp file then rename)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(jsonable(obj), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
-    """Append one record as a JSON line and flush it to disk (streamed results)."""
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(jsonable(record), allow_nan=False) + "\n")
-        fh.flush()
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; a truncated last line (interrupted write) is dropped."""
-    if not path.is_file():
-        return []
-    out = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if n == len(lines) - 1:
-                break
-            raise ValueError(f"{path}: line {n + 1} is not valid JSON") from None
-    return out
-
-
-def rewrite_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Rewrite ``path`` with ``records`` (used to drop a truncated tail before resuming)."""
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(jsonable(r), allow_nan=False) + "\n")
-    tmp.replace(path)
+#: Libraries recorded with every real-model run.
+LIBRARIES: tuple[str, ...] = ("numpy", "torch", "transformers")
 
 
 def environment(device: str | None = None) -> dict[str, Any]:
-    """Library versions, platform and device description (recorded with every experiment)."""
-    import torch
-
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
-    try:
-        import transformers
-
-        env["transformers"] = transformers.__version__
-    except ImportError:  # pragma: no cover
-        env["transformers"] = None
-    try:
-        from grpo_theory import __version__
-
-        env["grpo_audit"] = __version__
-    except ImportError:  # pragma: no cover
-        pass
-    if device is not None:
-        env["device"] = device
-        if device.startswith("cuda") and torch.cuda.is_available():
-            env["device_name"] = torch.cuda.get_device_name(torch.device(device))
-        else:
-            env["device_name"] = platform.processor() or platform.machine()
-    return env
+    """:func:`grpo_io.environment` with real_model's libraries and ``device`` (default cpu)."""
+    return grpo_io.environment(libraries=LIBRARIES, device=device or "cpu")
 
 
 def check_config(path: Path, config: Mapping[str, Any]) -> None:

@@ -6,7 +6,8 @@ binary rewards are i.i.d. Bernoulli(``p``) and conditioned on being mixed (``0 <
 
 * ``isotropic``: ``K = I``;
 * ``clustered``: ``K = gram_clustered(r, within=1, between=0, noise=0.1)`` (clusters by reward);
-* ``common``: ``K = strength 1 1^T + I`` with ``strength = 1``.
+* ``common (strength 1)``: ``K = strength 1 1^T + I`` with ``strength = 1`` (the audit's
+  ``common (strength 4)`` is a different world, named by its strength).
 
 In these worlds the metrics of ``diag(A) K diag(A)`` (GRPO advantages ``A = r - mean r``) depend on
 the group only through the number of successes ``k``, so the conditional means are computed exactly
@@ -14,8 +15,9 @@ by summing over ``k = 1 .. R-1`` with Binomial(``R``, ``p``) weights (no Monte C
 ``p`` defaults to the real run's accuracy when ``--real`` is given, else 0.5.
 
 The real rows come from a ``grpo-audit real rank`` ``results.json`` (means over mixed groups).
-:data:`PAPER_TABLE1` holds the values the paper *reports* in its Table 1 (Nemotron-4B, GSM8K),
-labelled as such; they are the claims under test, not results of this code.
+:data:`paper_values.PAPER_TABLE1` (the one place for them) holds the values the paper *reports* in
+its Table 1 (Nemotron-4B, GSM8K), labelled as such; they are the claims under test, not results of
+this code.
 """
 
 from __future__ import annotations
@@ -30,57 +32,38 @@ import numpy as np
 
 from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
+from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
 from ._io import write_json
 
 __all__ = ["PAPER_TABLE1", "TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
 
-# The seed paper's Table 1 as printed: R -> (max rank, eff. rank, top-1 fraction range).
-PAPER_TABLE1: dict[int, dict[str, Any]] = {
-    2: {
-        "max_rank": 1,
-        "effective_rank": 2.0,
-        "effective_rank_text": "~2",
-        "top1_range": (0.6, 0.7),
-    },
-    4: {
-        "max_rank": 3,
-        "effective_rank": 2.0,
-        "effective_rank_text": "~2",
-        "top1_range": (0.7, 0.8),
-    },
-    8: {
-        "max_rank": 7,
-        "effective_rank": 2.0,
-        "effective_rank_text": "~2",
-        "top1_range": (0.5, 0.6),
-    },
-}
-
-TOY_WORLDS: dict[str, dict[str, float]] = {
-    "isotropic": {},
-    "clustered": {"within": 1.0, "between": 0.0, "noise": 0.1},
-    "common": {"strength": 1.0},
+#: World name -> (psi model of :func:`sims.psi_models.limit_gram`, its parameters). A world's name
+#: carries the parameters that distinguish it (the audit's world is "common (strength 4)").
+TOY_WORLDS: dict[str, tuple[str, dict[str, float]]] = {
+    "isotropic": ("isotropic", {}),
+    "clustered": ("clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}),
+    "common (strength 1)": ("common", {"strength": 1.0}),
 }
 
 
 def toy_gram(world: str, labels: Any) -> np.ndarray:
     """Limit Gram of ``world`` for labels ``[R]`` (``sims`` if importable, else closed form)."""
     lab = np.asarray(labels)
-    kw = TOY_WORLDS.get(world)
-    if kw is None:
+    if world not in TOY_WORLDS:
         raise ValueError(f"unknown toy world {world!r}; use one of {sorted(TOY_WORLDS)}")
+    model, kw = TOY_WORLDS[world]
     try:
         from sims.psi_models import limit_gram
     except ImportError:
         from grpo_theory.spectral import gram_clustered, gram_common_component, gram_isotropic
 
-        if world == "isotropic":
+        if model == "isotropic":
             return gram_isotropic(lab.size)
-        if world == "clustered":
+        if model == "clustered":
             return gram_clustered(lab, **kw)
         return gram_common_component(lab.size, **kw)
-    return np.asarray(limit_gram(world, lab, **kw), dtype=np.float64)
+    return np.asarray(limit_gram(model, lab, **kw), dtype=np.float64)
 
 
 def toy_rank_rows(
@@ -160,15 +143,15 @@ def plot_compare(ax_rank: Any, ax_top1: Any, rows: Sequence[dict[str, Any]]) -> 
     pR = sorted(PAPER_TABLE1)
     ax_rank.scatter(
         pR,
-        [PAPER_TABLE1[R]["effective_rank"] for R in pR],
+        [PAPER_TABLE1[R]["eff_rank"] for R in pR],
         marker="*",
         s=120,
         color="k",
         zorder=4,
         label="paper Table 1 (reported, ~2)",
     )
-    lo = [PAPER_TABLE1[R]["top1_range"][0] for R in pR]
-    hi = [PAPER_TABLE1[R]["top1_range"][1] for R in pR]
+    lo = [PAPER_TABLE1[R]["top1"][0] for R in pR]
+    hi = [PAPER_TABLE1[R]["top1"][1] for R in pR]
     ax_top1.vlines(pR, lo, hi, color="k", lw=4, label="paper Table 1 (reported range)")
     allR = sorted({r["R"] for r in rows} | set(pR))
     ax_rank.plot(allR, allR, ls=":", color="grey", label="R")
@@ -200,7 +183,7 @@ def _md(rows: Sequence[dict[str, Any]]) -> str:
             t = PAPER_TABLE1[R]
             out += (
                 f"| {R} | paper Table 1 (reported; max rank {t['max_rank']}) | "
-                f"{t['effective_rank_text']} | {t['top1_range'][0]}–{t['top1_range'][1]} |\n"
+                f"{PAPER_TABLE1_EFF_RANK_TEXT} | {t['top1'][0]}–{t['top1'][1]} |\n"
             )
     return out
 
@@ -248,7 +231,7 @@ def run_compare(
         "experiment": "compare",
         "p": p,
         "R_values": list(R_values),
-        "toy_worlds": TOY_WORLDS,
+        "toy_worlds": {w: {"model": m, **kw} for w, (m, kw) in TOY_WORLDS.items()},
         "rows": rows,
         "paper_table1_reported": PAPER_TABLE1,
         "real_results": str(real) if real else None,

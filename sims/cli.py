@@ -1,13 +1,15 @@
 """``grpo-audit sims``: run one toy-world experiment, or list them.
 
 ``grpo-audit sims <experiment> --out DIR [--seed N] [--quick]`` writes ``results.json``,
-``table.md`` and ``figure.png`` into ``DIR``; ``grpo-audit sims list`` prints the experiments.
+``table.md`` and ``figure.png`` into ``DIR`` and exits 1 when any check fails (0 when all pass);
+``grpo-audit sims list`` prints the experiments.
 Cheap to import: numpy, scipy and matplotlib are imported inside the handler.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 __all__ = ["register", "EXPERIMENT_NAMES"]
@@ -29,14 +31,19 @@ def _run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
+    from ._stats import Z_THRESHOLD
     from .experiments import run_experiment
 
     res = run_experiment(args.experiment, args.out, seed=args.seed, quick=args.quick)
     n, ok = res.get("n_checks", 0), res.get("n_passed", 0)
     print(
-        f"sims {args.experiment}: {ok}/{n} checks passed (k=4); wrote results.json, table.md, "
-        f"figure.png to {args.out} in {res['wall_time_s']:.1f} s"
+        f"sims {args.experiment}: {ok}/{n} checks passed (k={Z_THRESHOLD:g}); wrote results.json, "
+        f"table.md, figure.png to {args.out} in {res['wall_time_s']:.1f} s"
     )
+    if ok < n:
+        failed = [c["name"] for c in res.get("checks", []) if not c.get("passed", True)]
+        print(f"sims {args.experiment}: FAILED: {'; '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -19,17 +19,15 @@ name               what
 
 from __future__ import annotations
 
-import json
 import math
-import platform
-import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from grpo_io import atomic_write_text, dumps, environment, to_jsonable
 
 from .plots import (
     plot_gradient_ratio,
@@ -39,31 +37,15 @@ from .plots import (
     plot_training,
     plot_variance_ratio,
 )
-from .results import CheckResult, _jsonable, md_escape, results_table
+from .results import CheckResult, md_escape, results_table
 
-__all__ = ["EXPERIMENTS", "run_experiment", "environment_info"]
+__all__ = ["EXPERIMENTS", "run_experiment"]
 
 def _all_estimators() -> tuple[str, ...]:
     """Every registered estimator, in registration order (:mod:`grpo_theory.registry`)."""
     from grpo_theory import estimator_names
 
     return estimator_names()
-
-
-def environment_info() -> dict[str, Any]:
-    """Python / library versions and the device (all of :mod:`sims` runs on the CPU in NumPy)."""
-    vers = {}
-    for pkg in ("numpy", "scipy", "matplotlib", "grpo-audit"):
-        try:
-            vers[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            vers[pkg] = None
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "device": f"cpu ({platform.processor() or platform.machine()}), numpy",
-        "versions": vers,
-    }
 
 
 def _bandit(reward: str = "bernoulli") -> Any:
@@ -91,12 +73,12 @@ def _write(
         "seed": seed,
         "quick": quick,
         "command": f"grpo-audit sims {name} --out {out_dir} --seed {seed}" + (" --quick" * quick),
-        "environment": environment_info(),
+        "environment": environment(libraries=("numpy", "scipy", "matplotlib"), device="cpu"),
         "wall_time_s": round(time.perf_counter() - t0, 3),
         **payload,
     }
-    res = _jsonable(res)
-    (out_dir / "results.json").write_text(json.dumps(res, indent=2, allow_nan=False))
+    res = to_jsonable(res)
+    atomic_write_text(out_dir / "results.json", dumps(res, indent=2))
     (out_dir / "table.md").write_text(
         f"# sims: {name} (seed {seed}{', quick' if quick else ''})\n\n" + table + "\n"
     )
@@ -278,15 +260,20 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
 
 
 # --- spectra ------------------------------------------------------------------------------------
+#: The toy worlds are named by their parameters ("common (strength 4)", "clustered (noise 0.1)"),
+#: as in the audit; ``grpo-audit compare``'s common world is "common (strength 1)".
+CLUSTERED_01: dict[str, float] = {"within": 1.0, "between": 0.0, "noise": 0.1}
+
+
 def _spectra_models(quick: bool) -> list[tuple[str, str, dict[str, Any], int | None]]:
     d = 512 if quick else 4096
     return [
         ("isotropic d=inf", "isotropic", {}, None),
         (f"isotropic d={d}", "isotropic", {}, d),
-        ("clustered d=inf", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, None),
-        (f"clustered d={d}", "clustered", {"within": 1.0, "between": 0.0, "noise": 0.1}, d),
-        ("common s=4 d=inf", "common", {"strength": 4.0}, None),
-        ("common s=4 d=" + str(d), "common", {"strength": 4.0}, d),
+        ("clustered (noise 0.1) d=inf", "clustered", CLUSTERED_01, None),
+        (f"clustered (noise 0.1) d={d}", "clustered", CLUSTERED_01, d),
+        ("common (strength 4) d=inf", "common", {"strength": 4.0}, None),
+        (f"common (strength 4) d={d}", "common", {"strength": 4.0}, d),
         ("token_mdp psi", "token_mdp", {}, None),
     ]
 

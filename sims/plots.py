@@ -18,6 +18,7 @@ __all__ = [
     "plot_spectra",
     "plot_training",
     "plot_tails",
+    "plot_expected_mass",
 ]
 
 
@@ -148,3 +149,39 @@ def plot_tails(ax: Any, curve: dict[str, Any]) -> None:
     ax.set_xlabel("eps")
     ax.set_title(f"R={curve['R']}, p={curve['p']}")
     ax.legend(fontsize=5)
+
+
+def plot_expected_mass(
+    ax: Any,
+    estimator: str,
+    *,
+    R: int,
+    p: Any = None,
+    label: str | None = None,
+    **opts: Any,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Plot ``E m_S(p)`` (solid) and ``E m_F(p)`` (dashed) of one estimator on ``ax``.
+
+    The numbers come from :func:`grpo_theory.mass.expected_mass_bernoulli`; this only draws them.
+
+    Args:
+        ax: a matplotlib Axes (nothing global is changed).
+        estimator: registry name.
+        R: group size.
+        p: solve-rate grid (default 201 points in [0, 1]).
+        label: legend stem (default: the estimator name).
+        **opts: estimator options.
+
+    Returns:
+        ``(p, E m_S, E m_F)`` arrays.
+    """
+    from grpo_theory.mass import expected_mass_bernoulli
+
+    grid = np.linspace(0.0, 1.0, 201) if p is None else np.asarray(p, dtype=np.float64)
+    ms, mf = expected_mass_bernoulli(estimator, R=R, p=grid, **opts)
+    name = label or estimator
+    (line,) = ax.plot(grid, ms, "-", label=f"{name}: E m_S")
+    ax.plot(grid, mf, "--", color=line.get_color(), label=f"{name}: E m_F")
+    ax.set_xlabel("solve rate p")
+    ax.set_ylabel(f"expected mass per group (R={R})")
+    return grid, np.asarray(ms), np.asarray(mf)

@@ -17,23 +17,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from grpo_io import to_jsonable
+
+from ._stats import Z_THRESHOLD
+
 __all__ = ["CheckResult", "make_check", "DEFAULT_K", "results_table", "md_escape"]
 
-DEFAULT_K = 4.0
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item) and getattr(x, "ndim", 0) == 0:
-        return x.item()
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
+#: Default ``k`` of :func:`make_check`: the one threshold :data:`sims._stats.Z_THRESHOLD`.
+DEFAULT_K = Z_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -67,8 +58,8 @@ class CheckResult:
     details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (non-finite floats become None / "inf")."""
-        return _jsonable(asdict(self))
+        """JSON-ready dict (non-finite floats as :data:`grpo_io.NONFINITE_POLICY` says)."""
+        return to_jsonable(asdict(self))
 
 
 def make_check(

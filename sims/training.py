@@ -25,6 +25,7 @@ import numpy as np
 from grpo_theory import compute_advantages, spectral_metrics, zero_variance_groups
 from grpo_theory.mass import gradient_mass
 
+from ._stats import Z_THRESHOLD
 from .exact import estimator_options, expected_gradient_bernoulli
 from .token_mdp import TokenMDP
 
@@ -178,7 +179,7 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def summarize_training(run: dict[str, Any], *, k: float = 4.0) -> dict[str, Any]:
+def summarize_training(run: dict[str, Any], *, k: float = Z_THRESHOLD) -> dict[str, Any]:
     """Tests of Corollary 4.2 and of the rank-collapse prediction on one run.
 
     * zero-advantage groups: sampled count over all steps vs the exact expected count

@@ -19,6 +19,7 @@ from paper_checks.registry import (
     SECTION_ORDER,
     CheckContext,
     Outcome,
+    _load_all,
     claim,
     ordered_ids,
     run_claim,
@@ -59,6 +60,7 @@ def test_nonfinite_evidence_raises_naming_the_entry(monkeypatch):
     def bad(ctx: CheckContext) -> Outcome:
         return Outcome("holds", {"inner": {"x": float("nan")}})
 
+    _load_all()
     monkeypatch.setitem(REGISTRY, "tmp_bad_claim",
                         REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_bad_claim", "-", "-", "-",
                                                                 bad))
@@ -66,10 +68,42 @@ def test_nonfinite_evidence_raises_naming_the_entry(monkeypatch):
         run_claim("tmp_bad_claim")
 
 
+def test_infinite_evidence_is_kept_and_written_as_inf(monkeypatch):
+    def inf_z(ctx: CheckContext) -> Outcome:
+        return Outcome("inconclusive", {"z": float("inf"), "arr": np.array([-np.inf, 1.0])})
+
+    _load_all()
+    monkeypatch.setitem(REGISTRY, "tmp_inf_claim",
+                        REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_inf_claim", "-", "-", "-",
+                                                                inf_z))
+    res = run_claim("tmp_inf_claim")
+    assert res.as_dict()["evidence"] == {"z": "inf", "arr": ["-inf", 1.0]}
+
+
+def _clear_memo_caches() -> None:
+    """Clear every functools cache of the audit and the toy worlds (Monte Carlo is memoised by
+    seed, so without this a second run would replay the first one's numbers)."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.startswith(("paper_checks", "sims", "grpo_theory")):
+            continue
+        for obj in list(vars(mod).values()):
+            if callable(getattr(obj, "cache_clear", None)):
+                obj.cache_clear()
+
+
 def test_checks_are_seeded_reproducible():
+    # Caches are cleared before each run, so the Monte Carlo part is recomputed from the seed:
+    # with an unseeded generator this fails (checked by breaking CheckContext.rng's seeding).
+    _clear_memo_caches()
     a = run_claim("thm4_1_iii_covariance", seed=3).evidence
+    _clear_memo_caches()
     b = run_claim("thm4_1_iii_covariance", seed=3).evidence
     assert a == b
+    _clear_memo_caches()
+    c = run_claim("thm4_1_iii_covariance", seed=4).evidence
+    assert c != a  # the seed reaches the Monte Carlo part
 
 
 # --- feasible effective-rank range ---------------------------------------------------------
@@ -139,7 +173,7 @@ def test_cli_module_is_cheap_to_import():
 
 
 def test_audit_cli_writes_claims_json_report_and_figures(tmp_path):
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     out = tmp_path / "audit"
     code = main(["audit", "--out", str(out), "--quick", "--only", "thm4_1_i_zero_sum",
@@ -163,7 +197,7 @@ def test_audit_cli_writes_claims_json_report_and_figures(tmp_path):
 
 
 def test_tables_cli_prints_appendix_a2(capsys):
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     assert main(["tables", "appendix-a2", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -171,7 +205,7 @@ def test_tables_cli_prints_appendix_a2(capsys):
 
 
 def test_audit_without_out_is_a_clear_error(capsys):
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     assert main(["audit"]) == 2
     assert "--out DIR is required" in capsys.readouterr().err

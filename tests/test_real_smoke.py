@@ -23,7 +23,7 @@ def _offline_available() -> bool:
 def test_real_rank_smoke_offline_smollm2(tmp_path: Path) -> None:
     import torch
 
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     torch.set_num_threads(2)
     out = tmp_path / "rank"

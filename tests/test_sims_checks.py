@@ -16,6 +16,7 @@ from grpo_theory import compute_advantages, isotropic_effective_rank_binary
 from grpo_theory.bernoulli import exact_advantage_moments
 from grpo_theory.bounds import exact_baseline_tail_bernoulli
 from sims import checks
+from sims._stats import Z_THRESHOLD, discrete_mean_sd
 from sims.bandit import SoftmaxBandit
 from sims.exact import (
     ESTIMATOR_SPECS,
@@ -29,7 +30,7 @@ from sims.multiturn import MultiTurnMDP
 from sims.results import CheckResult, make_check
 from sims.token_mdp import TokenMDP
 
-K_SE = 4.0
+K_SE = Z_THRESHOLD  # the one threshold of every statistical check
 
 
 def _bandit(reward: str = "bernoulli") -> SoftmaxBandit:
@@ -308,3 +309,48 @@ def test_multiturn_modes_gradient_ratio_checks() -> None:
         # reward's coefficient (R-1)/R (group mean) or 1 (leave-one-out)
         assert all(r.exact == pytest.approx(ratio, abs=1e-12) for r in res)
         assert all(row["mc_trace_cov_g"] > 0 for row in rows)
+
+
+# --- spectra statistics: metric f(k) of a discrete k with a known law -------------------------
+def _isotropic_top1(R: int, k: int) -> float:
+    # diag(A) I diag(A) has eigenvalues A_i^2: (1 - k/R)^2 (k times), (k/R)^2 (R - k times)
+    return max(k, R - k) ** 2 / (R * k * (R - k))
+
+
+def test_spectra_top1_isotropic_exact_mean_and_se_hand_checked() -> None:
+    R, n = 8, 400
+    (_, top1) = checks.check_spectra_limit(
+        "isotropic", "grpo", R=R, p=0.5, n_groups=n, rng=np.random.default_rng(0)
+    )
+    # weights C(8, k) / 254 for k = 1..7; f = 7/8, 3/8, 5/24, 1/8, 5/24, 3/8, 7/8
+    w = np.array([math.comb(R, k) for k in range(1, R)]) / 254
+    f = np.array([_isotropic_top1(R, k) for k in range(1, R)])
+    assert f[:4].tolist() == pytest.approx([7 / 8, 3 / 8, 5 / 24, 1 / 8], rel=1e-15)
+    mu = 67.08333333333333 / 254
+    assert top1.exact == pytest.approx(mu, rel=1e-12)
+    sd = math.sqrt(float(w @ (f - mu) ** 2))
+    assert top1.se == pytest.approx(sd / math.sqrt(top1.n), rel=1e-12)
+    assert top1.details["se_from"] == "exact variance over k"
+
+
+def test_spectra_se_from_exact_variance_judges_the_seed0_sample_correctly() -> None:
+    # The k counts that `grpo-audit sims spectra` (full, seed 0) drew for isotropic R=8 (1000
+    # groups): k=1 and k=7 (top-1 = 7/8) were under-drawn (31 vs 62.5 expected). The sample SE
+    # shrinks with them and flagged z = -4.6; the exact-variance SE gives |z| < 4.
+    R = 8
+    counts = {1: 15, 2: 111, 3: 214, 4: 287, 5: 233, 6: 113, 7: 16}
+    x = np.concatenate([np.full(c, _isotropic_top1(R, k)) for k, c in counts.items()])
+    w = np.array([math.comb(R, k) for k in range(1, R)], dtype=float)
+    f = np.array([_isotropic_top1(R, k) for k in range(1, R)])
+    mu, sd = discrete_mean_sd(f, w)
+    z_sample = (x.mean() - mu) / (x.std(ddof=1) / math.sqrt(x.size))
+    z_exact = (x.mean() - mu) / (sd / math.sqrt(x.size))
+    assert z_sample == pytest.approx(-4.617, abs=1e-3)
+    assert z_exact == pytest.approx(-3.694, abs=1e-3) and abs(z_exact) <= K_SE
+
+
+def test_discrete_mean_sd_rejects_bad_weights() -> None:
+    with pytest.raises(ValueError, match="weights must be >= 0"):
+        discrete_mean_sd(np.array([1.0, 2.0]), np.array([0.5, -0.5]))
+    with pytest.raises(ValueError, match="one shape"):
+        discrete_mean_sd(np.array([1.0, 2.0]), np.array([1.0]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_theory.cli import main
+from grpo_audit.cli import main
 from sims.cli import EXPERIMENT_NAMES
 from sims.experiments import EXPERIMENTS
 
@@ -44,9 +44,28 @@ def test_quick_experiment_writes_json_table_and_figure(name: str, tmp_path: Path
     assert main(["sims", name, "--out", str(out), "--quick", "--seed", "3"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["seed"] == 3 and res["quick"] is True
-    assert res["environment"]["versions"]["numpy"]
+    assert res["environment"]["numpy"]
     assert (out / "table.md").read_text().startswith(f"# sims: {name}")
     assert (out / "figure.png").stat().st_size > 5_000
     assert res["n_checks"] >= 1
     for c in res["checks"]:
         assert c["passed"] == (abs(c["z"]) <= c["k"]) or c["se"] == 0
+
+
+def test_sims_exits_nonzero_when_a_check_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sims.experiments as ex
+
+    def fake(name: str, out: str, *, seed: int, quick: bool) -> dict:
+        checks = [{"name": "a", "passed": True}, {"name": "b broken", "passed": False}]
+        return {"n_checks": 2, "n_passed": 1, "checks": checks, "wall_time_s": 0.0}
+
+    monkeypatch.setattr(ex, "run_experiment", fake)
+    assert main(["sims", "moments", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "1/2 checks passed" in captured.out and "b broken" in captured.err
+    fake_ok = lambda *a, **k: {**fake(*a, **k), "n_passed": 2}  # noqa: E731
+    monkeypatch.setattr(ex, "run_experiment", fake_ok)
+    assert main(["sims", "moments", "--out", str(tmp_path)]) == 0
+

@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from grpo_theory import compute_advantages
 from grpo_theory.multiturn import multiturn_advantages
+from sims._stats import Z_THRESHOLD
 from sims.bandit import SoftmaxBandit
 from sims.multiturn import MultiTurnMDP
 from sims.token_mdp import TokenMDP
 
-K_SE = 4.0  # statistical tests: |estimate - exact| <= 4 SE
+K_SE = Z_THRESHOLD  # statistical tests: |estimate - exact| <= K_SE SE
 SEEDS = st.integers(0, 2**31 - 1)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
+from grpo_audit.cli import main
 from grpo_theory import (
     baseline_tail_event,
     bernstein_bound,
@@ -19,9 +20,9 @@ from grpo_theory import (
     hoeffding_bound,
     sup_baseline_tail_bernoulli,
 )
-from grpo_theory.cli import main
+from sims._stats import Z_THRESHOLD
 
-K_SE = 4.0  # statistical tests: |estimate - exact| <= K_SE * SE
+K_SE = Z_THRESHOLD  # statistical tests: |estimate - exact| <= K_SE * SE
 
 
 def test_closed_form_bounds_values_and_broadcasting() -> None:
@@ -113,17 +114,11 @@ def test_exact_baseline_tail_vs_monte_carlo_statistical() -> None:
     assert abs(est - exact_baseline_tail_bernoulli(R=R, eps=eps, p=p)) <= K_SE * se
 
 
-def test_bound_table_formats_and_vacuous_flags() -> None:
+def test_bound_table_values_and_vacuous_flags() -> None:
     t = bound_table("hoeffding", R_values=[2, 4, 8, 16], eps_values=[0.3, 0.2, 0.1])
     expect = 2 * np.exp(-2 * np.array([2, 4, 8, 16])[:, None] * np.array([0.3, 0.2, 0.1]) ** 2)
     np.testing.assert_allclose(t.values, expect, rtol=1e-15)
     np.testing.assert_array_equal(t.vacuous, expect >= 1)
-    md = t.to_markdown()
-    assert md.count("(vacuous)") == int((expect >= 1).sum())
-    csv_lines = t.to_csv().strip().splitlines()
-    assert csv_lines[0] == "R,eps,value,vacuous" and len(csv_lines) == 13
-    tex = t.to_latex()
-    assert "\\begin{tabular}" in tex and tex.count("\\dagger") == int((expect >= 1).sum()) + 1
 
 
 def test_bound_table_kinds_and_errors() -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from framework_refs import (
+    reference_openrlhf_shaped_rewards,
+    reference_trl_grpo_advantages,
+    reference_verl_grpo_outcome_advantages,
+    reference_verl_rloo_outcome_advantages,
+)
 
 from grpo_theory import (
     CONVENTIONS,
     ESTIMATORS,
     compute_advantages,
     conventions_markdown,
-    reference_openrlhf_shaped_rewards,
-    reference_trl_grpo_advantages,
-    reference_verl_grpo_outcome_advantages,
-    reference_verl_rloo_outcome_advantages,
 )
 
 

@@ -51,15 +51,19 @@ def test_gram_route_equals_explicit_svd(R: int, d: int, seed: int) -> None:
     assert a.effective_rank == pytest.approx(b.effective_rank, rel=1e-9)
 
 
-def test_zero_sum_weights_cap_rank_at_R_minus_1_with_common_component() -> None:
-    # psi_i = c + xi_i: the common direction c is cancelled by zero-sum weights only in the mean.
+def test_zero_sum_weights_leave_rank_of_weighted_scores_at_count_of_nonzero_weights() -> None:
+    # psi_i = c + xi_i: zero-sum weights cancel the common direction c only in the SUM of the
+    # rows w_i psi_i, not in the matrix diag(w) Psi, whose rank is the number of nonzero w_i: R
+    # for a mixed binary GRPO group (all weights nonzero), i.e. NOT capped at R - 1.
     rng = np.random.default_rng(0)
     R, d = 8, 50
     psi = rng.standard_normal((1, d)) * 5 + rng.standard_normal((R, d))
-    w = np.asarray(compute_advantages("grpo", rng.integers(0, 2, (1, R)).astype(float)))[0]
-    w = w if np.any(w) else np.r_[1.0, -1.0, np.zeros(R - 2)]
-    m = spectral_metrics_from_matrix(w[:, None] * psi)
-    assert m.rank == int(np.count_nonzero(w))
+    rewards = np.array([[1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    w = np.asarray(compute_advantages("grpo", rewards))[0]  # 5/8 (x3), -3/8 (x5)
+    assert w.sum() == pytest.approx(0.0, abs=1e-15) and np.count_nonzero(w) == R
+    assert spectral_metrics_from_matrix(w[:, None] * psi).rank == R
+    w0 = np.r_[1.0, -1.0, np.zeros(R - 2)]  # zero-sum with two nonzero weights: rank 2
+    assert spectral_metrics_from_matrix(w0[:, None] * psi).rank == 2
 
 
 @pytest.mark.parametrize("R", [2, 4, 8, pytest.param(16, marks=pytest.mark.slow)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from framework_refs import reference_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -16,7 +17,6 @@ from grpo_theory import (
     gradient_mass,
     multiturn_advantages,
     past_rewards,
-    reference_loss,
     reward_to_go,
 )
 
@@ -164,7 +164,7 @@ def test_plot_expected_mass_draws_on_given_axes() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from grpo_theory import plot_expected_mass
+    from sims.plots import plot_expected_mass
 
     fig, ax = plt.subplots()
     p, ms, mf = plot_expected_mass(ax, "asym_grpo", R=8, delta=0.5)

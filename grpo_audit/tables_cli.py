@@ -1,9 +1,13 @@
-"""``grpo-audit tables KIND``: print exact bound/tail tables (Markdown, CSV or LaTeX).
+"""``grpo-audit tables KIND``: print exact bound/tail tables (Markdown, CSV, LaTeX or JSON).
 
-``KIND`` is a sub-subcommand. This module adds the kinds of :mod:`grpo_theory.tables`
-(hoeffding, chebyshev, bernstein, exact-baseline-tail, exact-advantage-tail) and then lets
-``paper_checks.cli.register_tables(tables_subparsers)`` add its own (``appendix-a2``, ``table1``)
-when that function exists. Cheap to import: numpy/sympy are imported inside the handler.
+``KIND`` is a sub-subcommand. The kinds and their descriptions have one source,
+:data:`grpo_theory.tables.TABLE_KINDS` (plus :data:`paper_checks.cli.TABLE_KINDS`, the audit's own
+``appendix-a2`` and ``table1``). So that ``grpo-audit --help`` stays cheap (no numpy), the
+``tables`` parser registered on the top-level parser is a placeholder (it lists ``tables`` in the
+help), and
+:func:`grpo_audit.cli.main` hands everything after ``tables`` to :func:`run`, which builds the full
+``tables`` parser (one sub-subcommand per kind, importing :mod:`grpo_theory.tables`), so
+``grpo-audit tables --help`` and ``grpo-audit tables KIND --help`` work as usual.
 
 Example::
 
@@ -16,19 +20,11 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["register", "TABLE_KINDS", "add_common_table_arguments"]
-
-TABLE_KINDS: dict[str, str] = {
-    "hoeffding": "Hoeffding bound on P(|v_hat_R - v| > eps) (Appendix A.2)",
-    "chebyshev": "Chebyshev bound on P(|A_i| > eps) (Thm 4.1(iv)); needs --sigma2 or --p",
-    "bernstein": "Bernstein bound on P(|v_hat_R - v| > eps); needs --sigma2 or --p",
-    "exact-baseline-tail": "exact P(|v_hat_R - p| > eps), Bernoulli(p); sup over p without --p",
-    "exact-advantage-tail": "exact P(|A_1| > eps), Bernoulli(p), --estimator (default grpo)",
-}
+__all__ = ["register", "run", "build_tables_parser", "add_common_table_arguments"]
 
 
 def add_common_table_arguments(p: argparse.ArgumentParser) -> None:
-    """``--R``, ``--eps``, ``--format``, ``--digits``, ``--out`` (shared by every table kind)."""
+    """``--R``, ``--eps``, ``--format``, ``--digits``, ``--out`` (shared by every core kind)."""
     p.add_argument("--R", type=int, nargs="+", default=[2, 4, 8, 16], help="group sizes (rows)")
     p.add_argument(
         "--eps", type=float, nargs="+", default=[0.3, 0.2, 0.1], help="thresholds (columns)"
@@ -46,7 +42,10 @@ def _option_value(text: str) -> Any:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from .tables import bound_table
+    from grpo_io import dumps
+    from grpo_theory.tables import bound_table
+
+    from .render import render_bound_table
 
     opts: dict[str, Any] = {}
     for item in getattr(args, "option", None) or []:
@@ -66,9 +65,9 @@ def _handler(args: argparse.Namespace) -> int:
         estimator_options=opts,
     )
     if args.format == "json":
-        text = json.dumps(table.as_dict(), indent=2) + "\n"
+        text = dumps(table.as_dict(), indent=2) + "\n"
     else:
-        text = table.render(args.format, digits=args.digits)
+        text = render_bound_table(table, args.format, digits=args.digits)
     print(text, end="")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
@@ -76,13 +75,14 @@ def _handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    """Add ``tables`` with one sub-subcommand per kind, then the audit's kinds if available."""
-    p = sub.add_parser(
-        "tables",
-        help="print exact bound/tail tables (Markdown, CSV, LaTeX)",
-        description="Tables with rows R and columns eps; cells >= 1 are flagged vacuous.",
-    )
+_DESCRIPTION = "Tables with rows R and columns eps; cells >= 1 are flagged vacuous."
+
+
+def build_tables_parser(prog: str = "grpo-audit tables") -> argparse.ArgumentParser:
+    """The full ``tables`` parser: one sub-subcommand per kind (imports the core's tables)."""
+    from grpo_theory.tables import TABLE_KINDS
+
+    p = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
     tables_sub = p.add_subparsers(dest="table_kind", metavar="KIND")
     tables_sub.required = True
     for kind, help_text in TABLE_KINDS.items():
@@ -106,10 +106,30 @@ def register(sub: Any) -> None:
                 help="estimator option, repeatable (e.g. --option ddof=0 --option eps=1e-4)",
             )
         k.set_defaults(func=_handler)
-    try:
-        from paper_checks import cli as audit_cli
-    except ImportError:  # pragma: no cover - paper_checks is part of this distribution
-        return
-    reg = getattr(audit_cli, "register_tables", None)
-    if callable(reg):
-        reg(tables_sub)
+    from paper_checks import cli as audit_cli
+
+    audit_cli.register_tables(tables_sub)
+    return p
+
+
+def run(argv: list[str]) -> int:
+    """Parse ``argv`` (what follows ``grpo-audit tables``) with the full parser and run it."""
+    inner = build_tables_parser().parse_args(argv)
+    return int(inner.func(inner) or 0)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    return run(args.tables_argv)
+
+
+def register(sub: Any) -> None:
+    """Add ``tables`` to the top-level parser; its kinds are parsed when it runs."""
+    p = sub.add_parser(
+        "tables",
+        help="print exact bound/tail tables (Markdown, CSV, LaTeX); "
+        "'grpo-audit tables --help' lists the kinds",
+        description=_DESCRIPTION,
+        add_help=False,
+    )
+    p.add_argument("tables_argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(func=_dispatch)

@@ -1,0 +1,47 @@
+"""grpo_io: the one IO module of the project (bottom layer: stdlib only, numpy/torch recognised
+without being imported).
+
+* JSON with **one non-finite policy** (:data:`NONFINITE_POLICY`): strict JSON is written
+  (``allow_nan=False``); a NaN float is written as ``null`` (undefined: read back as ``None``, which
+  every reader treats as "n/a"); ``+inf`` and ``-inf`` are written as the strings ``"inf"`` and
+  ``"-inf"`` (read back as the floats by :func:`read_json`, :func:`read_jsonl` and
+  :func:`from_jsonable`), so that e.g. the ``z = inf`` of a failed deterministic check survives a
+  round trip and stays distinct from an undefined value.
+* :func:`write_json` and :func:`rewrite_jsonl` write atomically (temporary file, then rename);
+  :func:`append_jsonl` appends one flushed line (streamed results); :func:`read_jsonl` and
+  :func:`iter_jsonl` drop a truncated last line (an interrupted append) and raise on any other bad
+  line.
+* :func:`environment`: Python, platform and library versions and the device, recorded with every
+  run (the seed is the caller's to record).
+"""
+
+from .env import environment, package_version
+from .jsonio import (
+    NONFINITE_POLICY,
+    append_jsonl,
+    atomic_write_text,
+    dumps,
+    from_jsonable,
+    iter_jsonl,
+    read_json,
+    read_jsonl,
+    rewrite_jsonl,
+    to_jsonable,
+    write_json,
+)
+
+__all__ = [
+    "NONFINITE_POLICY",
+    "append_jsonl",
+    "atomic_write_text",
+    "dumps",
+    "environment",
+    "from_jsonable",
+    "iter_jsonl",
+    "package_version",
+    "read_json",
+    "read_jsonl",
+    "rewrite_jsonl",
+    "to_jsonable",
+    "write_json",
+]

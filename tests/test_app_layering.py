@@ -1,0 +1,162 @@
+"""Package layering and the cost of the real entry point.
+
+Layers, bottom to top: ``grpo_io``, ``paper_values`` (leaves) < ``grpo_theory`` < ``sims``,
+``real_model`` < ``paper_checks`` < ``grpo_audit``. A module may import only its own layer and
+those below (parsed from the source with :mod:`ast`, so lazy imports inside functions count too).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = (
+    "grpo_io",
+    "paper_values",
+    "grpo_theory",
+    "sims",
+    "real_model",
+    "paper_checks",
+    "grpo_audit",
+)
+OURS = set(PACKAGES)
+#: What each package may NOT import (anything above it, and siblings where stated).
+FORBIDDEN: dict[str, set[str]] = {
+    "grpo_io": OURS - {"grpo_io"},
+    "paper_values": OURS - {"paper_values"},  # data only
+    "grpo_theory": {"paper_values", "sims", "real_model", "paper_checks", "grpo_audit"},
+    "sims": {"real_model", "paper_checks", "grpo_audit"},
+    "real_model": {"paper_checks", "grpo_audit"},
+    "paper_checks": {"grpo_audit"},
+}
+
+
+def imported_top_packages(path: Path) -> set[str]:
+    """Top-level package names a module imports anywhere (module level or inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            out.add(node.args[0].value.split(".")[0])
+    return out
+
+
+def upward_imports(package: str) -> list[str]:
+    bad = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for name in sorted(imported_top_packages(path) & FORBIDDEN[package]):
+            bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    return bad
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_imports_nothing_above_its_layer(package: str) -> None:
+    assert (ROOT / package).is_dir()
+    assert upward_imports(package) == []
+
+
+def test_import_parser_finds_lazy_and_aliased_imports(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import os.path as p\n"
+        "from . import sibling\n"
+        "def f():\n"
+        "    from sims.checks import x\n"
+        "    import importlib; importlib.import_module('paper_checks.registry')\n",
+        encoding="utf-8",
+    )
+    assert imported_top_packages(src) == {"os", "sims", "importlib", "paper_checks"}
+
+
+def _best_of(cmd: list[str], n: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        best = min(best, time.perf_counter() - t0)
+        assert res.returncode == 0, res.stderr
+        assert "usage: grpo-audit" in res.stdout
+    return best
+
+
+#: Budget for ``grpo-audit --help`` through the real entry point (issue 8: < 0.5 s).
+HELP_BUDGET_S = 0.5
+
+
+def test_help_via_python_m_is_cheap() -> None:
+    assert _best_of([sys.executable, "-m", "grpo_audit", "--help"], 3) < HELP_BUDGET_S
+
+
+def _declared_entry_point() -> str:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    line = next(x for x in text.splitlines() if x.startswith("grpo-audit = "))
+    return line.split("=", 1)[1].strip().strip('"')
+
+
+def test_help_via_console_script_is_cheap(tmp_path: Path) -> None:
+    """The console script as pip writes it for pyproject's entry point (and the installed one,
+    when it is on PATH and points at the same entry point)."""
+    target = _declared_entry_point()
+    assert target == "grpo_audit.cli:main"
+    module, func = target.split(":")
+    script = tmp_path / "grpo-audit"
+    script.write_text(
+        f"#!{sys.executable}\nimport re, sys\nfrom {module} import {func}\n"
+        "if __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        f"    sys.exit({func}())\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    assert _best_of([str(script), "--help"], 3) < HELP_BUDGET_S
+    installed = shutil.which("grpo-audit")
+    if installed and f"from {module} import {func}" in Path(installed).read_text(errors="replace"):
+        assert _best_of([installed, "--help"], 3) < HELP_BUDGET_S
+
+
+def test_building_the_parser_loads_no_heavy_library() -> None:
+    code = (
+        "import sys; from grpo_audit.cli import build_parser; build_parser();"
+        "print(sorted(m for m in ('numpy', 'torch', 'sympy', 'matplotlib', 'scipy',"
+        " 'transformers') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert res.stdout.strip() == "[]"
+
+
+def test_version_flag_prints_the_distribution_version() -> None:
+    from importlib.metadata import version
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(
+        [sys.executable, "-m", "grpo_audit", "--version"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert res.stdout.strip() == f"grpo-audit {version('grpo-audit')}"
