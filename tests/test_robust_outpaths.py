@@ -19,7 +19,7 @@ FOLDER_COMMANDS: list[list[str]] = [
 
 
 def _main(argv: list[str]) -> int:
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     return main(argv)
 

@@ -116,7 +116,7 @@ def test_bogus_estimator_refused_before_model_load_and_config_write(
 
 
 def test_cli_bogus_estimator_one_line_exit_2(tmp_path: Path, capsys: Any) -> None:
-    from grpo_theory.cli import main
+    from grpo_audit.cli import main
 
     code = main(["real", "rank", "--out", str(tmp_path / "o"), "--estimators", "bogus"])
     err = capsys.readouterr().err
