@@ -11,6 +11,9 @@ from typing import Any
 __all__ = ["register", "register_tables", "TABLE_KINDS"]
 
 #: Table kinds this package adds to ``grpo-audit tables``.
+#: ``--quick`` help, with times measured by ``time grpo-audit audit [--quick]`` (see README).
+QUICK_HELP = "smaller Monte Carlo (PLACEHOLDER)"
+
 TABLE_KINDS: dict[str, str] = {
     "appendix-a2": "App. A.2 table recomputed beside the paper's printed values, with exact tails",
     "table1": "Table 1 recomputed for toy worlds, with the feasible effective-rank range",
@@ -28,6 +31,9 @@ def _audit(args: argparse.Namespace) -> int:
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (unless --list)")
+    from grpo_io.paths import prepare_out_dir
+
+    args.out = str(prepare_out_dir(args.out))
     results = run_audit(args.out, seed=args.seed, quick=args.quick, ids=args.only)
     from collections import Counter
 
@@ -47,9 +53,16 @@ def register(sub: Any) -> None:
         help="audit every checkable claim of arXiv 2606.29238 (claims.json, REPORT.md, figures)",
         description="Check every registered claim of the seed paper by computation and write "
         "DIR/claims.json, DIR/REPORT.md and DIR/figures/*.png.",
+        usage="grpo-audit audit --out DIR [--quick] [--seed N] [--only ID [ID ...]]\n"
+        "       grpo-audit audit --list",
     )
-    p.add_argument("--out", default=None, help="output directory")
-    p.add_argument("--quick", action="store_true", help="smaller Monte Carlo (under 2 minutes)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder, created if missing (required unless --list)",
+    )
+    p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of every random generator (default 0)")
     p.add_argument("--only", nargs="+", metavar="ID", default=None, help="audit only these claims")
     p.add_argument("--list", action="store_true", help="list the registered claim ids and exit")
@@ -67,8 +80,9 @@ def _table(args: argparse.Namespace) -> int:
     text = tab.render(fmt)
     print(text, end="")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        from grpo_io.paths import write_out_file
+
+        write_out_file(args.out, text)
     return 0
 
 
