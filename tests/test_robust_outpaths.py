@@ -146,3 +146,10 @@ def test_tables_unknown_option_is_one_line(capsys: Any) -> None:
     code = _main(["tables", "exact-advantage-tail", "--p", "0.5", "--option", "bogus=1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "bogus" in err
+
+
+def test_audit_quick_help_states_measured_times_not_a_guess(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        _main(["audit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "under 2 minutes" not in text and "measured" in text
