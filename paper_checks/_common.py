@@ -88,10 +88,10 @@ def token_mdp(ctx: CheckContext) -> TokenMDPView:
 def scale_factor(estimator: str, R: int, J: float, **opts: Any) -> float:
     """``c`` with ``E[g_hat] = c grad J`` (binary rewards, one prompt):
     ``c = E_k[A(success | k+1) - A(failure | k)]``, ``k ~ Binomial(R-1, J)``."""
-    from scipy.stats import binom
+    from grpo_theory import binom_pmf
 
     ks = np.arange(R)
-    pk = binom.pmf(ks, R - 1, J)
+    pk = binom_pmf(ks, R - 1, J)
     return float(sum(
         pk[k] * (advantage_values(estimator, R=R, k=k + 1, **opts)[0]
                  - advantage_values(estimator, R=R, k=k, **opts)[1])

@@ -19,7 +19,7 @@ from grpo_theory.bounds import sup_baseline_tail_bernoulli as _sup_lib
 
 from ._exact import baseline_tail, sup_baseline_tail
 from .paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 __all__ = ["a2_cell", "PRINT_TOL"]
 
@@ -57,7 +57,7 @@ def _a1(ctx: CheckContext) -> Outcome:
     ]
     diffs = [sp.simplify(a - b) == 0 for a, b in zip(steps[:-1], steps[1:], strict=True)]
     ok = all(diffs)
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"n_steps": len(diffs), "n_steps_simplify_to_zero": int(sum(diffs))},
                    correction=None if ok else "a step of Eq. 24-25 is wrong")
 
@@ -85,7 +85,7 @@ def _a2_derivation(ctx: CheckContext) -> Outcome:
                 routes = max(routes, abs(sup - sup_baseline_tail(R=Rv, eps=eps)[0]))
     ok = sym_ok and worst <= 1e-12
     return Outcome(
-        "holds" if ok else "refuted",
+        verdict_from(ok),
         {"sympy_difference_is_zero": sym_ok, "max_sup_tail_minus_bound": worst,
          "max_abs_disagreement_sup_two_routes": routes},
         correction=None if ok else "Hoeffding bound violated",
@@ -129,8 +129,9 @@ def _register_cell(R: int, eps: float) -> None:
                 f"labelled {'vacuous' if vac else 'non-vacuous'} but the bound is "
                 f"{c['bound']:.4f} {'>= 1' if c['vacuous'] else '< 1 (informative)'}")
         return Outcome(
-            "holds" if ok else "refuted",
+            verdict_from(ok),
             c,
+            short="; ".join(problems) if not ok else None,
             correction=("; ".join(problems) + f"; exact worst-case tail sup_p P = "
                         f"{c['exact_sup_tail']:.4f}") if not ok else None,
         )
@@ -178,7 +179,7 @@ def _a2_trivial(ctx: CheckContext) -> Outcome:
     ev["bound_decreasing_in_R_and_eps"] = mono
     ev["max_abs_error_var_v_hat_equals_sigma2_over_R"] = var_err
     ok = mono and var_err < 1e-12
-    return Outcome("holds" if ok else "refuted", ev,
+    return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "bound not monotone or Var(v_hat) != sigma^2/R")
 
 
@@ -210,7 +211,7 @@ def _a2_identity(ctx: CheckContext) -> Outcome:
                 worst = min(worst, (1 - baseline_tail(R=R, p=p, eps=eps))
                             - (1 - hoeffding_bound(R=R, eps=eps)))
     ok = err < 1e-12 and worst >= -1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_identity_error": err, "min_prob_minus_guarantee": worst},
                    correction=None if ok else "identity or guarantee fails")
 
@@ -258,8 +259,10 @@ def _eq21(ctx: CheckContext) -> Outcome:
                 exp_gap = max(exp_gap, abs(e - A[h, s, a]))
     ok = exp_gap < 1e-12
     return Outcome(
-        "holds-with-conditions" if ok and path_gap > 1e-9 else ("holds" if ok else "refuted"),
+        verdict_from(ok, agrees="holds-with-conditions" if path_gap > 1e-9 else "holds"),
         {"max_gap_pathwise": path_gap, "max_gap_in_expectation": exp_gap},
+        short=("in expectation over (r_{t+1}, s_{t+1}) given (s_t, a_t); pathwise only for "
+               "deterministic rewards and transitions"),
         conditions="in expectation over the reward and the next state given (s_t, a_t); "
         "pathwise only when rewards and transitions are deterministic (as for single-turn "
         "token generation)",
@@ -281,7 +284,7 @@ def _sec6_adv(ctx: CheckContext) -> Outcome:
     rows = _bias_rows(ctx, 4)
     by_h = {h: max(abs(r["exact_bias"]) for r in rows if r["h"] == h) for h in range(3)}
     ok = by_h[1] > 1e-6 or by_h[2] > 1e-6
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {f"max_abs_bias_stage{h + 1}": b for h, b in by_h.items()},
                    correction=None if ok else "no bias found")
 
@@ -308,8 +311,10 @@ def _eq23(ctx: CheckContext) -> Outcome:
     refuted = ev["max_abs_error_paper_formula_R4"] > 1e-9
     ok_ours = max(ev[f"max_abs_error_corrected_formula_R{R}"] for R in (2, 4, 8)) < 1e-9
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         ev,
+        short=("E[A_hat(h) | prefix] - A = (R-1)/R (past + v(s_h) - v(s_0)) - A/R; the paper's "
+               "formula is the R -> inf limit") if refuted else None,
         correction=(
             "Eq. 26 replaces E[v_hat_R | own rollout] by v(s_0), but the group mean contains the "
             "own return: E[A_hat(h) | prefix] - A = (R-1)/R (past + v(s_h) - v(s_0)) - A(s_h,a_h)/R"
@@ -341,8 +346,10 @@ def _a3_past(ctx: CheckContext) -> Outcome:
             m = w @ x / w.sum()
             worst = max(worst, float(w @ (x - m) ** 2 / w.sum()))
     return Outcome(
-        "holds-with-conditions" if worst > 0 else "holds",
+        verdict_from(True, agrees="holds-with-conditions" if worst > 0 else "holds"),
         {"max_var_past_reward_given_state": worst},
+        short="only when s_h records the history; otherwise E[past | s_h] replaces the past "
+        "rewards",
         conditions="only when the state s_h records the history (as a token prefix does); "
         "otherwise the past rewards are random given (s_h, a_h) and the formula holds with "
         "E[sum_{h'<h} r_h' | s_h] in their place",
@@ -370,8 +377,10 @@ def _a3_linear(ctx: CheckContext) -> Outcome:
         ev[f"mean_exact_bias_R4_stage{h + 1}"] = float(w @ eb / w.sum())
     means_zero = max(abs(ev[f"mean_paper_bias_stage{h}"]) for h in (1, 2, 3)) < 1e-12
     return Outcome(
-        "refuted" if means_zero else "inconclusive",
+        verdict_from(not means_zero, agrees="inconclusive"),
         ev,
+        short="averaged over the states at stage h the bias is exactly 0 for every h; its "
+        "spread is world-dependent, not linear" if means_zero else None,
         correction=(
             "averaged over the states reached at stage h the bias is exactly 0 at every h "
             "(tower property: E[past + v(s_h)] = v(s_0)); what changes with h is its spread "
@@ -401,7 +410,7 @@ def _a3_bound(ctx: CheckContext) -> Outcome:
             worst_paper = max(worst_paper, abs(r["paper_bias"]) - bound)
             worst_exact = max(worst_exact, abs(r["exact_bias"]) - bound)
     ok = worst_paper <= 1e-12 and worst_exact <= 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_paper_bias_minus_bound": worst_paper,
                     "max_abs_exact_bias_minus_bound": worst_exact, "V_max": vmax},
                    correction=None if ok else "bound violated")
@@ -448,12 +457,16 @@ def _sec6_grad(ctx: CheckContext) -> Outcome:
     for r in mc:
         ev["mc_ratio_R4_estimate"], ev["mc_ratio_R4_se"] = r.estimate, r.se
         ev["mc_ratio_R4_exact"], ev["mc_ratio_R4_z"] = r.exact, r.z
+    mc_ok = bool(mc) and all(r.passed for r in mc)
+    ev["mc_all_within_k_se"] = mc_ok
     prop = all(abs(ev[f"scale_grpo_R{R}"] - (R - 1) / R) < 1e-9 for R in (2, 4, 8))
     unb_rloo = all(abs(ev[f"scale_rloo_R{R}"] - 1) < 1e-9 for R in (2, 4, 8))
     refuted = prop and unb_rloo and ev["max_abs_gradient_of_bias_terms"] < 1e-12
     return Outcome(
-        "refuted" if refuted else "inconclusive",
+        verdict_from(not refuted, agrees="inconclusive", computed=mc_ok),
         ev,
+        short="the bias terms depend on the history before a_h only: zero gradient; "
+        "E[g] = (R-1)/R grad J as in single-turn" if refuted else None,
         correction=(
             "the per-stage ADVANTAGE bias (past rewards + v(s_h) - v(s_0)) is a function of the "
             "history before a_h, so it multiplies a score with conditional mean 0 and contributes "

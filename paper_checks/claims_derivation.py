@@ -15,7 +15,7 @@ from ._exact import (
     TokenMDPView,
     bandit_world,
 )
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 TOL = 1e-6  # exact identities computed in float64 (finite differences: h = 1e-6)
 SEC = "2. From policy gradients to GRPO"
@@ -57,7 +57,7 @@ def _def2_1(ctx: CheckContext) -> Outcome:
         adv = np.array([m.q(pre, a) - m.v(pre) for a in range(m.V)])
         e_a = max(e_a, abs(float(m.pi(pre) @ adv)))
     ok = max(e_v, e_q, e_a) < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_error_v": e_v, "max_abs_error_q": e_q,
                     "max_abs_policy_mean_of_A": e_a},
                    correction=None if ok else "value functions inconsistent")
@@ -77,7 +77,7 @@ def _eq4(ctx: CheckContext) -> Outcome:
     rhs = _grad_sum(m, lambda s, t: m.q(s[:t], s[t]))
     err = float(np.max(np.abs(rhs - fd)))
     return Outcome(
-        "holds" if err < TOL else "refuted",
+        verdict_from(err < TOL),
         {"max_abs_error": err, "grad_norm": float(np.linalg.norm(fd)), "tolerance": TOL},
         correction=None if err < TOL else f"Eq. 4 differs from grad J by {err:.3g}",
     )
@@ -98,7 +98,7 @@ def _eq5(ctx: CheckContext) -> Outcome:
     err = float(np.max(np.abs(g - fd)))
     ok = err < TOL
     return Outcome(
-        "holds" if ok else "refuted",
+        verdict_from(ok),
         {"max_abs_error": err, "tolerance": TOL},
         correction=None if ok else f"bias {err:.3g}",
     )
@@ -125,7 +125,7 @@ def _sec2_3(ctx: CheckContext) -> Outcome:
             err = max(err, abs(mean - m.q(pre, a)))
             var = max(var, float(pc @ (ret - mean) ** 2 / pc.sum()))
     ok = err < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_bias": err, "max_conditional_variance": var},
                    correction=None if ok else f"E[G_t | s, a] differs from q by {err:.3g}")
 
@@ -149,7 +149,7 @@ def _eq6(ctx: CheckContext) -> Outcome:
     contrib = float(np.max(np.abs(_grad_sum(m, lambda s, t: b[s[:t]]))))
     ok = max(per_state, contrib) < 1e-12
     return Outcome(
-        "holds" if ok else "refuted",
+        verdict_from(ok),
         {"max_abs_score_mean": per_state, "max_abs_baseline_contribution": contrib},
         correction=None if ok else "score mean is not zero",
     )
@@ -171,7 +171,7 @@ def _eq7(ctx: CheckContext) -> Outcome:
     g = _grad_sum(m, lambda s, t: m.reward[s] - b[s[:t]])
     err = float(np.max(np.abs(g - fd)))
     ok = err < TOL
-    return Outcome("holds" if ok else "refuted", {"max_abs_error": err},
+    return Outcome(verdict_from(ok), {"max_abs_error": err},
                    correction=None if ok else f"bias {err:.3g}")
 
 
@@ -212,9 +212,11 @@ def _sec2_4(ctx: CheckContext) -> Outcome:
         ax.legend()
 
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         {"v": v, "b_star": b_star, "var_trace_at_v": var_v, "var_trace_at_b_star": var_star,
          "variance_ratio_v_over_b_star": var_v / var_star},
+        short=f"variance-minimising baseline is b* = E[r |psi|^2]/E[|psi|^2] = {b_star:.3f}, "
+        f"not v = {v:.3f}" if refuted else None,
         correction=(
             f"the variance-minimising constant baseline is b* = E[G |grad log pi|^2] / "
             f"E[|grad log pi|^2] = {b_star:.4f}, not v = {v:.4f} (variance {var_v:.4f} vs "
@@ -255,10 +257,12 @@ def _eq8(ctx: CheckContext) -> Outcome:
             cond = max(cond, abs(ret - (0.0 + m.v(pre + (a,)))))
     refuted = second > 1e-9
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         {"max_gap_first_equality": first, "max_gap_second_equality": second,
          "prob_second_equality_fails_avg_over_t": p_gap,
          "max_gap_in_conditional_expectation": cond},
+        short="only G_t = r_{t+1} + G_{t+1} holds pathwise; G_{t+1} = v(S_{t+1}) only in "
+        "conditional expectation" if refuted else None,
         correction=(
             "only the first equality holds pathwise; G_{t+1} != v(S_{t+1}) on a set of "
             f"probability {p_gap:.3f} (largest gap {second:.3f}). Correct: "
@@ -288,7 +292,7 @@ def _eq9(ctx: CheckContext) -> Outcome:
             nxt = m.v(pre + (a,))  # r_{t+1} + v(S_{t+1}); deterministic transition
             e2 = max(e2, abs(nxt - m.v(pre) - adv))
     ok = max(e1, e2) < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_error_mc_advantage": e1, "max_abs_error_td_error": e2},
                    correction=None if ok else "conditional expectation differs from A")
 
@@ -306,7 +310,7 @@ def _eq10(ctx: CheckContext) -> Outcome:
     g = _grad_sum(m, lambda s, t: m.q(s[:t], s[t]) - m.v(s[:t]))
     err = float(np.max(np.abs(g - fd)))
     ok = err < TOL
-    return Outcome("holds" if ok else "refuted", {"max_abs_error": err},
+    return Outcome(verdict_from(ok), {"max_abs_error": err},
                    correction=None if ok else f"bias {err:.3g}")
 
 
@@ -324,7 +328,7 @@ def _eq11(ctx: CheckContext) -> Outcome:
         rewards = [0.0] * (m.T - 1) + [m.reward[s]]
         for t in range(m.T):
             gap = max(gap, abs(sum(rewards[t:]) - m.reward[s]))
-    return Outcome("holds" if gap == 0 else "refuted", {"max_gap": gap},
+    return Outcome(verdict_from(gap == 0), {"max_gap": gap},
                    correction=None if gap == 0 else "reward-to-go differs from R_terminal")
 
 
@@ -355,9 +359,10 @@ def _eq12(ctx: CheckContext) -> Outcome:
         tele = max(tele, abs(sum(deltas) - (m.reward[s] - m.v(()))))
     ok_inner = inner < 1e-12
     return Outcome(
-        "holds-with-conditions" if ok_inner and last > 0 else ("holds" if ok_inner else "refuted"),
+        verdict_from(ok_inner, agrees="holds-with-conditions" if last > 0 else "holds"),
         {"max_gap_positions_before_last": inner, "max_gap_last_position": last,
          "max_gap_telescoping_sum": tele},
+        short="for t < T-1 only; at t = T-1, delta = R_terminal - v(s_{T-1})",
         conditions="for positions t < T-1 only; at the last position delta_{T-1} = R_terminal - "
         "v(s_{T-1}) (the reward is not 0 there); the deltas telescope to R_terminal - v(s_0)",
         correction=None if ok_inner else "delta_t differs from v(s_{t+1}) - v(s_t)",
@@ -384,9 +389,11 @@ def _eq13(ctx: CheckContext) -> Outcome:
     fd = m.finite_difference_grad()
     err = float(np.max(np.abs(_grad_sum(m, lambda s, t: m.reward[s] - v0) - fd)))
     return Outcome(
-        "holds-with-conditions" if err < TOL else "refuted",
+        verdict_from(err < TOL, agrees="holds-with-conditions"),
         {"max_spread_of_true_advantage_along_a_sequence": spread,
          "max_abs_conditional_gap_v_st_minus_v_s0": gap, "gradient_max_abs_error": err},
+        short="as an estimator (return minus v(s_0), unbiased for the gradient); not the "
+        "per-token advantage, which differs by v(s_t) - v(s_0)",
         conditions="as the DEFINITION of an estimator (Monte Carlo return minus the constant "
         "baseline v(s_0)), which is unbiased for the gradient because v(s_0) does not depend on "
         "the actions; it is NOT the per-token advantage A(s_t, a_t), which varies along a "
@@ -412,7 +419,7 @@ def _eq14(ctx: CheckContext) -> Outcome:
             err_m = max(err_m, abs(m - p))
             err_v = max(err_v, abs(float(pk @ (k / R) ** 2) - m * m - p * (1 - p) / R))
     ok = max(err_m, err_v) < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_abs_mean_error": err_m, "max_abs_variance_error": err_v},
                    correction=None if ok else "group mean biased")
 

@@ -20,7 +20,7 @@ from ._exact import (
     brute_force_expected_gradient,
     expected_gradient,
 )
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 TOL = 1e-6  # finite differences with h = 1e-6
 SEC = "2. From policy gradients to GRPO"
@@ -29,7 +29,8 @@ SEC = "2. From policy gradients to GRPO"
 def _k3_and_clip(m: TokenMDPView, rng: np.random.Generator) -> dict[str, float]:
     """One sampled sequence: gradient of the summed per-token KL-k3 penalty (GRPO's estimator,
     r = pi_ref/pi, k3 = r - log r - 1) by finite differences vs sum_t (1 - r_t) grad log pi_t;
-    and the PPO-clip surrogate's gradient at theta = theta_old vs the unclipped one."""
+    the PPO-clip surrogate's gradient at theta = theta_old vs the unclipped one; and, after one
+    inner step on the surrogate, which tokens the clip zeroes."""
     theta0 = m.theta.copy()
     ref = theta0 + rng.normal(0.0, 0.5, size=theta0.shape)
     seq = m.seqs[int(np.argmax([m.seq_prob(s) for s in m.seqs]))]
@@ -53,10 +54,10 @@ def _k3_and_clip(m: TokenMDPView, rng: np.random.Generator) -> dict[str, float]:
             out += min(rho * A, float(np.clip(rho, 1 - clip_eps, 1 + clip_eps)) * A)
         return out
 
-    def fd(f) -> np.ndarray:
+    def fd(f, at: np.ndarray) -> np.ndarray:
         g = np.zeros(theta0.size)
         for i in range(theta0.size):
-            tp, tm = theta0.ravel().copy(), theta0.ravel().copy()
+            tp, tm = at.ravel().copy(), at.ravel().copy()
             tp[i] += h
             tm[i] -= h
             g[i] = (f(tp.reshape(theta0.shape)) - f(tm.reshape(theta0.shape))) / (2 * h)
@@ -66,11 +67,38 @@ def _k3_and_clip(m: TokenMDPView, rng: np.random.Generator) -> dict[str, float]:
          for t in range(m.T)]
     g_k3 = sum(w[t] * m.grad_log_pi(seq[:t], seq[t]) for t in range(m.T))
     g_pg = sum(A * m.grad_log_pi(seq[:t], seq[t]) for t in range(m.T))
-    return {
-        "k3_gradient_formula_max_abs_error": float(np.max(np.abs(fd(k3) - g_k3))),
+    # one inner step on the surrogate (lr 3): the ratios move, and a token whose ratio left the
+    # clip range in the direction of its advantage gets zero gradient at the next inner step
+    theta1 = theta0 + 3.0 * fd(clip_obj, theta0).reshape(theta0.shape)
+    rho1 = np.array([np.exp(logp(theta1, seq[:t], seq[t]) - logp(theta0, seq[:t], seq[t]))
+                     for t in range(m.T)])
+    clipped = (rho1 > 1 + clip_eps) if A > 0 else (rho1 < 1 - clip_eps)
+    g1 = fd(clip_obj, theta1)
+
+    def glp(th: np.ndarray, pre: tuple[int, ...], a: int) -> np.ndarray:
+        g = np.zeros_like(th)
+        row = th[m.sid(pre)]
+        g[m.sid(pre)] = -np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+        g[m.sid(pre), a] += 1.0
+        return g.ravel()
+
+    # what the clipped surrogate's gradient should be: A rho_t grad log pi_t on unclipped tokens
+    g1_unclipped = sum((A * rho1[t] * glp(theta1, seq[:t], seq[t]) for t in range(m.T)
+                        if not clipped[t]), np.zeros(theta0.size))
+    ev = {
+        "k3_gradient_formula_max_abs_error": float(np.max(np.abs(fd(k3, theta0) - g_k3))),
         "k3_per_token_weight_spread": float(np.ptp(w)),
-        "clip_gradient_at_old_policy_max_abs_error": float(np.max(np.abs(fd(clip_obj) - g_pg))),
+        "clip_gradient_at_old_policy_max_abs_error": float(
+            np.max(np.abs(fd(clip_obj, theta0) - g_pg))),
+        "second_inner_step_n_tokens": int(m.T),
+        "second_inner_step_n_tokens_clipped": int(clipped.sum()),
+        "second_inner_step_min_ratio": float(rho1.min()),
+        "second_inner_step_max_ratio": float(rho1.max()),
+        "second_inner_step_grad_norm": float(np.linalg.norm(g1)),
     }
+    ev["second_inner_step_grad_max_abs_error_unclipped_tokens_only"] = float(
+        np.max(np.abs(g1 - g1_unclipped)))
+    return ev
 
 
 @claim(
@@ -79,24 +107,41 @@ def _k3_and_clip(m: TokenMDPView, rng: np.random.Generator) -> dict[str, float]:
     text="Clipping and the KL penalty affect the step size but not the structure of the gradient "
     "signal (uniform credit, rank properties).",
     check="Token MDP, one sequence: the PPO-clip surrogate's gradient at theta = theta_old vs "
-    "A sum_t grad log pi_t (finite differences); the gradient of GRPO's in-loss KL-k3 penalty, "
+    "A sum_t grad log pi_t (finite differences); after one inner step, the tokens whose ratio "
+    "left the clip range (their gradient is zero); the gradient of GRPO's in-loss KL-k3 penalty, "
     "sum_t (1 - pi_ref/pi) grad log pi_t (verified by finite differences), and how much its "
     "per-token weight varies along the sequence.",
     section=SEC,
 )
 def _clip_kl(ctx: CheckContext) -> Outcome:
     ev = _k3_and_clip(token_mdp(ctx), ctx.rng(25))
-    clip_ok = ev["clip_gradient_at_old_policy_max_abs_error"] < 1e-6
-    k3_ok = ev["k3_gradient_formula_max_abs_error"] < 1e-6
-    token_level = ev["k3_per_token_weight_spread"] > 1e-6
+    computed = (ev["clip_gradient_at_old_policy_max_abs_error"] < 1e-6
+                and ev["k3_gradient_formula_max_abs_error"] < 1e-6
+                and ev["second_inner_step_grad_max_abs_error_unclipped_tokens_only"] < 1e-6)
+    kl_breaks = ev["k3_per_token_weight_spread"] > 1e-6
+    clip_breaks = 0 < ev["second_inner_step_n_tokens_clipped"] < ev["second_inner_step_n_tokens"]
+    # Decided from the evidence: the statement says clipping and KL never change the credit
+    # structure. With beta > 0 the KL term gives each token its own weight, and from the second
+    # inner step on the clip zeroes some tokens of a rollout and not others: per-token credit is
+    # no longer one scalar per rollout. The structure survives only where both terms vanish
+    # (beta = 0, ratio 1), i.e. it is not a property that survives them: refuted.
+    ok = not (kl_breaks or clip_breaks)
     return Outcome(
-        "holds-with-conditions" if clip_ok and k3_ok and token_level else "inconclusive",
+        verdict_from(ok, computed=computed),
         ev,
-        conditions="for clipping only at the on-policy point (ratio 1, the first step on fresh "
-        "rollouts; later steps clip token by token); the KL-k3 penalty in the loss adds "
-        "sum_t beta (1 - pi_ref/pi)_t grad log pi_t, a per-token weight that varies along the "
-        f"sequence (spread {ev['k3_per_token_weight_spread']:.3f} here), so with beta > 0 the "
-        "per-token credit is no longer uniform (Thm 3.1 and Eq. 19 hold for beta = 0 only)",
+        correction=None if ok else (
+            "the KL-k3 penalty in the loss adds beta sum_t (1 - pi_ref/pi)_t grad log pi_t: a "
+            "per-token weight that varies along the sequence (spread "
+            f"{ev['k3_per_token_weight_spread']:.3f} here), so with beta > 0 token t's credit is "
+            "A_i + beta (1 - pi_ref/pi)_t, not one scalar per rollout (Thm 3.1 and Eq. 19 need "
+            "beta = 0); clipping leaves the gradient unchanged only at the on-policy point (ratio "
+            "1, first inner step); after one inner step "
+            f"{ev['second_inner_step_n_tokens_clipped']} of {ev['second_inner_step_n_tokens']} "
+            "tokens of this rollout left the clip range and get zero gradient while the others "
+            "keep A_i: credit within a rollout is no longer uniform"),
+        short="KL-k3 (beta > 0) gives each token weight A_i + beta(1 - pi_ref/pi)_t; after the "
+        "first inner step clipping zeroes some tokens of a rollout: not uniform" if not ok
+        else None,
     )
 
 
@@ -150,8 +195,10 @@ def _eq15(ctx: CheckContext) -> Outcome:
             ev[f"mc_ratio_{est}_R4_exact"] = r.exact
             ev[f"mc_ratio_{est}_R4_z"] = r.z
             mc_ok = mc_ok and r.passed
-    ev["mc_all_within_4_se"] = mc_ok
-    biased = abs(ev["scale_grpo_R2"] - 1) > 1e-6 and mc_ok
+    mc_ran = all(f"mc_ratio_{e}_R4_z" in ev for e in ("grpo", "grpo_std", "rloo"))
+    ev["mc_all_within_4_se"] = mc_ok and mc_ran
+    biased = abs(ev["scale_grpo_R2"] - 1) > 1e-6
+    bf_ok = ev["bandit_R3_bruteforce_vs_conditioning_max_abs"] < 1e-12
     Rs = np.arange(2, 17)
 
     def plot(ax) -> None:
@@ -165,9 +212,13 @@ def _eq15(ctx: CheckContext) -> Outcome:
         ax.set_title(f"token MDP, J = {w.J:.3f}")
         ax.legend()
 
+    # exact route decides; a failed or missing Monte Carlo or brute-force cross-check gives
+    # inconclusive (the routes would disagree)
     return Outcome(
-        "refuted" if biased else "holds",
+        verdict_from(not biased, computed=mc_ok and mc_ran and bf_ok),
         ev,
+        short="E[g_GRPO] = (R-1)/R grad J (r_i is inside its own baseline); RLOO unbiased; "
+        "std-normalised: prompt-dependent scale, direction off across prompts" if biased else None,
         correction=(
             "the group mean contains r_i, so it is not a baseline in the sense of Eq. 7: "
             f"E[g_GRPO] = (R-1)/R grad J (measured {ev['scale_grpo_R2']:.4f} at R=2, "
@@ -208,8 +259,9 @@ def _sec6(ctx: CheckContext) -> Outcome:
             ev[f"ratio_{est}_R{R}"] = float(np.polyfit(A_true, cond, 1)[0])
     refuted = ev["max_abs_bias_grpo_R2"] > 1e-9
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         ev,
+        short="E[A_i | a_i] = (R-1)/R A(a_i): Bias_1 = -A(a)/R; RLOO is exact" if refuted else None,
         correction=(
             "E[A_i | a_i] = (R-1)/R A(a_i) for mean-centred GRPO (measured ratio "
             f"{ev['ratio_grpo_R2']:.4f} at R=2, {ev['ratio_grpo_R16']:.4f} at R=16): Bias_1 = "
@@ -239,5 +291,5 @@ def _sec9(ctx: CheckContext) -> Outcome:
         c = ratio(expected_gradient(w, "grpo", R=R), fd)[0]
         ev[f"grpo_bias_times_R_R{R}"] = (1 - c) * R
     ok = max(ev[f"rloo_max_abs_error_R{R}"] for R in (2, 4, 8)) < TOL
-    return Outcome("holds" if ok else "refuted", ev,
+    return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "RLOO is biased")

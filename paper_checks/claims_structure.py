@@ -14,7 +14,7 @@ from grpo_theory import compute_advantages
 
 from ._common import STD, training_run
 from ._exact import advantage_values
-from .registry import CheckContext, Outcome, claim
+from .registry import CheckContext, Outcome, claim, verdict_from
 
 SEC3 = "3. Credit assignment"
 SEC4 = "4. Structural constraints on advantages"
@@ -44,7 +44,7 @@ def _thm3_1(ctx: CheckContext) -> Outcome:
     ref = stage.sum(2) - stage.sum(2).mean(1, keepdims=True)
     gap = float(np.max(np.abs(A[:, :, 0] - ref)))
     ok = spread == 0.0 and gap < 1e-12
-    return Outcome("holds" if ok else "refuted",
+    return Outcome(verdict_from(ok),
                    {"max_spread_over_tokens": spread, "max_gap_to_r_minus_mean": gap},
                    correction=None if ok else "token advantages differ within a rollout")
 
@@ -60,6 +60,7 @@ def _thm3_1(ctx: CheckContext) -> Outcome:
     section=SEC3,
 )
 def _remark3_2(ctx: CheckContext) -> Outcome:
+    from grpo_theory.multiturn import multiturn_advantages
     from sims.token_mdp import TokenMDP
 
     m = TokenMDP.random(ctx.rng(32), vocab=3, length=4, success_fraction=0.4)
@@ -67,11 +68,22 @@ def _remark3_2(ctx: CheckContext) -> Outcome:
     per_tok = adv[m.state_index, m.sequences]  # [V^T, T] true A(s_t, a_t) along each sequence
     spread = np.ptp(per_tok, axis=1)
     w = m.seq_probs()
+    # GRPO's token advantages of sampled groups in the same MDP (Eq. 22 with output-only reward:
+    # stage rewards (0, ..., 0, r_i)), computed, not assumed
+    idx, rew = m.sample(200, 8, ctx.rng(33))
+    stage = np.zeros(idx.shape + (m.length,))
+    stage[..., -1] = rew
+    A = np.asarray(multiturn_advantages(stage, mode="total_minus_group_mean"))
+    grpo_spread = float(np.max(np.ptp(A, axis=2)))
     ev = {"expected_spread_true_token_advantages": float(w @ spread),
           "max_spread_true_token_advantages": float(spread.max()),
-          "spread_grpo_token_advantages": 0.0}
-    ok = ev["expected_spread_true_token_advantages"] > 1e-6
-    return Outcome("holds" if ok else "inconclusive", ev)
+          "max_spread_grpo_token_advantages_200_groups_R8": grpo_spread,
+          "fraction_of_groups_with_nonzero_grpo_advantage": float(
+              np.mean(np.any(np.abs(A[..., 0]) > 0, axis=1)))}
+    ok = ev["expected_spread_true_token_advantages"] > 1e-6 and grpo_spread == 0.0
+    return Outcome(verdict_from(ok, otherwise="inconclusive"), ev,
+                   correction=None if ok else "no spread of the true token advantages found, or "
+                   "GRPO's token advantages vary within a rollout")
 
 
 @claim(
@@ -79,15 +91,13 @@ def _remark3_2(ctx: CheckContext) -> Outcome:
     location="Sec. 3.1, Eqs. (17)-(19)",
     text="With uniform credit the GRPO gradient factors as (1/R) sum_i A_i psi_i, psi_i the sum of "
     "the token score vectors.",
-    check="Random token gradients [R, T_i, d]: the token-level sum of Eq. 15 vs Eq. 19; and the "
-    "per-rollout weight that the loss aggregations GRPO is run with put on psi_i "
-    "(grpo_theory.aggregation).",
+    check="Random token gradients [R, T_i, d]: the token-level sum of Eq. 15 (the sequence-sum "
+    "loss the paper writes) vs Eq. 19. The length-normalised losses GRPO is run with: "
+    "eq19_gradient_factorisation_practised_aggregation.",
     variants=("grpo",),
     section=SEC3,
 )
 def _eq19(ctx: CheckContext) -> Outcome:
-    from grpo_theory.aggregation import aggregation_weights
-
     rng = ctx.rng(19)
     R, d = 4, 30
     lengths = np.array([3, 7, 5, 12])
@@ -98,21 +108,55 @@ def _eq19(ctx: CheckContext) -> Outcome:
     psi = np.stack([t.sum(0) for t in toks])
     eq19 = (A @ psi) / R
     err = float(np.max(np.abs(eq15 - eq19)))
+    ok = err < 1e-12
+    return Outcome(verdict_from(ok), {"max_abs_error_eq15_vs_eq19": err},
+                   correction=None if ok else f"Eq. 15 and Eq. 19 differ by {err:.3g}")
+
+
+@claim(
+    "eq19_gradient_factorisation_practised_aggregation",
+    location="Sec. 3.1, Eq. (19), as practised (length-normalised loss aggregation)",
+    text="The gradient GRPO is run with is (1/R) sum_i A_i psi_i: the weight on psi_i is A_i.",
+    check="Random token gradients [R, T_i, d] with unequal lengths: the gradient of GRPO's "
+    "published loss (mean over each sequence's tokens, then over sequences) and of a batch "
+    "token mean (grpo_theory.aggregation) vs Eq. 19; the per-rollout weights they put on psi_i.",
+    variants=("grpo",),
+    section=SEC3,
+)
+def _eq19_practised(ctx: CheckContext) -> Outcome:
+    from grpo_theory.aggregation import aggregation_weights
+
+    rng = ctx.rng(19)
+    R, d = 4, 30
+    lengths = np.array([3, 7, 5, 12])
+    toks = [rng.normal(size=(L, d)) for L in lengths]
+    A = np.asarray(compute_advantages("grpo", np.array([[1.0, 0.0, 1.0, 0.0]])))[0]
+    psi = np.stack([t.sum(0) for t in toks])
+    eq19 = (A @ psi) / R
     w_seq = np.asarray(aggregation_weights(lengths[None, :], mode="sequence_mean"))[0]
     w_tok = np.asarray(aggregation_weights(lengths[None, :], mode="token_mean"))[0]
-    spread_seq = float(np.ptp(w_seq) / np.max(w_seq))
-    ok = err < 1e-12
+    # the published loss, token by token: (1/R) sum_i (1/|o_i|) sum_t A_i grad log pi_t
+    g_seq = sum(A[i] / lengths[i] * toks[i][t] for i in range(R) for t in range(lengths[i])) / R
+    fact_err = float(np.max(np.abs(g_seq - (w_seq * A) @ psi)))
+    rel_gap = float(np.linalg.norm(g_seq / np.linalg.norm(g_seq) - eq19 / np.linalg.norm(eq19)))
+    ev = {"max_abs_error_sequence_mean_gradient_vs_sum_i_w_i_A_i_psi_i": fact_err,
+          "sequence_mean_weight_ratio_longest_over_shortest": float(w_seq[3] / w_seq[0]),
+          "token_mean_weight_ratio_longest_over_shortest": float(w_tok[3] / w_tok[0]),
+          "distance_between_unit_directions_sequence_mean_vs_eq19": rel_gap}
+    same = rel_gap < 1e-9
     return Outcome(
-        "holds-with-conditions" if ok and spread_seq > 0 else ("holds" if ok else "refuted"),
-        {"max_abs_error_eq15_vs_eq19": err,
-         "sequence_mean_weight_ratio_longest_over_shortest": float(w_seq[3] / w_seq[0]),
-         "token_mean_weight_ratio_longest_over_shortest": float(w_tok[3] / w_tok[0]),
-         "relative_spread_sequence_mean_weights": spread_seq},
-        conditions="for the sequence-SUM loss of Eq. 15; GRPO as published (mean over each "
-        "sequence's tokens, then over sequences) multiplies psi_i by A_i / |o_i|, and a batch "
-        "token mean by A_i / (total tokens): the weight on psi_i is A_i times an aggregation "
-        "weight, not A_i alone",
-        correction=None if ok else f"Eq. 15 and Eq. 19 differ by {err:.3g}",
+        verdict_from(same, computed=fact_err < 1e-12), ev,
+        correction=None if same else (
+            "GRPO as published averages each sequence's tokens, so its gradient is "
+            "(1/R) sum_i (A_i/|o_i|) psi_i (verified to "
+            f"{fact_err:.0e}): the weight on psi_i is A_i times an aggregation weight "
+            f"(ratio {ev['sequence_mean_weight_ratio_longest_over_shortest']:.3f} between the "
+            "longest and shortest rollout here; a batch token mean gives A_i/(total tokens)); "
+            "the factorisation into one scalar times psi_i survives, with weight A_i w_i, and "
+            "the direction differs from Eq. 19 "
+            f"(distance between unit directions {rel_gap:.3f})"),
+        short=None if same else "weight on psi_i is A_i/|o_i| (sequence mean) or A_i/(total "
+        "tokens), not A_i; one scalar per rollout survives",
     )
 
 
@@ -139,8 +183,10 @@ def _sec3_1(ctx: CheckContext) -> Outcome:
     r_t = int(np.linalg.matrix_rank(G_token))
     refuted = r_t <= R and r_u == r_t
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         {"rank_uniform_credit": r_u, "rank_token_level_credit": r_t, "R": R},
+        short=("token-level credit also gives one vector per rollout (rank <= R); uniform credit "
+               "fixes the row directions, not the rank") if refuted else None,
         correction=(
             f"token-level advantages also give one vector per rollout, phi_i = sum_t A_it "
             f"grad log pi_t, so both gradient matrices have R rows and rank <= R (computed: "
@@ -174,7 +220,7 @@ def _thm4_1_i(ctx: CheckContext) -> Outcome:
             np.asarray(compute_advantages(est, cont, **opts)).sum(1)))))
         ev[f"max_abs_sum_{est}"] = worst
     ok = max(ev["max_abs_sum_grpo"], ev["max_abs_sum_grpo_std"], ev["max_abs_sum_rloo"]) < 1e-9
-    return Outcome("holds" if ok else "refuted", ev,
+    return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "advantages do not sum to zero")
 
 
@@ -193,7 +239,7 @@ def _sec5_1_vals(ctx: CheckContext) -> Outcome:
         for k in range(1, R):
             s, f = advantage_values("grpo", R=R, k=k)
             worst = max(worst, abs(s - (1 - k / R)), abs(f + k / R))
-    return Outcome("holds" if worst < 1e-12 else "refuted", {"max_abs_error": worst},
+    return Outcome(verdict_from(worst < 1e-12), {"max_abs_error": worst},
                    correction=None if worst < 1e-12 else "values differ")
 
 
@@ -214,8 +260,9 @@ def _sec5_1_small(ctx: CheckContext) -> Outcome:
             ev[f"minority_abs_adv_k1_{est}_R{R}"] = abs(advantage_values(est, R=R, k=1, **opts)[0])
             ev[f"majority_abs_adv_k1_{est}_R{R}"] = abs(advantage_values(est, R=R, k=1, **opts)[1])
             ev[f"abs_adv_k_half_{est}_R{R}"] = abs(advantage_values(est, R=R, k=R // 2, **opts)[0])
-        ev[f"sum_sq_grpo_k1_R{R}"] = (R - 1) / R
-        ev[f"sum_sq_grpo_k_half_R{R}"] = R / 4
+        for k, tag in ((1, "k1"), (R // 2, "k_half")):
+            A = np.asarray(compute_advantages("grpo", np.array([[1.0] * k + [0.0] * (R - k)])))
+            ev[f"sum_sq_grpo_{tag}_R{R}"] = float((A**2).sum())
     refuted = ev["minority_abs_adv_k1_grpo_R8"] > ev["abs_adv_k_half_grpo_R8"]
     Rp = 8
 
@@ -231,7 +278,7 @@ def _sec5_1_small(ctx: CheckContext) -> Outcome:
         ax.legend(fontsize=7)
 
     return Outcome(
-        "refuted" if refuted else "holds",
+        verdict_from(not refuted),
         ev,
         correction=(
             "only the MAJORITY's advantages become small; the minority rollout's advantage "
@@ -239,8 +286,12 @@ def _sec5_1_small(ctx: CheckContext) -> Outcome:
             f" (mean-centred) and {ev['minority_abs_adv_k1_grpo_std_R8']:.3f} (std-normalised) "
             f"vs {ev['abs_adv_k_half_grpo_R8']:.3f} and "
             f"{ev['abs_adv_k_half_grpo_std_R8']:.3f} at k=R/2; the group's sum of squares "
-            "k(R-k)/R shrinks to (R-1)/R but the gradient vanishes only at k in {0, R}"
+            f"k(R-k)/R shrinks (R=8: {ev['sum_sq_grpo_k_half_R8']:.3f} at k=4, "
+            f"{ev['sum_sq_grpo_k1_R8']:.3f} at k=1) but the gradient vanishes only at k in {{0, R}}"
         ) if refuted else None,
+        short="only the majority's advantages shrink; the minority's grows toward 1 (R=8, k=1: "
+        f"{ev['minority_abs_adv_k1_grpo_R8']:.3f} vs {ev['abs_adv_k_half_grpo_R8']:.3f} at k=4)"
+        if refuted else None,
         plot=plot,
         plot_title="Sec. 5.1: advantages by number of successes (R = 8)",
     )
@@ -277,8 +328,10 @@ def _abstract_sparsity(ctx: CheckContext) -> Outcome:
     ev["training_J_first"] = float(h["J"][0])
     ev["training_J_last"] = float(h["J"][-1])
     return Outcome(
-        "holds-with-conditions" if mono else "refuted",
+        verdict_from(mono, agrees="holds-with-conditions"),
         ev,
+        short="only if training drives solve rates toward 0 or 1; sparsity = whole prompts with "
+        "zero advantage, not sparse parameter updates",
         conditions="the zero-gradient fraction p^R + (1-p)^R rises monotonically as the solve "
         "rate moves away from 1/2, so sparsity intensifies IF training drives per-prompt solve "
         "rates toward 0 or 1; 'sparsity' here means whole prompts with zero advantage, not "

@@ -27,14 +27,22 @@ def _audit(args: argparse.Namespace) -> int:
     if args.list:
         _load_all()
         for cid, c in REGISTRY.items():
-            print(f"{cid}\t{c.location}")
+            if c.paper == args.paper:
+                print(f"{cid}\t{c.location}")
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (unless --list)")
+    if args.only:
+        _load_all()
+        bad = [i for i in args.only if i not in REGISTRY or REGISTRY[i].paper != args.paper]
+        if bad:
+            raise ValueError(f"--only: {bad} are not claims of --paper {args.paper} "
+                             f"(see --list --paper {args.paper})")
     from grpo_io.paths import prepare_out_dir
 
     args.out = str(prepare_out_dir(args.out))
-    results = run_audit(args.out, seed=args.seed, quick=args.quick, ids=args.only)
+    results = run_audit(args.out, seed=args.seed, quick=args.quick, ids=args.only,
+                        paper=args.paper)
     from collections import Counter
 
     counts = Counter(r.verdict for r in results)
@@ -42,7 +50,8 @@ def _audit(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.id:<{width}}  {r.verdict}")
     print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f"; total {len(results)}")
-    print(f"wrote {args.out}/claims.json, {args.out}/REPORT.md, {args.out}/figures/")
+    print(f"wrote {args.out}/claims.json, {args.out}/REPORT.md, "
+          f"{args.out}/claims_summary.csv|tex, {args.out}/figures/")
     return 0
 
 
@@ -50,12 +59,16 @@ def register(sub: Any) -> None:
     """Add ``grpo-audit audit --out DIR [--quick] [--seed N] [--only ID ...] [--list]``."""
     p = sub.add_parser(
         "audit",
-        help="audit every checkable claim of arXiv 2606.29238 (claims.json, REPORT.md, figures)",
-        description="Check every registered claim of the seed paper by computation and write "
-        "DIR/claims.json, DIR/REPORT.md and DIR/figures/*.png.",
-        usage="grpo-audit audit --out DIR [--quick] [--seed N] [--only ID [ID ...]]\n"
-        "       grpo-audit audit --list",
+        help="audit every checkable claim of arXiv 2606.29238 (or, with --paper fade, of the "
+        "FADE abstract, arXiv 2607.01490): claims.json, REPORT.md, figures",
+        description="Check every registered claim of a paper by computation and write "
+        "DIR/claims.json, DIR/REPORT.md, DIR/claims_summary.csv|tex and DIR/figures/*.png.",
+        usage="grpo-audit audit --out DIR [--paper {seed,fade}] [--quick] [--seed N] "
+        "[--only ID [ID ...]]\n"
+        "       grpo-audit audit --list [--paper {seed,fade}]",
     )
+    p.add_argument("--paper", choices=["seed", "fade"], default="seed",
+                   help="seed: arXiv 2606.29238 (default); fade: the FADE abstract, 2607.01490")
     p.add_argument(
         "--out",
         default=None,

@@ -13,7 +13,13 @@ Verdicts (:data:`VERDICTS`):
   conditions are given in ``Outcome.conditions``.
 * ``refuted``: the computation contradicts the statement; ``correction`` gives the counterexample
   or the correct value.
-* ``inconclusive``: the statement cannot be decided by the computation available here.
+* ``inconclusive``: the statement cannot be decided by the computation available here, or a
+  computation the verdict rests on failed or is missing (:func:`verdict_from` with
+  ``computed=False``; a check that raises is recorded as ``inconclusive`` by :func:`run_claim`,
+  with the error as its evidence).
+
+Claims belong to a paper (:data:`PAPERS`): ``"seed"`` (arXiv 2606.29238, the default) or
+``"fade"`` (arXiv 2607.01490, abstract only; ids prefixed ``fade_``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from grpo_io import to_jsonable
+from paper_values import PAPER_ID as SEED_PAPER_ID
 
 __all__ = [
     "VERDICTS",
@@ -40,11 +47,32 @@ __all__ = [
     "run_claim",
     "run_claims",
     "ordered_ids",
+    "PAPERS",
     "SECTION_ORDER",
+    "VERDICT_LEGEND",
     "verdict_from",
 ]
 
 VERDICTS: tuple[str, ...] = ("holds", "holds-with-conditions", "refuted", "inconclusive")
+
+#: What each verdict means (the legend at the top of every report).
+VERDICT_LEGEND: dict[str, str] = {
+    "holds": "the computation agrees with the statement as written (in the setting the paper "
+    "states)",
+    "holds-with-conditions": "it agrees only under conditions the paper does not state (the "
+    "conditions are listed)",
+    "refuted": "the computation contradicts the statement as written; the correction gives the "
+    "counterexample or the right value",
+    "inconclusive": "it cannot be decided here (e.g. measurements on a model we do not have, a "
+    "statement too vague to test), or a computation the verdict rests on failed or is missing",
+}
+
+#: Papers with a claim registry: id -> (citation, prefix every claim id of that paper carries).
+PAPERS: dict[str, tuple[str, str]] = {
+    "seed": (SEED_PAPER_ID, ""),
+    "fade": ("arXiv 2607.01490 (Don't Let Gains FADE: Breaking Down Policy Gradient Weights in "
+             "RL), abstract only", "fade_"),
+}
 
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
 
@@ -71,6 +99,7 @@ class Outcome:
     conditions: str | None = None
     plot: PlotFn | None = None
     plot_title: str | None = None
+    short: str | None = None  # one-line form of the correction/conditions for summary tables
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -92,6 +121,7 @@ class Claim:
     fn: Callable[[CheckContext], Outcome]
     variants: tuple[str, ...] = ()
     section: str = ""
+    paper: str = "seed"
 
 
 @dataclass
@@ -111,6 +141,21 @@ class ClaimResult:
     figure: str | None = None
     plot: PlotFn | None = field(default=None, repr=False, compare=False)
     plot_title: str | None = None
+    short: str | None = None
+    paper: str = "seed"
+
+    @property
+    def summary(self) -> str | None:
+        """The one-line form for summary tables: the check's ``short`` where it wrote one, else
+        the full correction (refuted, inconclusive) or conditions (holds-with-conditions),
+        never cut; ``None`` for a plain ``holds``."""
+        if self.short:
+            return self.short
+        if self.verdict in ("refuted", "inconclusive"):
+            return self.correction
+        if self.verdict == "holds-with-conditions":
+            return self.conditions
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the plot function is dropped; ``figure`` holds its file)."""
@@ -124,6 +169,8 @@ class ClaimResult:
             "evidence": to_jsonable(self.evidence),
             "correction": self.correction,
             "conditions": self.conditions,
+            "short": self.short,
+            "paper": self.paper,
             "figure": self.figure,
             "seconds": round(self.seconds, 4),
         }
@@ -140,6 +187,7 @@ def claim(
     check: str,
     variants: Iterable[str] = (),
     section: str = "",
+    paper: str = "seed",
 ) -> Callable[[Callable[[CheckContext], Outcome]], Callable[[CheckContext], Outcome]]:
     """Decorator: register ``fn`` as the check of claim ``id``.
 
@@ -150,14 +198,22 @@ def claim(
         check: what the check computes, in which world, with which estimator variants.
         variants: estimator names used (``grpo`` mean-centred, ``grpo_std`` std-normalised, ...).
         section: report grouping.
+        paper: key of :data:`PAPERS` (default ``"seed"``); the id must carry that paper's prefix.
     """
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper {paper!r}; known: {sorted(PAPERS)}")
+    prefix = PAPERS[paper][1]
+    if prefix and not id.startswith(prefix):
+        raise ValueError(f"claim {id!r} of paper {paper!r} must start with {prefix!r}")
+    if not prefix and any(p and id.startswith(p) for _, p in PAPERS.values()):
+        raise ValueError(f"claim {id!r} of paper {paper!r} uses another paper's prefix")
 
     def deco(fn: Callable[[CheckContext], Outcome]) -> Callable[[CheckContext], Outcome]:
         if id in REGISTRY:
             raise ValueError(f"claim id {id!r} registered twice")
         if not id.replace("_", "").isalnum() or id.lower() != id:
             raise ValueError(f"claim id must be snake_case, got {id!r}")
-        REGISTRY[id] = Claim(id, location, text, check, fn, tuple(variants), section)
+        REGISTRY[id] = Claim(id, location, text, check, fn, tuple(variants), section, paper)
         return fn
 
     return deco
@@ -173,10 +229,18 @@ def get_claim(claim_id: str) -> Claim:
 
 
 def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResult:
-    """Run one claim's check and return its :class:`ClaimResult`."""
+    """Run one claim's check and return its :class:`ClaimResult`.
+
+    A check that raises does not stop the audit: its claim is recorded as ``inconclusive``
+    with the exception as its evidence (a failed computation decides nothing).
+    """
     c = get_claim(claim_id)
     t0 = time.perf_counter()
-    out = c.fn(CheckContext(seed=seed, quick=quick))
+    try:
+        out = c.fn(CheckContext(seed=seed, quick=quick))
+    except Exception as exc:  # noqa: BLE001 - any failure of a computation -> inconclusive
+        out = Outcome("inconclusive", {"computation_failed": f"{type(exc).__name__}: {exc}"},
+                      short=f"the check's computation failed ({type(exc).__name__})")
     dt = time.perf_counter() - t0
     _check_evidence(c.id, out.evidence)
     ev = to_jsonable(out.evidence)
@@ -193,6 +257,8 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
         seconds=dt,
         plot=out.plot,
         plot_title=out.plot_title,
+        short=out.short,
+        paper=c.paper,
     )
 
 
@@ -208,15 +274,22 @@ SECTION_ORDER: tuple[str, ...] = (
     "Cross-references",
     "A.1 Proof of Theorem 4.1",
     "A.2 Baseline concentration",
+    # FADE (arXiv 2607.01490, abstract)
+    "FADE: gradient masses",
+    "FADE: sign axis",
+    "FADE: difficulty axis",
+    "FADE: schedule",
 )
 
 
-def ordered_ids() -> list[str]:
-    """Every claim id in paper order (section, then registration)."""
+def ordered_ids(paper: str = "seed") -> list[str]:
+    """Every claim id of ``paper`` in paper order (section, then registration)."""
     _load_all()
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper {paper!r}; known: {sorted(PAPERS)}")
     rank = {s: i for i, s in enumerate(SECTION_ORDER)}
     mods = {f"{__package__}.{m}": i for i, m in enumerate(CLAIM_MODULES)}
-    ids = list(REGISTRY)
+    ids = [i for i, c in REGISTRY.items() if c.paper == paper]
 
     def key(c: str) -> tuple[int, int, int]:
         return (rank.get(REGISTRY[c].section, len(rank)),
@@ -226,17 +299,38 @@ def ordered_ids() -> list[str]:
 
 
 def run_claims(
-    ids: Iterable[str] | None = None, *, seed: int = 0, quick: bool = True
+    ids: Iterable[str] | None = None, *, seed: int = 0, quick: bool = True, paper: str = "seed"
 ) -> list[ClaimResult]:
-    """Run the given claims (default: all, in paper order)."""
+    """Run the given claims (default: all of ``paper``, in paper order)."""
     _load_all()
-    chosen = ordered_ids() if ids is None else list(ids)
+    chosen = ordered_ids(paper) if ids is None else list(ids)
     return [run_claim(i, seed=seed, quick=quick) for i in chosen]
 
 
-def verdict_from(ok: bool, *, otherwise: str = "refuted") -> str:
-    """``"holds"`` if ``ok`` else ``otherwise``: verdicts follow from computed booleans."""
-    return "holds" if ok else otherwise
+def verdict_from(
+    ok: bool, *, computed: bool = True, otherwise: str = "refuted", agrees: str = "holds"
+) -> str:
+    """The one rule from a computed boolean to a verdict.
+
+    Args:
+        ok: the computation agrees with the statement.
+        computed: every computation the verdict rests on ran and is complete (e.g. a Monte
+            Carlo cross-check ran and agreed with the exact route); ``False`` gives
+            ``"inconclusive"`` whatever ``ok`` says.
+        otherwise: the verdict when ``ok`` is false (``"refuted"``; ``"inconclusive"`` where a
+            disagreement would not decide the statement).
+        agrees: the verdict when ``ok`` is true (``"holds"``, or ``"holds-with-conditions"``
+            where the agreement needs conditions the paper does not state).
+
+    >>> verdict_from(True), verdict_from(False), verdict_from(True, computed=False)
+    ('holds', 'refuted', 'inconclusive')
+    """
+    for name, v in (("otherwise", otherwise), ("agrees", agrees)):
+        if v not in VERDICTS:
+            raise ValueError(f"{name} must be one of {VERDICTS}, got {v!r}")
+    if not computed:
+        return "inconclusive"
+    return agrees if ok else otherwise
 
 
 #: Claim modules in paper order (this also orders claims that share a section).
@@ -247,6 +341,8 @@ CLAIM_MODULES: tuple[str, ...] = (
     "claims_theorem41",
     "claims_rank",
     "claims_appendix",
+    "claims_new",
+    "claims_fade",
 )
 
 

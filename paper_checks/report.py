@@ -5,10 +5,15 @@
 * ``claims.json``: a list of objects with ``id``, ``location``, ``claim``, ``check``, ``variants``,
   ``verdict``, ``evidence`` (named numbers), ``correction``, ``conditions``, ``figure``,
   ``seconds``;
-* ``REPORT.md``: a summary table (claim, location, verdict, correct value), the count by verdict,
-  the run's metadata, one section per claim with its evidence (and figure), and the regenerated
-  tables (App. A.2 side by side with the printed values; Table 1 for toy worlds);
-* ``figures/*.png``; ``tables/*.md|csv``; ``meta.json`` (seed, versions, device, timing).
+* ``REPORT.md``: the verdict legend, a summary table (claim, location, verdict, the check's short
+  correction or conditions, never cut), the count by verdict, the run's metadata, one section per
+  claim with its evidence (and figure), and (seed paper) the regenerated tables (App. A.2 side by
+  side with the printed values; Table 1 for toy worlds);
+* ``claims_summary.csv`` and ``claims_summary.tex``: the summary table as CSV and LaTeX;
+* ``figures/*.png``; ``tables/*.md|csv`` (seed paper); ``meta.json`` (seed, versions, device,
+  timing).
+
+``paper="fade"`` audits the FADE abstract (arXiv 2607.01490) instead of the seed paper.
 """
 
 from __future__ import annotations
@@ -20,27 +25,63 @@ from typing import Any
 
 from grpo_io import environment, write_json
 
-from .paper_values import PAPER_ID
-from .registry import VERDICTS, ClaimResult, run_claims
+from .registry import PAPERS, VERDICT_LEGEND, VERDICTS, ClaimResult, run_claims
+from .tables import AuditTable
 
-__all__ = ["run_audit", "summary_table"]
+__all__ = ["run_audit", "summary_table", "summary_rows", "summary_latex", "verdict_legend"]
 
 
-def _short(text: str | None, n: int = 160) -> str:
+def _cell(text: str | None) -> str:
+    """One Markdown table cell: whitespace collapsed, pipes escaped, never cut."""
     if not text:
         return "-"
-    t = " ".join(text.split()).replace("|", "\\|")
-    return t if len(t) <= n else t[: n - 3] + "..."
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def verdict_legend() -> str:
+    """Markdown table of :data:`paper_checks.registry.VERDICT_LEGEND`."""
+    return "| verdict | meaning |\n|---|---|\n" + "".join(
+        f"| **{v}** | {VERDICT_LEGEND[v]} |\n" for v in VERDICTS)
+
+
+def summary_rows(results: list[ClaimResult]) -> AuditTable:
+    """The claims summary (id, location, verdict, correction or conditions) as a table, for
+    CSV and LaTeX; the last column is each check's short form (:attr:`ClaimResult.summary`)."""
+    rows = tuple((i, r.id, " ".join(r.location.split()), r.verdict,
+                  " ".join((r.summary or "").split()))
+                 for i, r in enumerate(results, 1))
+    return AuditTable("Claims summary", ("#", "claim", "location", "verdict",
+                                         "correction / conditions"), rows)
+
+
+_LATEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+              "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+              "^": r"\textasciicircum{}"}
+
+
+def _latex_escape(text: Any) -> str:
+    return "".join(_LATEX_ESC.get(ch, ch) for ch in str(text))
+
+
+def summary_latex(table: AuditTable) -> str:
+    """The claims summary as a LaTeX ``longtable`` (booktabs; every special character escaped,
+    wrapping paragraph columns)."""
+    lines = [r"% needs \usepackage{longtable,booktabs}",
+             r"\begin{longtable}{r p{0.22\linewidth} p{0.17\linewidth} l p{0.34\linewidth}}",
+             r"\toprule", " & ".join(_latex_escape(h) for h in table.header) + r" \\",
+             r"\midrule", r"\endhead"]
+    lines += [" & ".join(_latex_escape(c) for c in row) + r" \\" for row in table.rows]
+    lines += [r"\bottomrule", r"\end{longtable}"]
+    return "\n".join(lines) + "\n"
 
 
 def summary_table(results: list[ClaimResult]) -> str:
-    """Markdown: claim id, location, verdict, correct value / conditions."""
-    lines = ["| # | claim | location | verdict | correct value / conditions |",
+    """Markdown: claim id, location, verdict, the check's short correction / conditions."""
+    lines = ["| # | claim | location | verdict | correction / conditions |",
              "|---|---|---|---|---|"]
     for i, r in enumerate(results, 1):
-        fix = r.correction if r.verdict == "refuted" else r.conditions
-        lines.append(f"| {i} | [`{r.id}`](#{r.id}) | {_short(r.location, 60)} | **{r.verdict}** | "
-                     f"{_short(fix)} |")
+        lines.append(f"| {i} | [`{r.id}`](#{r.id}) | {_cell(r.location)} | **{r.verdict}** | "
+                     f"{_cell(r.summary)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -65,10 +106,11 @@ def _section(r: ClaimResult) -> str:
     if r.variants:
         out.append(f"- **Estimators:** {', '.join(r.variants)}")
     out.append(f"- **Verdict:** {r.verdict}")
-    if r.conditions and r.verdict != "refuted":
+    if r.conditions and r.verdict == "holds-with-conditions":
         out.append(f"- **Conditions:** {r.conditions}")
-    if r.correction:
-        out.append(f"- **Correction:** {r.correction}")
+    if r.correction and r.verdict in ("refuted", "inconclusive"):
+        label = "Correction" if r.verdict == "refuted" else "Why undecided / what would decide"
+        out.append(f"- **{label}:** {r.correction}")
     out += ["", "| evidence | value |", "|---|---|"]
     out += [f"| {k} | {_fmt(v)} |" for k, v in r.evidence.items()]
     if r.figure:
@@ -131,49 +173,67 @@ def _a2_figure(fig_dir: Path, *, quick: bool) -> str:
 
 
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
-              ids: list[str] | None = None) -> list[ClaimResult]:
-    """Run the audit and write every output under ``out_dir`` (created if needed)."""
-    from .tables import appendix_a2_table, table1_toy
-
+              ids: list[str] | None = None, paper: str = "seed") -> list[ClaimResult]:
+    """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper {paper!r}; known: {sorted(PAPERS)}")
     out = Path(out_dir)
     fig_dir = out / "figures"
-    tab_dir = out / "tables"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    tab_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    results = run_claims(ids, seed=seed, quick=quick)
+    results = run_claims(ids, seed=seed, quick=quick, paper=paper)
     t_claims = time.perf_counter() - t0
     _figures(results, fig_dir)
-    a2_fig = _a2_figure(fig_dir, quick=quick)
-    a2 = appendix_a2_table()
-    t1 = table1_toy(seed=seed, quick=quick)
-    for name, tab in (("appendix_a2", a2), ("table1_toy", t1)):
-        (tab_dir / f"{name}.md").write_text(tab.to_markdown(), encoding="utf-8")
-        (tab_dir / f"{name}.csv").write_text(tab.to_csv(), encoding="utf-8")
+    tables_md: list[str] = []
+    if paper == "seed":
+        from .tables import appendix_a2_table, table1_toy
+
+        tab_dir = out / "tables"
+        tab_dir.mkdir(parents=True, exist_ok=True)
+        a2_fig = _a2_figure(fig_dir, quick=quick)
+        a2 = appendix_a2_table()
+        t1 = table1_toy(seed=seed, quick=quick)
+        for name, tab in (("appendix_a2", a2), ("table1_toy", t1)):
+            (tab_dir / f"{name}.md").write_text(tab.to_markdown(), encoding="utf-8")
+            (tab_dir / f"{name}.csv").write_text(tab.to_csv(), encoding="utf-8")
+        tables_md = ["## Regenerated tables", "", a2.to_markdown(),
+                     f"![appendix A.2]({a2_fig})", "", t1.to_markdown()]
     elapsed = time.perf_counter() - t0
+    paper_id = PAPERS[paper][0]
     meta = {
-        "paper": PAPER_ID,
+        "paper": paper_id,
+        "paper_key": paper,
         "seed": seed,
         "quick": quick,
         "command": f"grpo-audit audit --out {out_dir} --seed {seed}"
-        + (" --quick" if quick else ""),
+        + (f" --paper {paper}" if paper != "seed" else "") + (" --quick" if quick else ""),
         "n_claims": len(results),
         "verdict_counts": dict(Counter(r.verdict for r in results)),
+        "refuted": [r.id for r in results if r.verdict == "refuted"],
         "seconds_claims": round(t_claims, 2),
         "seconds_total": round(elapsed, 2),
         "environment": environment(),  # numpy, scipy, sympy, matplotlib, torch; device cpu
     }
     write_json(out / "claims.json", [r.as_dict() for r in results])
     write_json(out / "meta.json", meta)
+    summ = summary_rows(results)
+    (out / "claims_summary.csv").write_text(summ.to_csv(), encoding="utf-8")
+    (out / "claims_summary.tex").write_text(summary_latex(summ), encoding="utf-8")
     env = meta["environment"]
     md = [
-        f"# Proof audit of {PAPER_ID}",
+        f"# Proof audit of {paper_id}",
         "",
-        "Every verdict below is computed by the check described in its section; the paper's "
-        "printed numbers are taken from `paper_checks/paper_values.py` and labelled as the "
-        "paper's.",
+        "Every verdict below is computed by the check described in its section"
+        + ("; the paper's printed numbers are taken from `paper_checks/paper_values.py` and "
+           "labelled as the paper's." if paper == "seed" else
+           "; only the abstract is available, so each claim is our paraphrase of it."),
         "",
+        "## Verdict legend",
+        "",
+        verdict_legend(),
         "## Summary",
+        "",
+        "Also as `claims_summary.csv` and `claims_summary.tex`.",
         "",
         summary_table(results),
         "### Count by verdict",
@@ -188,12 +248,7 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         f"- Device: {env['device']} ({env['processor']}; {env['platform']})",
         "- Statistical checks: |estimate - exact| <= 4 SE (k = 4).",
         "",
-        "## Regenerated tables",
-        "",
-        a2.to_markdown(),
-        f"![appendix A.2]({a2_fig})",
-        "",
-        t1.to_markdown(),
+        *tables_md,
         "## Claims",
         "",
     ]

@@ -33,7 +33,9 @@ _EXPORTS: dict[str, str] = {
     "RolloutBatch": "rollouts",
     "build_prompt": "rollouts",
     "sample_group": "rollouts",
-    # gram (engineer C)
+    "sample_groups": "rollouts",
+    "sample_prompts": "rollouts",
+    # gram
     "trajectory_gram": "gram",
     # geometry
     "group_gram": "geometry",

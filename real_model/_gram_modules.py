@@ -10,12 +10,19 @@ Shapes: ``R`` rollouts, ``T`` flattened positions per rollout, ``d_in``/``d_out`
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 
 __all__ = [
     "Scratch",
+    "CPU_CHUNK_SIZE",
+    "default_chunk_size",
+    "gram_f32",
+    "linear_weight_gram",
+    "choose_linear_method",
+    "LINEAR_METHODS",
     "linear_identity_cost",
     "linear_per_sample_cost",
     "linear_weight_gram_identity",
@@ -49,6 +56,61 @@ class Scratch:
         return buf[:numel]
 
 
+CPU_CHUNK_SIZE = 1 << 23
+"""Entries of one temporary block on CPU (64 MiB in float64): large enough that the per-block
+overhead is negligible against the GEMMs, small enough to stay out of the page-fault regime that
+re-allocating huge blocks per layer costs (measured on the SmolLM2 benchmark)."""
+
+_GPU_CHUNK_MIN, _GPU_CHUNK_MAX = 1 << 22, 1 << 28
+CPU_SLAB_BYTES = 1 << 20
+
+
+def default_chunk_size(device: torch.device) -> int:
+    """Entries of one temporary block: :data:`CPU_CHUNK_SIZE` on CPU; on CUDA from free memory.
+
+    On CUDA: a quarter of the free memory (driver-free plus the allocator's cached, unused
+    bytes) in float64 entries, clamped to ``[2^22, 2^28]`` (2^28 was the fastest setting measured
+    on an H100 at the Nemotron-Mini-4B shape; issue #9). Called during the backward, when the
+    activations of the forward still occupy memory.
+    """
+    if device.type != "cuda":
+        return CPU_CHUNK_SIZE
+    free, _ = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(min(_GPU_CHUNK_MAX, max(_GPU_CHUNK_MIN, free // 4 // 8)))
+
+
+_LOW = (torch.bfloat16, torch.float16)
+_OUT_DTYPE_OK: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def gram_f32(x: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
+    """``x x^T`` in float32 for ``x`` ``[R, n]`` (float32, bfloat16 or float16).
+
+    Low-precision rows are multiplied straight from their storage with float32 accumulation and
+    output (``torch.mm(..., out_dtype=torch.float32)``) where the backend has it (CUDA); elsewhere
+    (CPU, older builds) the rows are copied to float32 first, which gives the same products up to
+    the summation order. The products of two bf16/fp16 numbers are exact in float32, so the two
+    paths differ only by float32 rounding of the sums.
+    """
+    if x.dtype in _LOW:
+        key = (x.device.type, x.dtype)
+        if _OUT_DTYPE_OK.get(key, x.device.type == "cuda"):
+            try:
+                out = torch.mm(x, x.T, out_dtype=torch.float32)
+                _OUT_DTYPE_OK[key] = True
+                return out
+            except (RuntimeError, NotImplementedError, TypeError):
+                _OUT_DTYPE_OK[key] = False
+        if scratch is not None:
+            f = scratch.get("prod_float32", x.numel(), torch.float32, x.device).view(x.shape)
+            f.copy_(x)
+        else:
+            f = x.float()
+        return f @ f.T
+    return x.float() @ x.float().T
+
+
 def flat_gram(
     K: torch.Tensor,
     flat: torch.Tensor,
@@ -58,21 +120,33 @@ def flat_gram(
 ) -> None:
     """``K += flat flat^T`` for ``flat`` shaped ``[R, n]``; ``K`` (float64) accumulates the blocks.
 
-    The block product runs in ``product_dtype`` (float64 by default; float32 is enough for
-    gradients that are themselves bfloat16/float16 and is much cheaper on a GPU).
+    The block product runs in ``product_dtype``: float64 (default), or float32, which is enough for
+    gradients that are themselves bfloat16/float16 and much cheaper on a GPU; bfloat16/float16
+    rows then go through :func:`gram_f32` without a float32 copy where the backend allows it.
     """
-    if flat.dtype == product_dtype:
-        f = flat
-    elif scratch is None:
-        f = flat.to(product_dtype)
+    if product_dtype != torch.float64:
+        K.add_(gram_f32(flat, scratch).to(torch.float64))
+        return
+    if flat.dtype == torch.float64:
+        K.addmm_(flat, flat.T)
+        return
+    R, n = flat.shape
+    # single-threaded CPU: widen to float64 in cache-sized column slabs (R x slab float64 = 1 MiB),
+    # so the rows are read once from memory instead of written and re-read as a full float64 copy
+    # (1.7x faster on [8, 2^20] rows). With several threads, thousands of small parallel regions
+    # cost more than they save (20x slower with 2 threads on a loaded machine), and on a GPU
+    # fewer, larger kernels win: one copy, one GEMM there.
+    sliced = flat.device.type == "cpu" and torch.get_num_threads() == 1
+    slab = min(n, max(1024, CPU_SLAB_BYTES // (8 * R))) if sliced else n
+    if scratch is None:
+        buf = torch.empty(R * slab, dtype=torch.float64, device=flat.device)
     else:
-        f = scratch.get(f"prod_{product_dtype}", flat.numel(), product_dtype, flat.device)
-        f = f.view(flat.shape)
-        f.copy_(flat)
-    if product_dtype == torch.float64:
+        buf = scratch.get("prod_float64", R * slab, torch.float64, flat.device)
+    for c0 in range(0, n, slab):
+        c = min(slab, n - c0)
+        f = buf[: R * c].view(R, c)
+        f.copy_(flat[:, c0 : c0 + c])
         K.addmm_(f, f.T)
-    else:
-        K.add_((f @ f.T).to(torch.float64))
 
 
 def linear_identity_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
@@ -116,25 +190,126 @@ def linear_weight_gram_per_sample(
     chunk_size: int,
     scratch: Scratch | None = None,
     product_dtype: torch.dtype = torch.float64,
+    contiguous: bool | None = None,
 ) -> None:
     """Add the Gram of explicit per-sample gradients ``dW_i = delta_i^T a_i`` to ``K``.
 
     The ``d_out`` rows are processed in chunks of ``c`` rows so that only ``[R, c, d_in]`` is ever
     materialised (``R c d_in <= chunk_size``); the per-sample products run in the layer's dtype
-    (as autograd's own weight gradient does) and the Gram is accumulated in float64.
+    (as autograd's own weight gradient does) and the Gram is accumulated in float64. On CUDA,
+    each chunk of ``delta^T`` is first copied into a contiguous ``[R, c, T]`` block, so that every
+    chunk's batched product has two contiguous row-major operands (a strided, transposed operand
+    made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape; issue #9).
+    ``contiguous`` forces that layout on (``True``) or off (``False``); ``None``: on CUDA only.
     """
-    R, _, d_in = a.shape
+    R, T, d_in = a.shape
     d_out = delta.shape[-1]
+    delta = delta.to(a.dtype)
     rows = max(1, chunk_size // max(1, R * d_in))
     rows = min(rows, d_out)
     scratch = scratch if scratch is not None else Scratch()
     buf = scratch.get("per_sample", R * rows * d_in, a.dtype, a.device)
-    gt = delta.transpose(1, 2)  # [R, d_out, T]
+    gt = delta.transpose(1, 2)  # [R, d_out, T], strided
+    if contiguous if contiguous is not None else a.device.type == "cuda":
+        # one chunk of delta^T at a time ([R, c, T], smaller than the [R, c, d_in] output when
+        # T < d_in): no second copy of a large delta such as the LM head's stays allocated
+        gbuf = scratch.get("delta_t", R * rows * T, a.dtype, a.device)
+        a = a.contiguous()
+    else:  # CPU BLAS takes the transposed operand at no cost; the copy would only add traffic
+        gbuf = None
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
+        g = gt[:, o0 : o0 + c]
+        if gbuf is not None:
+            g = gbuf[: R * c * T].view(R, c, T).copy_(g)
         blk = buf[: R * c * d_in].view(R, c, d_in)
-        torch.bmm(gt[:, o0 : o0 + c], a, out=blk)  # per-sample gradient rows [R, c, d_in]
+        torch.bmm(g, a, out=blk)  # per-sample gradient rows [R, c, d_in]
         flat_gram(K, blk.view(R, -1), scratch, product_dtype=product_dtype)
+
+
+_CALIBRATED: dict[tuple[Any, ...], str] = {}
+CALIBRATION_BAND = 4.0
+"""``linear_method="measured"`` times both Linear methods when their multiply-add counts are
+within this factor of each other (otherwise the count decides)."""
+
+
+def choose_linear_method(
+    *, R: int, T: int, d_in: int, d_out: int, key: tuple[Any, ...] | None = None
+) -> str | None:
+    """``"identity"`` or ``"per_sample"`` for a Linear layer, or ``None``: measure it.
+
+    Without ``key`` (``linear_method="auto"``): the cheaper by multiply-add count
+    (:func:`linear_identity_cost`, :func:`linear_per_sample_cost`). With ``key``
+    (``"measured"``): the count when one method is more than :data:`CALIBRATION_BAND` times
+    cheaper; otherwise the cached verdict of an earlier measurement for the same ``key`` (device,
+    dtypes and shape), or ``None`` when there is none yet.
+    """
+    ci = linear_identity_cost(R=R, T=T, d_in=d_in, d_out=d_out)
+    cp = linear_per_sample_cost(R=R, T=T, d_in=d_in, d_out=d_out)
+    if key is None or ci * CALIBRATION_BAND < cp or cp * CALIBRATION_BAND < ci:
+        return "identity" if ci < cp else "per_sample"
+    return _CALIBRATED.get(key)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+LINEAR_METHODS = ("auto", "measured", "identity", "per_sample")
+
+
+def linear_weight_gram(
+    K: torch.Tensor,
+    a: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    method: str = "auto",
+    chunk_size: int,
+    scratch: Scratch | None = None,
+    product_dtype: torch.dtype = torch.float64,
+) -> str:
+    """Add ``<dW_i, dW_j>`` of a Linear weight to ``K`` by ``method``; returns the method used.
+
+    * ``"auto"``: the cheaper method by multiply-add count (deterministic).
+    * ``"measured"``: by count when the counts differ by more than :data:`CALIBRATION_BAND`;
+      inside the band by measured time: the first layer of each
+      ``(device, dtype, product dtype, R, T, d_in, d_out)`` in this process runs both methods
+      (each into its own accumulator, timed; the faster one's result is kept) and later layers of
+      the same key reuse the cached verdict. Both methods are exact, so the choice changes ``K``
+      only by rounding, but a timing can differ between processes: runs that must resume
+      bit-identically use ``"auto"`` or pin the method.
+    * ``"identity"`` / ``"per_sample"``: that method.
+    """
+    R, T, d_in = a.shape
+    d_out = delta.shape[-1]
+    if method in ("auto", "measured"):
+        key = (a.device.type, a.dtype, product_dtype, R, T, d_in, d_out)
+        chosen = choose_linear_method(R=R, T=T, d_in=d_in, d_out=d_out,
+                                      key=key if method == "measured" else None)
+        if chosen is None:
+            times, parts = {}, {}
+            for m in ("per_sample", "identity"):
+                Km = torch.zeros_like(K)
+                _sync(a.device)
+                t0 = time.perf_counter()
+                linear_weight_gram(Km, a, delta, method=m, chunk_size=chunk_size,
+                                   scratch=scratch, product_dtype=product_dtype)
+                _sync(a.device)
+                times[m], parts[m] = time.perf_counter() - t0, Km
+            chosen = min(times, key=times.__getitem__)
+            _CALIBRATED[key] = chosen
+            K.add_(parts[chosen])
+            return chosen
+        method = chosen
+    if method == "identity":
+        linear_weight_gram_identity(K, a, delta, chunk_size=chunk_size)
+    elif method == "per_sample":
+        linear_weight_gram_per_sample(K, a, delta, chunk_size=chunk_size, scratch=scratch,
+                                      product_dtype=product_dtype)
+    else:
+        raise ValueError(f"linear method must be one of {LINEAR_METHODS}, got {method!r}")
+    return method
 
 
 def linear_weight_rows(a: torch.Tensor, delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,9 @@ from grpo_io.paths import prepare_out_dir
 __all__ = ["register"]
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser, *, trl: bool = False) -> None:
+    """Shared options; ``trl=True`` leaves out those TRL decides (--R, --estimators,
+    --aggregation: group size, advantages and aggregation are TRL's)."""
     p.add_argument("--out", required=True, help="output folder (created; reruns resume)")
     p.add_argument(
         "--model",
@@ -23,9 +25,10 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16"
     )
-    p.add_argument(
-        "--R", type=int, nargs="+", default=[2, 4, 8], help="group sizes (default 2 4 8)"
-    )
+    if not trl:
+        p.add_argument(
+            "--R", type=int, nargs="+", default=[2, 4, 8], help="group sizes (default 2 4 8)"
+        )
     p.add_argument(
         "--max-new-tokens", type=int, default=64, help="tokens per completion (default 64)"
     )
@@ -58,19 +61,27 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prompt-style", default="fewshot", choices=["fewshot", "chat"])
     p.add_argument("--shots", type=int, default=3, help="few-shot examples (default 3)")
-    p.add_argument(
-        "--estimators",
-        nargs="+",
-        default=["grpo", "rloo", "grpo_std"],
-        help="grpo_theory estimators; the first is the main one (default grpo rloo grpo_std)",
-    )
-    p.add_argument(
-        "--aggregation",
-        default="sequence_sum",
-        choices=["sequence_sum", "token_mean", "sequence_mean", "dr_grpo"],
-        help="loss aggregation (default sequence_sum)",
-    )
+    if not trl:
+        p.add_argument(
+            "--estimators",
+            nargs="+",
+            default=["grpo", "rloo", "grpo_std"],
+            help="grpo_theory estimators; the first is the main one (default grpo rloo grpo_std)",
+        )
+        p.add_argument(
+            "--aggregation",
+            default="sequence_sum",
+            choices=["sequence_sum", "token_mean", "sequence_mean", "dr_grpo"],
+            help="loss aggregation (default sequence_sum)",
+        )
     p.add_argument("--gram-method", default="exact", choices=["exact", "naive"])
+    p.add_argument(
+        "--rollout-batch",
+        type=int,
+        default=8,
+        help="prompts whose groups are sampled in one batch (default 8; 1: one group at a time, "
+        "as before this option existed)",
+    )
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
@@ -95,6 +106,7 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
         "estimators": tuple(args.estimators),
         "aggregation": args.aggregation,
         "gram_method": args.gram_method,
+        "rollout_batch": args.rollout_batch,
     }
 
 
@@ -149,6 +161,83 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trl_train(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .trl_train import TRLTrainConfig, run_trl_train
+
+    cfg = TRLTrainConfig(
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        source=args.source,
+        data_path=args.data,
+        difficulty=tuple(args.difficulty),
+        operations=tuple(args.operations),
+        stop_strings=tuple(codecs.decode(x, "unicode_escape") for x in args.stop),
+        shots=args.shots,
+        prompt_style=args.prompt_style,
+        gram_method=args.gram_method,
+        steps=args.steps,
+        prompts_per_step=args.prompts_per_step,
+        num_generations=args.num_generations,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        loss_type=args.loss_type,
+        scale_rewards=args.scale_rewards,
+        geometry_every=args.geometry_every,
+        report_to=tuple(args.report_to),
+    )
+    prepare_out_dir(args.out)
+    res = run_trl_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
+    print((__import__("pathlib").Path(args.out) / "table.md").read_text(encoding="utf-8"))
+    print(
+        f"wrote {args.out}/steps.jsonl, geometry.jsonl, results.json, table.md, train.png "
+        f"({res['steps_done']} steps)"
+    )
+    return 0
+
+
+def _trl_parser(rsub: Any) -> None:
+    """``real trl-train`` options (TRL itself is imported only when the command runs)."""
+    p = rsub.add_parser(
+        "trl-train",
+        help="GRPO with TRL's GRPOTrainer, exact gradient geometry per step (needs the trl extra)",
+    )
+    _model_args(p, trl=True)
+    p.add_argument("--steps", type=int, default=4, help="optimizer steps (default 4)")
+    p.add_argument("--prompts-per-step", type=int, default=2, help="groups per step (default 2)")
+    p.add_argument(
+        "--num-generations", type=int, default=4, help="group size R (TRL num_generations; 4)"
+    )
+    p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate (default 1e-5)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (0)")
+    p.add_argument(
+        "--loss-type",
+        default="dapo",
+        choices=["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"],
+        help="TRL loss_type (default dapo, TRL's default)",
+    )
+    p.add_argument(
+        "--scale-rewards",
+        default="group",
+        choices=["group", "batch", "none"],
+        help="TRL scale_rewards (default group)",
+    )
+    p.add_argument(
+        "--geometry-every", type=int, default=1, help="measure every k steps (default 1)"
+    )
+    p.add_argument(
+        "--report-to", nargs="*", default=[], help="TRL/transformers loggers (default none)"
+    )
+    p.set_defaults(func=_trl_train)
+
+
 def _compare(args: argparse.Namespace) -> int:
     import matplotlib
 
@@ -163,11 +252,11 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``real`` (``rank``, ``train``) and ``compare`` to the ``grpo-audit`` subparsers."""
+    """Add ``real`` (``rank``, ``train``, ``trl-train``) and ``compare`` to the subparsers."""
     real = sub.add_parser(
         "real", help="real language model: rollouts, gradient Gram, spectra, GRPO"
     )
-    rsub = real.add_subparsers(dest="real_command", metavar="{rank,train}")
+    rsub = real.add_subparsers(dest="real_command", metavar="{rank,train,trl-train}")
     rsub.required = True
     rank = rsub.add_parser(
         "rank", help="one-shot spectra of the GRPO gradient at the current weights"
@@ -199,6 +288,7 @@ def register(sub: Any) -> None:
         "~/.cache/grpo-audit/train/<id>, outside --out; recorded in OUT/checkpoint.json)",
     )
     train.set_defaults(func=_train)
+    _trl_parser(rsub)
 
     cmp_ = sub.add_parser("compare", help="toy worlds' rank behaviour beside the real model's")
     cmp_.add_argument("--out", required=True, help="output folder")

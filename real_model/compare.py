@@ -110,8 +110,8 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         raise ValueError(
             f"{p} is not valid JSON ({exc}); pass a `real rank` results.json"
         ) from None
-    if not isinstance(res, dict) or res.get("experiment") != "real_rank":
-        raise ValueError(f"{p} is not a `real rank` results.json")
+    if not isinstance(res, dict) or res.get("experiment") not in ("real_rank", "real_trl_train"):
+        raise ValueError(f"{p} is not a `real rank` or `real trl-train` results.json")
     name = (res.get("model") or {}).get("name", "real")
     rows = [
         {

@@ -45,6 +45,7 @@ chunked dot products. Docs and benchmark: ``docs/real_model_gram.md``,
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections import defaultdict
 from typing import Any, Literal
@@ -58,7 +59,7 @@ from real_model._gram_plan import Plan
 __all__ = ["trajectory_gram", "token_logprobs", "trainable_parameters"]
 
 Method = Literal["exact", "naive"]
-LinearMethod = Literal["auto", "identity", "per_sample"]
+LinearMethod = Literal["auto", "measured", "identity", "per_sample"]
 GramPrecision = Literal["auto", "float64", "float32"]
 
 
@@ -180,12 +181,15 @@ def trajectory_gram(
         method: ``"exact"`` (one batched forward + backward, per-layer identities) or ``"naive"``
             (``R`` backward passes and stored flat gradients; the reference).
         chunk_size: bound on the number of entries of any temporary block (default ``None``:
-            2^23 on CPU, 2^26 on a GPU, where fewer, larger kernels matter more).
+            2^23 on CPU; on a GPU a quarter of the free memory at the start of the backward, in
+            float64 entries, clamped to [2^22, 2^28]: fewer, larger kernels matter more there).
         return_logprobs: also return the detached per-token log-probabilities ``[R, T]`` float64
             (column 0 is 0; unweighted).
         position_ids: ``"from_mask"`` (default: ``cumsum(attention_mask) - 1``), ``None`` (the
             model's default) or an ``[R, T]`` tensor.
-        linear_method: ``"auto"`` (default: cheaper of the two by multiply-add count),
+        linear_method: ``"auto"`` (default: the cheaper of the two by multiply-add count;
+            deterministic), ``"measured"`` (by a cached one-off timing of both where the counts
+            are within a factor 4; fastest, but the choice may differ between processes),
             ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only).
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
             (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
@@ -204,9 +208,9 @@ def trajectory_gram(
     """
     if method not in ("exact", "naive"):
         raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
-    if linear_method not in ("auto", "identity", "per_sample"):
+    if linear_method not in gm.LINEAR_METHODS:
         raise ValueError(
-            f"linear_method must be auto, identity or per_sample, got {linear_method!r}"
+            f"linear_method must be one of {gm.LINEAR_METHODS}, got {linear_method!r}"
         )
     if gram_precision not in ("auto", "float64", "float32"):
         raise ValueError(
@@ -214,21 +218,20 @@ def trajectory_gram(
         )
     if naive_stored is not None and int(naive_stored) < 1:
         raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
-    if chunk_size is None:
-        chunk_size = 1 << 26 if input_ids.device.type == "cuda" else 1 << 23
-    if int(chunk_size) < 1:
+    if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     w = _check_inputs(input_ids, attention_mask, completion_mask)
     if not trainable_parameters(model):
         raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
     if method == "naive":
+        chunk = gm.default_chunk_size(input_ids.device) if chunk_size is None else int(chunk_size)
         K, lp = _naive_gram(
-            model, input_ids, attention_mask, w, int(chunk_size), position_ids, naive_stored
+            model, input_ids, attention_mask, w, chunk, position_ids, naive_stored
         )
     else:
         K, lp = _exact_gram(
-            model, input_ids, attention_mask, w, int(chunk_size), position_ids, linear_method,
-            gram_precision,
+            model, input_ids, attention_mask, w, None if chunk_size is None else int(chunk_size),
+            position_ids, linear_method, gram_precision,
         )
     K = 0.5 * (K + K.T)
     if not bool(torch.isfinite(K).all()):
@@ -321,161 +324,242 @@ def _exact_gram(
     ids: torch.Tensor,
     am: torch.Tensor,
     w: torch.Tensor,
-    chunk: int,
+    chunk: int | None,
     pos: Any,
     linear_method: str,
     gram_precision: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = Plan(model)
-    R = ids.shape[0]
-    K = torch.zeros(R, R, dtype=torch.float64, device=ids.device)
-    scratch = gm.Scratch()
-    fast_ok: dict[type, bool] = {}  # module class -> closed-form norm gradients verified
-    prod = _product_dtype(model, gram_precision)
-    calls: dict[str, int] = defaultdict(int)
-    saved: dict[str, Any] = {}
-    roots: list[torch.Tensor] = []
-    tied_rows: dict[str, torch.Tensor] = {}  # embedding name -> sorted distinct ids
-    tied_vals: dict[str, torch.Tensor] = {}  # embedding name -> head gradient rows [R, U, d]
-    emb_of_linear = {lin: emb for emb, lin in plan.tied.values()}
-    errors: list[str] = []
+    engine = _ExactGram(
+        model, R=ids.shape[0], device=ids.device, chunk=chunk, linear_method=linear_method,
+        product_dtype=_product_dtype(model, gram_precision),
+    )
+    return engine.run(model, ids, am, w, pos)
 
-    def check_rows(mname: str, x: torch.Tensor) -> None:
-        if x.dim() < 2 or x.shape[0] != R:
-            raise ValueError(
-                f"module {mname!r} ({type(plan.modules[mname][0]).__name__}) was called with an "
-                f"input of shape {tuple(x.shape)} whose first axis is not the R={R} rollouts; "
-                "the exact Gram needs batch-first per-rollout rows (use method='naive')"
-            )
 
-    def on_grad(mname: str, delta: torch.Tensor) -> None:
-        mod, kind, names = plan.modules[mname]
-        x = saved.pop(mname)
-        if kind == "linear":
-            a = x.reshape(R, -1, x.shape[-1])
-            g = delta.reshape(R, -1, delta.shape[-1])
-            if "weight" in names:
-                T, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
-                use_id = linear_method == "identity" or (
-                    linear_method == "auto"
-                    and gm.linear_identity_cost(R=R, T=T, d_in=d_in, d_out=d_out)
-                    < gm.linear_per_sample_cost(R=R, T=T, d_in=d_in, d_out=d_out)
-                )
-                if use_id:
-                    gm.linear_weight_gram_identity(K, a, g, chunk_size=chunk)
-                else:
-                    gm.linear_weight_gram_per_sample(
-                        K, a, g.to(a.dtype), chunk_size=chunk, scratch=scratch,
-                        product_dtype=prod,
+class _ExactGram:
+    """The exact Gram of one batch: forward hooks record inputs, backward hooks add identities.
+
+    One instance serves one :func:`trajectory_gram` call. The forward (:meth:`record`) keeps each
+    parameterised module's input row-block; the backward delivers the output gradient ``delta`` of
+    every such module (:meth:`add_contribution`), which adds that module's per-layer identity to
+    ``K``:
+
+    * :meth:`add_linear`: ``<dW_i, dW_j>`` with ``dW_i = delta_i^T a_i`` and ``<db_i, db_j>``;
+    * :meth:`add_embedding`: ``sum_{t,t'} [id_it = id_jt'] (delta_it . delta_jt')`` plus, for a
+      tied LM head, the cross terms ``<H_i, E_j> + <E_i, H_j>``;
+    * :meth:`add_leaf`: closed-form norm gradients (verified once per module class) or per-row
+      VJPs of any other small leaf module.
+
+    State (all attributes): ``K`` (float64 ``[R, R]``), ``saved`` (module name -> captured input),
+    ``calls`` (forward calls per module), ``roots`` (outputs whose inputs need no gradient: the
+    backward starts from them), the tied-head rows ``tied_rows``/``tied_values``, the per-class
+    verdicts ``norm_closed_form_ok``, and ``recording`` (False once the forward is over, so that
+    re-runs of a module for its per-sample gradients are not counted).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        R: int,
+        device: torch.device,
+        chunk: int | None,
+        linear_method: str,
+        product_dtype: torch.dtype,
+    ) -> None:
+        self.plan = Plan(model)
+        self.R = R
+        self.device = device
+        self._chunk = chunk
+        self.linear_method = linear_method
+        self.product_dtype = product_dtype
+        self.K = torch.zeros(R, R, dtype=torch.float64, device=device)
+        self.scratch = gm.Scratch()
+        self.saved: dict[str, Any] = {}
+        self.calls: dict[str, int] = defaultdict(int)
+        self.roots: list[tuple[str, torch.Tensor]] = []
+        self.tied_embeddings = {emb for emb, _ in self.plan.tied.values()}
+        self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
+        self.tied_rows: dict[str, torch.Tensor] = {}  # embedding name -> sorted distinct ids
+        self.tied_values: dict[str, torch.Tensor] = {}  # embedding name -> head rows [R, U, d]
+        self.norm_closed_form_ok: dict[type, bool] = {}
+        self.errors: list[str] = []
+        self.recording = False
+
+    @property
+    def chunk(self) -> int:
+        """Entries of one temporary block; by default sized from free memory at first use (the
+        backward, when the forward's activations are held), see ``default_chunk_size``."""
+        if self._chunk is None:
+            self._chunk = gm.default_chunk_size(self.device)
+        return self._chunk
+
+    # ----------------------------------------------------------------- the pass
+    def run(
+        self, model: nn.Module, ids: torch.Tensor, am: torch.Tensor, w: torch.Tensor, pos: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward with hooks, one backward of ``sum_it w_it log pi``; returns ``(K, lp)``."""
+        handles = [
+            mod.register_forward_hook(functools.partial(self.record, mname), with_kwargs=True)
+            for mname, (mod, _, _) in self.plan.modules.items()
+        ]
+        try:
+            with torch.enable_grad():
+                self.recording = True
+                tok = token_logprobs(model, ids, am, position_ids=pos)
+                self.recording = False
+                loss = (tok * w.to(tok.dtype)).sum()
+                self._check_coverage()
+                if loss.requires_grad:
+                    names = [m for m, _ in self.roots]
+                    grads = torch.autograd.grad(
+                        loss, [r for _, r in self.roots], allow_unused=True
                     )
-                if mname in emb_of_linear:
-                    emb = emb_of_linear[mname]
-                    if emb not in tied_rows:
-                        errors.append(f"tied embedding {emb!r} was not called before {mname!r}")
-                    else:
-                        tied_vals[emb] = gm.linear_weight_rows(a, g.to(a.dtype), tied_rows[emb])
-            if "bias" in names:
-                gm.bias_gram(K, g)
-        elif kind == "embedding":
-            emb_ids = x.reshape(R, -1)
-            g = delta.reshape(R, emb_ids.shape[1], -1)
-            tied = mname in tied_rows
-            if tied and mname not in tied_vals:
-                errors.append(f"tied head of {mname!r} received no gradient before the embedding")
-            gm.embedding_rows_gram(
-                K, emb_ids, g, chunk_size=chunk, padding_idx=mod.padding_idx,
-                tied_rows=tied_rows.get(mname), tied_values=tied_vals.pop(mname, None),
+                    # roots run last (they feed everything else); embeddings after the tied head
+                    for mname, g in zip(names, grads, strict=True):
+                        if g is not None:
+                            self.add_contribution(mname, g)
+        finally:
+            self.recording = False
+            for h in handles:
+                h.remove()
+        if self.errors:
+            raise ValueError("; ".join(self.errors))
+        return self.K, tok.detach().to(torch.float64)
+
+    def _check_coverage(self) -> None:
+        missing = [m for m in self.plan.modules if self.calls[m] == 0]
+        if missing:
+            m = missing[0]
+            raise ValueError(
+                f"module {m!r} ({type(self.plan.modules[m][0]).__name__}) owns trainable "
+                f"parameters {self.plan.modules[m][2]} but was never called in the forward: its "
+                "parameters may be used outside its forward, which the exact Gram cannot "
+                "attribute (use method='naive', or set requires_grad=False on them)"
             )
+        if not self.roots:
+            raise ValueError("no trainable module output depends on the parameters only: "
+                             "cannot run the exact Gram")
+
+    # ----------------------------------------------------------------- forward side
+    def _check_rows(self, mname: str, x: torch.Tensor) -> None:
+        if x.dim() < 2 or x.shape[0] != self.R:
+            raise ValueError(
+                f"module {mname!r} ({type(self.plan.modules[mname][0]).__name__}) was called "
+                f"with an input of shape {tuple(x.shape)} whose first axis is not the R={self.R} "
+                "rollouts; the exact Gram needs batch-first per-rollout rows (use method='naive')"
+            )
+
+    def record(self, mname: str, mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
+        """Forward hook: keep the module's input and hook its output's gradient."""
+        if not self.recording:  # re-runs of a module for its per-sample gradients
+            return
+        self.calls[mname] += 1
+        if self.calls[mname] > 1:
+            raise ValueError(
+                f"module {mname!r} ({type(mod).__name__}) was called {self.calls[mname]} times "
+                "in one forward (weight reuse or activation checkpointing): not supported by the "
+                "exact Gram (use method='naive')"
+            )
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(
+                f"module {mname!r} ({type(mod).__name__}) returned a {type(out).__name__}, "
+                "not one tensor: unsupported by the exact Gram"
+            )
+        if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            raise ValueError(f"module {mname!r} ({type(mod).__name__}) got tensor keyword "
+                             "arguments: unsupported by the exact Gram")
+        kind = self.plan.modules[mname][1]
+        if kind in ("linear", "embedding"):
+            x = args[0]
+            self._check_rows(mname, x)
+            self.saved[mname] = x.detach()
+            if mname in self.tied_embeddings:
+                self.tied_rows[mname] = torch.unique(x.reshape(-1), sorted=True)
+            needs_input_grad = x.requires_grad
+        else:
+            tensors = [v for v in args if isinstance(v, torch.Tensor)]
+            for v in tensors:
+                self._check_rows(mname, v)
+            self.saved[mname] = (
+                tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in args),
+                out.grad_fn,
+            )
+            needs_input_grad = any(v.requires_grad for v in tensors)
+        if not out.requires_grad:
+            return
+        self._check_rows(mname, out)
+        if needs_input_grad:
+            out.register_hook(functools.partial(self.add_contribution, mname))
+        else:
+            self.roots.append((mname, out))
+
+    # ----------------------------------------------------------------- backward side
+    def add_contribution(self, mname: str, delta: torch.Tensor) -> None:
+        """Backward hook: ``delta`` is d(loss)/d(module output); add the module's Gram term."""
+        mod, kind, names = self.plan.modules[mname]
+        x = self.saved.pop(mname)
+        if kind == "linear":
+            self.add_linear(mname, names, x, delta)
+        elif kind == "embedding":
+            self.add_embedding(mname, mod, x, delta)
         else:
             args, grad_fn = x
-            fast = gm.fast_leaf_grads(mod, names, args, delta, grad_fn, R=R) if (
-                fast_ok.get(type(mod), True)) else None
-            if fast is not None and type(mod) not in fast_ok:  # check the closed form once
-                ref = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
-                tol = 64 * torch.finfo(ref.dtype).eps * float(ref.abs().max())
-                fast_ok[type(mod)] = bool((fast.to(ref.dtype) - ref).abs().max() <= tol)
-                fast = fast if fast_ok[type(mod)] else ref
-            if fast is None:
-                fast = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
-            gm.flat_gram(K, fast, scratch, product_dtype=prod)
+            self.add_leaf(mod, names, args, grad_fn, delta)
 
-    def fwd_hook(mname: str):
-        def hook(mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
-            if not in_forward[0]:  # re-runs of a module for its per-sample gradients
-                return
-            calls[mname] += 1
-            if calls[mname] > 1:
-                raise ValueError(
-                    f"module {mname!r} ({type(mod).__name__}) was called {calls[mname]} times in "
-                    "one forward (weight reuse or activation checkpointing): not supported by the "
-                    "exact Gram (use method='naive')"
-                )
-            if not isinstance(out, torch.Tensor):
-                raise ValueError(
-                    f"module {mname!r} ({type(mod).__name__}) returned a {type(out).__name__}, "
-                    "not one tensor: unsupported by the exact Gram"
-                )
-            kind = plan.modules[mname][1]
-            if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-                raise ValueError(f"module {mname!r} ({type(mod).__name__}) got tensor keyword "
-                                 "arguments: unsupported by the exact Gram")
-            if kind in ("linear", "embedding"):
-                x = args[0]
-                check_rows(mname, x)
-                saved[mname] = x.detach()
-                if kind == "embedding" and mname in {e for e, _ in plan.tied.values()}:
-                    tied_rows[mname] = torch.unique(x.reshape(-1), sorted=True)
-                src_grad = x.requires_grad
-            else:
-                tensors = [v for v in args if isinstance(v, torch.Tensor)]
-                for v in tensors:
-                    check_rows(mname, v)
-                saved[mname] = (
-                    tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in args),
-                    out.grad_fn,
-                )
-                src_grad = any(v.requires_grad for v in tensors)
-            if not out.requires_grad:
-                return
-            check_rows(mname, out)
-            if src_grad:
-                out.register_hook(lambda g, m=mname: on_grad(m, g))
-            else:
-                roots.append(out)
-                root_names.append(mname)
+    def add_linear(
+        self, mname: str, names: list[str], x: torch.Tensor, delta: torch.Tensor
+    ) -> None:
+        """``<dW_i, dW_j>`` for ``dW_i = delta_i^T a_i``; ``<db_i, db_j>`` for ``sum_t delta_i``."""
+        R = self.R
+        a = x.reshape(R, -1, x.shape[-1])
+        g = delta.reshape(R, -1, delta.shape[-1])
+        if "weight" in names:
+            gm.linear_weight_gram(
+                self.K, a, g, method=self.linear_method, chunk_size=self.chunk,
+                scratch=self.scratch, product_dtype=self.product_dtype,
+            )
+            emb = self.embedding_of_head.get(mname)
+            if emb is not None:  # tied head: keep H_i on the batch's ids for the cross terms
+                if emb not in self.tied_rows:
+                    self.errors.append(f"tied embedding {emb!r} was not called before {mname!r}")
+                else:
+                    self.tied_values[emb] = gm.linear_weight_rows(
+                        a, g.to(a.dtype), self.tied_rows[emb]
+                    )
+        if "bias" in names:
+            gm.bias_gram(self.K, g)
 
-        return hook
+    def add_embedding(
+        self, mname: str, mod: nn.Module, x: torch.Tensor, delta: torch.Tensor
+    ) -> None:
+        """``<E_i, E_j> = sum_{t,t'} [id_it = id_jt'] (delta_it . delta_jt')`` (+ tied terms)."""
+        ids = x.reshape(self.R, -1)
+        g = delta.reshape(self.R, ids.shape[1], -1)
+        tied = mname in self.tied_rows
+        if tied and mname not in self.tied_values:
+            self.errors.append(
+                f"tied head of {mname!r} received no gradient before the embedding"
+            )
+        gm.embedding_rows_gram(
+            self.K, ids, g, chunk_size=self.chunk, padding_idx=mod.padding_idx,
+            tied_rows=self.tied_rows.get(mname), tied_values=self.tied_values.pop(mname, None),
+        )
 
-    root_names: list[str] = []
-    in_forward = [True]
-    handles = [mod.register_forward_hook(fwd_hook(m), with_kwargs=True)
-               for m, (mod, _, _) in plan.modules.items()]
-    try:
-        with torch.enable_grad():
-            tok = token_logprobs(model, ids, am, position_ids=pos)
-            in_forward[0] = False
-            loss = (tok * w.to(tok.dtype)).sum()
-            missing = [m for m in plan.modules if calls[m] == 0]
-            if missing:
-                m = missing[0]
-                raise ValueError(
-                    f"module {m!r} ({type(plan.modules[m][0]).__name__}) owns trainable parameters "
-                    f"{plan.modules[m][2]} but was never called in the forward: its parameters may "
-                    "be used outside its forward, which the exact Gram cannot attribute "
-                    "(use method='naive', or set requires_grad=False on them)"
-                )
-            if not roots:
-                raise ValueError("no trainable module output depends on the parameters only: "
-                                 "cannot run the exact Gram")
-            if loss.requires_grad:
-                grads = torch.autograd.grad(loss, roots, allow_unused=True)
-                # roots run last (they feed everything else); embeddings after the tied head.
-                for mname, g in zip(root_names, grads, strict=True):
-                    if g is not None:
-                        on_grad(mname, g)
-    finally:
-        for h in handles:
-            h.remove()
-    if errors:
-        raise ValueError("; ".join(errors))
-    return K, tok.detach().to(torch.float64)
+    def add_leaf(
+        self, mod: nn.Module, names: list[str], args: tuple, grad_fn: Any, delta: torch.Tensor
+    ) -> None:
+        """Per-sample gradients of a small leaf module (closed-form norms, else per-row VJPs)."""
+        R, cls = self.R, type(mod)
+        grads = None
+        if self.norm_closed_form_ok.get(cls, True):
+            grads = gm.fast_leaf_grads(mod, names, args, delta, grad_fn, R=R)
+        if grads is not None and cls not in self.norm_closed_form_ok:  # verify the closed form once
+            ref = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
+            tol = 64 * torch.finfo(ref.dtype).eps * float(ref.abs().max())
+            ok = bool((grads.to(ref.dtype) - ref).abs().max() <= tol)
+            self.norm_closed_form_ok[cls] = ok
+            grads = grads if ok else ref
+        if grads is None:
+            grads = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
+        gm.flat_gram(self.K, grads, self.scratch, product_dtype=self.product_dtype)

@@ -5,8 +5,13 @@ groups): sample ``R_max = max(R_values)`` completions, reward them (binary, exac
 compute the trajectory-score Gram ``K`` once, and evaluate the leading ``R x R`` blocks for every
 ``R`` in ``R_values`` (nested groups, see :mod:`real_model.geometry`). One JSON line per prompt is
 appended to ``results.jsonl`` as soon as it is computed; a rerun with the same configuration skips
-the prompts already there (``--prompts`` may grow). At the end: ``results.json`` (config,
-environment, summary), ``table.md`` and ``rank.png``.
+the prompts already there (``--prompts`` may grow). The groups of ``rollout_batch`` consecutive
+prompts (blocks ``[kB, (k+1)B)`` of prompt indices) are sampled in one batch
+(:func:`~real_model.rollouts.sample_groups`); a resumed run resamples a partly written block in
+full, so it reproduces the uninterrupted run bit for bit (an extended run equals a fresh one when
+the earlier ``prompts`` was a multiple of ``rollout_batch``: the batch shapes the floating point);
+``rollout_batch=1`` samples one group at a time as earlier releases did. At the end:
+``results.json`` (config, environment, summary), ``table.md`` and ``rank.png``.
 
 Every record carries the configuration it was computed under (``config``: the resume key), and
 ``config.json`` holds it too: a rerun whose settings differ from either is refused, naming the
@@ -76,11 +81,17 @@ class RankConfig:
     aggregation: str = "sequence_sum"
     gram_method: str = "exact"
     stop_strings: tuple[str, ...] = field(default=("\n\n", "Question:"))
+    rollout_batch: int = 8  # prompts sampled in one batch; 1: one group at a time (old path)
 
     def resume_key(self) -> dict[str, Any]:
-        """The configuration a resumed run must match (everything but ``prompts``)."""
+        """The configuration a resumed run must match (everything but ``prompts``).
+
+        ``rollout_batch=1`` (per-group sampling, the only mode of earlier releases) is left out,
+        so that run folders written before the option existed resume with it."""
         d = asdict(self)
         d.pop("prompts")
+        if d.get("rollout_batch") == 1:
+            d.pop("rollout_batch")
         return d
 
     def validate(self) -> None:
@@ -92,6 +103,7 @@ class RankConfig:
         _positive_ints("max_new_tokens", (self.max_new_tokens,), minimum=1)
         _positive_ints("shots", (self.shots,), minimum=0)
         _positive_ints("difficulty", self.difficulty, minimum=1)
+        _positive_ints("rollout_batch", (self.rollout_batch,), minimum=1)
         if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
@@ -215,7 +227,7 @@ def run_rank(
 
     from .geometry import group_gram, nested_group_geometry
     from .loading import load_model
-    from .rollouts import build_prompt, sample_group
+    from .rollouts import build_prompt, sample_prompts
 
     cfg.validate()  # before any file is written or the model is loaded
     problems, shots = load_problems(cfg, cfg.prompts)
@@ -237,23 +249,34 @@ def run_rank(
     R_max = max(cfg.R_values)
     reward = binary_reward if reward_fn is None else reward_fn
     t_start = time.perf_counter()
+    B = cfg.rollout_batch
+    sampled: dict[int, Any] = {}
     for i in tqdm(todo, desc="real rank", disable=not progress):
         prob = problems[i]
-        prompt = build_prompt(
-            prob.question, style=cfg.prompt_style, shots=shots, tokenizer=loaded.tokenizer
-        )
-        t0 = time.perf_counter()
-        batch = sample_group(
-            loaded.model,
-            loaded.tokenizer,
-            prompt,
-            R=R_max,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            stop_strings=cfg.stop_strings,
-            seed=prompt_seed(cfg.seed, i),
-        )
+        if i not in sampled:
+            # blocks of prompt indices [kB, (k+1)B) cut at cfg.prompts: a resumed run resamples a
+            # partly written block in full, so every group sees the same batch as uninterrupted
+            block = range((i // B) * B, min((i // B + 1) * B, cfg.prompts))
+            t0 = time.perf_counter()
+            groups = sample_prompts(
+                loaded.model,
+                loaded.tokenizer,
+                [
+                    build_prompt(problems[j].question, style=cfg.prompt_style, shots=shots,
+                                 tokenizer=loaded.tokenizer)
+                    for j in block
+                ],
+                R=R_max,
+                seeds=[prompt_seed(cfg.seed, j) for j in block],
+                batch_prompts=B,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                stop_strings=cfg.stop_strings,
+            )
+            sample_s = (time.perf_counter() - t0) / len(block)  # per group, block average
+            sampled = dict(zip(block, groups, strict=True))
+        batch = sampled.pop(i)
         t1 = time.perf_counter()
         rewards = np.array([reward(t, prob.answer) for t in batch.texts])
         K = group_gram(loaded.model, batch, method=cfg.gram_method)
@@ -280,7 +303,7 @@ def run_rank(
                 "prompt_tokens": batch.prompt_length,
                 "K": K,
                 "by_R": {str(k): v for k, v in geo.items()},
-                "time_s": {"sample": t1 - t0, "gram": t2 - t1},
+                "time_s": {"sample": sample_s, "gram": t2 - t1},
                 "config": key,
             },
         )

@@ -27,7 +27,10 @@ import numpy as np
 
 from .data import Problem
 
-__all__ = ["RolloutBatch", "DEFAULT_STOP_STRINGS", "build_prompt", "sample_group"]
+__all__ = [
+    "RolloutBatch", "DEFAULT_STOP_STRINGS", "build_prompt", "sample_group", "sample_groups",
+    "sample_prompts",
+]
 
 DEFAULT_STOP_STRINGS: tuple[str, ...] = ("\n\n", "Question:")
 _CHAT_INSTRUCTION = "Solve the problem step by step and end with 'The answer is N.'"
@@ -151,7 +154,6 @@ def sample_group(
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     gen = torch.Generator(device=device).manual_seed(int(seed))
-    Lp = len(pids)
     x = torch.tensor([pids] * R, device=device)
     new = torch.full((R, max_new_tokens), pad, dtype=torch.long, device=device)
     keep = np.zeros(R, dtype=np.int64)
@@ -200,6 +202,16 @@ def sample_group(
             if not active.any():
                 break
             step_input = nxt[:, None]
+    return _assemble(x, new, keep, pad, texts, reasons)
+
+
+def _assemble(
+    x: Any, new: Any, keep: np.ndarray, pad: int, texts: list[str], reasons: list[str]
+) -> RolloutBatch:
+    """:class:`RolloutBatch` of prompt rows ``x [R, Lp]`` and sampled tokens ``new [R, T]``."""
+    import torch
+
+    device = x.device
     T_new = int(keep.max())
     new = new[:, :T_new]
     pos = torch.arange(T_new, device=device)[None, :]
@@ -208,4 +220,224 @@ def sample_group(
     input_ids = torch.cat([x, new], dim=1)
     completion_mask = torch.cat([torch.zeros_like(x), cmask_new], dim=1)
     attention_mask = torch.cat([torch.ones_like(x), cmask_new], dim=1)
-    return RolloutBatch(input_ids, attention_mask, completion_mask, Lp, texts, keep.copy(), reasons)
+    return RolloutBatch(
+        input_ids, attention_mask, completion_mask, int(x.shape[1]), texts, keep.copy(), reasons
+    )
+
+
+class _StopWatch:
+    """Per-row stop detection on the newly decoded tail (O(1) decoding work per row and token).
+
+    A row's text is decoded in full only when the decoded tail of its last ``window`` tokens
+    contains a stop string (then the full text confirms it and gives the cut, exactly as the
+    per-group sampler does), or when the row ends. ``window`` = longest stop string in characters
+    + 4 tokens: every token that is not special decodes to at least one character, so a stop
+    string completed by the newest token lies within the window.
+    """
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], eos: int | None) -> None:
+        self.tok = tokenizer
+        self.stops = [s for s in stop_strings if s]
+        self.eos = eos
+        self.window = max((len(s) for s in self.stops), default=0) + 4
+
+    def check(self, ids: list[int]) -> tuple[str, str] | None:
+        """``(reason, text)`` if the row ends with its newest token ``ids[-1]``, else ``None``."""
+        if self.eos is not None and ids[-1] == self.eos:
+            return "eos", self.tok.decode(ids[:-1], skip_special_tokens=True)
+        if not self.stops:
+            return None
+        tail = self.tok.decode(ids[-self.window :], skip_special_tokens=True)
+        if not any(s in tail for s in self.stops):
+            return None
+        text = self.tok.decode(ids, skip_special_tokens=True)
+        cuts = [text.find(s) for s in self.stops if s in text]
+        return ("stop", text[: min(cuts)]) if cuts else None
+
+
+def sample_groups(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    R: int,
+    seeds: Sequence[int],
+    max_new_tokens: int = 96,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = DEFAULT_STOP_STRINGS,
+    add_special_tokens: bool = False,
+) -> list[RolloutBatch]:
+    """Sample ``R`` completions of each of ``G = len(prompts)`` prompts in ONE batch of ``G R``.
+
+    The batched twin of :func:`sample_group` (same options, same :class:`RolloutBatch` per prompt,
+    same per-group seeding): prompts are left-padded to a common length (``position_ids`` from the
+    attention mask, so padding does not shift positions), each distinct prompt is prefilled once
+    and its KV cache repeated ``R`` times, and every decoding step runs all rows together. Group
+    ``g`` draws its tokens from its own ``torch.Generator`` seeded by ``seeds[g]`` with one
+    ``multinomial`` call over its ``R`` rows per step, as :func:`sample_group` does, so for the
+    same logits both give the same tokens. Stops are detected per row on the decoded tail only
+    (:class:`_StopWatch`); once a quarter of the rows in the batch have finished, they are dropped
+    from it (KV cache ``batch_select_indices``; a finished row's draws are then made from a
+    placeholder distribution, which leaves every other row's draw unchanged).
+
+    What batching changes: the logits of a row are computed inside a batch of a different shape,
+    with left padding, so they differ from :func:`sample_group`'s in the last bits of floating
+    point (and in bf16 more); a sampled token, hence a completion and its reward, can then differ
+    where two tokens' cumulative probabilities straddle the uniform draw. The outcome for a prompt
+    depends on its seed AND on the batch it was sampled in; callers that must be reproducible
+    (resume) therefore batch prompts in fixed blocks of prompt indices.
+
+    Args:
+        prompts: the ``G`` prompt texts (see :func:`build_prompt`).
+        seeds: ``G`` seeds, one private generator per group (the global RNG is untouched).
+        R, max_new_tokens, temperature, top_p, stop_strings, add_special_tokens: as in
+            :func:`sample_group`.
+
+    Returns:
+        ``G`` :class:`RolloutBatch` objects, in the order of ``prompts``.
+    """
+    import torch
+
+    G = len(prompts)
+    if G < 1 or len(seeds) != G:
+        raise ValueError(f"need one seed per prompt and >= 1 prompt, got {G} prompts and "
+                         f"{len(seeds)} seeds")
+    if R < 1 or max_new_tokens < 1:
+        raise ValueError(f"need R >= 1 and max_new_tokens >= 1, got R={R}, {max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    device = next(model.parameters()).device
+    pids = [list(tokenizer.encode(p, add_special_tokens=add_special_tokens)) for p in prompts]
+    if any(not p for p in pids):
+        raise ValueError("a prompt encodes to zero tokens")
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+    lens = [len(p) for p in pids]
+    Lmax, N = max(lens), G * R
+    prompt = torch.full((G, Lmax), pad, dtype=torch.long, device=device)
+    pmask = torch.zeros((G, Lmax), dtype=torch.long, device=device)
+    for g, p in enumerate(pids):
+        prompt[g, Lmax - len(p) :] = torch.tensor(p, device=device)
+        pmask[g, Lmax - len(p) :] = 1
+    row_mask = pmask.repeat_interleave(R, dim=0)  # [N, Lmax]
+    next_pos = torch.tensor(lens, device=device).repeat_interleave(R)  # position of next token
+    new = torch.full((N, max_new_tokens), pad, dtype=torch.long, device=device)
+    keep = np.zeros(N, dtype=np.int64)
+    texts = [""] * N
+    reasons = ["length"] * N
+    active = np.ones(N, dtype=bool)
+    toks: list[list[int]] = [[] for _ in range(N)]
+    watch = _StopWatch(tokenizer, stop_strings, eos)
+    pos0 = (pmask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        out = model(input_ids=prompt, attention_mask=pmask, position_ids=pos0, use_cache=True)
+        past = out.past_key_values
+        if R > 1 and hasattr(past, "batch_repeat_interleave"):
+            past.batch_repeat_interleave(R)
+            logits = out.logits[:, -1, :].float().repeat_interleave(R, dim=0)
+        elif R > 1:  # caches without batch repetition: prefill every row
+            rows = prompt.repeat_interleave(R, dim=0)
+            out = model(input_ids=rows, attention_mask=row_mask,
+                        position_ids=pos0.repeat_interleave(R, dim=0), use_cache=True)
+            past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        else:
+            logits = out.logits[:, -1, :].float()
+        attn = row_mask
+        live = np.arange(N)  # original row of each batch row (logits, KV cache, attn)
+        compact = hasattr(past, "batch_select_indices")
+        for t in range(max_new_tokens):
+            nxt = torch.full((N,), pad, dtype=torch.long, device=device)
+            slot = np.full(N, -1)
+            slot[live] = np.arange(live.size)
+            for g in range(G):
+                rows = np.arange(g * R, (g + 1) * R)
+                if not active[rows].any():
+                    continue
+                inb = slot[rows] >= 0  # rows of group g still in the batch
+                lg = logits[torch.from_numpy(slot[rows][inb]).to(device)]
+                if temperature == 0:
+                    pick = lg.argmax(dim=-1)
+                else:
+                    probs = torch.softmax(lg / temperature, dim=-1)
+                    if top_p < 1:
+                        probs = _top_p_filter(probs, top_p)
+                    if not inb.all():  # rows dropped from the batch (finished): a placeholder
+                        # distribution, so the group's draw is one multinomial over R rows as in
+                        # sample_group (each row's sample depends on its own probabilities only)
+                        full = torch.full((R, probs.shape[-1]), 1.0 / probs.shape[-1],
+                                          dtype=probs.dtype, device=device)
+                        full[torch.from_numpy(np.flatnonzero(inb)).to(device)] = probs
+                        probs = full
+                    pick = torch.multinomial(probs, 1, generator=gens[g]).squeeze(-1)
+                    if not inb.all():
+                        pick = pick[torch.from_numpy(np.flatnonzero(inb)).to(device)]
+                nxt[torch.from_numpy(rows[inb]).to(device)] = pick
+            act = torch.from_numpy(active).to(device)
+            nxt = torch.where(act, nxt, torch.full_like(nxt, pad))
+            new[:, t] = nxt
+            for i, tok in zip(np.flatnonzero(active), nxt[act].tolist(), strict=True):
+                toks[i].append(tok)
+                keep[i] = t + 1
+                done = watch.check(toks[i])
+                if done is not None:
+                    reasons[i], texts[i] = done
+                    active[i] = False
+            if not active.any() or t + 1 == max_new_tokens:
+                break
+            if compact and active[live].sum() <= 0.75 * live.size:  # drop finished rows
+                kept = np.flatnonzero(active[live])
+                idx = torch.from_numpy(kept).to(device)
+                past.batch_select_indices(idx)
+                attn, live = attn[idx], live[kept]
+            lv = torch.from_numpy(live).to(device)
+            attn = torch.cat([attn, torch.ones((live.size, 1), dtype=attn.dtype, device=device)],
+                             dim=1)
+            out = model(input_ids=nxt[lv][:, None], attention_mask=attn,
+                        position_ids=(next_pos[lv] + t)[:, None], past_key_values=past,
+                        use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+    for i in np.flatnonzero(active):  # ran to the length limit
+        texts[i] = tokenizer.decode(toks[i], skip_special_tokens=True)
+    batches = []
+    for g, p in enumerate(pids):
+        rows = slice(g * R, (g + 1) * R)
+        x = torch.tensor([p] * R, dtype=torch.long, device=device)
+        batches.append(_assemble(x, new[rows], keep[rows], pad, texts[rows], reasons[rows]))
+    return batches
+
+
+def sample_prompts(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    R: int,
+    seeds: Sequence[int],
+    batch_prompts: int = 8,
+    **options: Any,
+) -> list[RolloutBatch]:
+    """Groups of ``R`` completions for ``prompts``, sampled ``batch_prompts`` prompts at a time.
+
+    ``batch_prompts=1`` is the per-group path (:func:`sample_group` for each prompt, bit-identical
+    to earlier releases); otherwise :func:`sample_groups` on consecutive blocks of
+    ``batch_prompts`` prompts. The result for a prompt depends on the block it was sampled in, so
+    callers choose blocks that are a fixed function of the prompt indices (see
+    :func:`sample_groups`). ``options``: ``max_new_tokens``, ``temperature``, ``top_p``,
+    ``stop_strings``, ``add_special_tokens``.
+    """
+    if int(batch_prompts) < 1:
+        raise ValueError(f"batch_prompts must be >= 1, got {batch_prompts!r}")
+    if len(seeds) != len(prompts):
+        raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and "
+                         f"{len(seeds)} seeds")
+    if batch_prompts == 1:
+        return [sample_group(model, tokenizer, p, R=R, seed=s, **options)
+                for p, s in zip(prompts, seeds, strict=True)]
+    out: list[RolloutBatch] = []
+    for b0 in range(0, len(prompts), batch_prompts):
+        out += sample_groups(model, tokenizer, prompts[b0 : b0 + batch_prompts], R=R,
+                             seeds=seeds[b0 : b0 + batch_prompts], **options)
+    return out

@@ -3,7 +3,8 @@
 Step ``s`` (``s = 0 .. steps-1``) with ``P = prompts_per_step`` groups and group size ``R_train``:
 
 1. sample ``R_train`` completions for each of the step's prompts (prompt ``s P + j``, seeded by
-   ``(seed, s P + j)``), rewards ``r`` (binary);
+   ``(seed, s P + j)``; the step's groups in batches of ``rollout_batch`` prompts, see
+   :func:`~real_model.rollouts.sample_prompts`), rewards ``r`` (binary);
 2. at the current weights: ``K`` per group and its nested spectra for every ``R`` in ``R_values``
    (``R <= R_train``; :mod:`real_model.geometry`), for the main estimator;
 3. the GRPO surrogate (the seed paper's Eq. 19 with aggregation weights ``c``)::
@@ -36,7 +37,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,10 @@ from ._io import (
 )
 from .rank import RankConfig, check_record_configs, load_problems, prompt_seed
 
-__all__ = ["TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric"]
+__all__ = [
+    "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
+    "window_stats", "default_window",
+]
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,10 @@ class TrainConfig(RankConfig):
     checkpoint_every: int = 1
 
     def resume_key(self) -> dict[str, Any]:
-        """Everything but ``steps`` and ``checkpoint_every`` must match to resume."""
-        d = asdict(self)
-        for k in ("steps", "checkpoint_every", "prompts"):
+        """Everything but ``steps`` and ``checkpoint_every`` must match to resume
+        (``rollout_batch=1`` is left out, as in :meth:`RankConfig.resume_key`)."""
+        d = super().resume_key()
+        for k in ("steps", "checkpoint_every"):
             d.pop(k)
         return d
 
@@ -193,7 +198,7 @@ def run_train(
     from .data import binary_reward
     from .geometry import group_gram, nested_group_geometry, rollout_weights
     from .loading import load_model
-    from .rollouts import build_prompt, sample_group
+    from .rollouts import build_prompt, sample_prompts
 
     cfg.validate()  # before any file is written or the model is loaded
     R_train = cfg.train_R or max(cfg.R_values)
@@ -253,23 +258,26 @@ def run_train(
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         rewards_all, geos, loss_total = [], [], 0.0
-        for j in range(cfg.prompts_per_step):
-            idx = s * cfg.prompts_per_step + j
+        idxs = [s * cfg.prompts_per_step + j for j in range(cfg.prompts_per_step)]
+        # the step's groups in blocks of rollout_batch prompts: a fixed function of the step
+        batches = sample_prompts(
+            model,
+            loaded.tokenizer,
+            [
+                build_prompt(problems[idx].question, style=cfg.prompt_style, shots=shots,
+                             tokenizer=loaded.tokenizer)
+                for idx in idxs
+            ],
+            R=R_train,
+            seeds=[prompt_seed(cfg.seed, idx) for idx in idxs],
+            batch_prompts=cfg.rollout_batch,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop_strings=cfg.stop_strings,
+        )
+        for idx, batch in zip(idxs, batches, strict=True):
             prob = problems[idx]
-            prompt = build_prompt(
-                prob.question, style=cfg.prompt_style, shots=shots, tokenizer=loaded.tokenizer
-            )
-            batch = sample_group(
-                model,
-                loaded.tokenizer,
-                prompt,
-                R=R_train,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                stop_strings=cfg.stop_strings,
-                seed=prompt_seed(cfg.seed, idx),
-            )
             r = np.array([reward(t, prob.answer) for t in batch.texts])
             rewards_all.append(r)
             K = group_gram(model, batch, method=cfg.gram_method)
@@ -367,20 +375,84 @@ def _table(records: list[dict[str, Any]], R_values: tuple[int, ...]) -> str:
     return head + body + "\nSpectra: means over the step's mixed-reward groups (n/a: none mixed).\n"
 
 
+def window_stats(
+    steps: Sequence[int], values: Sequence[Sequence[float]], *, window: int
+) -> dict[str, np.ndarray]:
+    """Per-window mean, spread and count of values pooled over ``window`` consecutive steps.
+
+    Per-step spectra are means over that step's few mixed groups (noisy); pooling the per-group
+    values of ``window`` consecutive steps gives a mean with a stated spread.
+
+    Args:
+        steps: step indices, increasing, one per record.
+        values: for each step, the values to pool (e.g. per-group effective ranks; may be empty).
+        window: steps per window (>= 1); windows are ``records[k window : (k+1) window]``.
+
+    Returns:
+        ``center`` (mean step of the window), ``mean``, ``sd`` (sample sd, ddof 1; NaN for fewer
+        than 2 values) and ``n`` (values pooled), each ``[num_windows]``; windows with no value
+        are dropped.
+    """
+    if int(window) < 1:
+        raise ValueError(f"window must be >= 1, got {window!r}")
+    if len(steps) != len(values):
+        raise ValueError(f"steps and values differ in length: {len(steps)} vs {len(values)}")
+    rows = []
+    for k in range(0, len(steps), window):
+        pooled = np.array([v for vs in values[k : k + window] for v in vs if v is not None],
+                          dtype=float)
+        if pooled.size == 0:
+            continue
+        sd = float(pooled.std(ddof=1)) if pooled.size > 1 else float("nan")
+        rows.append((float(np.mean(steps[k : k + window])), float(pooled.mean()), sd, pooled.size))
+    c, m, sd, n = (np.array(x) for x in zip(*rows, strict=True)) if rows else ([],) * 4
+    return {"center": np.asarray(c, dtype=float), "mean": np.asarray(m, dtype=float),
+            "sd": np.asarray(sd, dtype=float), "n": np.asarray(n, dtype=int)}
+
+
+def default_window(num_steps: int) -> int:
+    """Steps per window of the training figure: about 10 windows, at least 1 step each."""
+    return max(1, round(num_steps / 10))
+
+
 def plot_training_metric(
-    ax: Any, records: list[dict[str, Any]], *, metric: str, R_values: tuple[int, ...] = (2, 4, 8)
+    ax: Any,
+    records: list[dict[str, Any]],
+    *,
+    metric: str,
+    R_values: tuple[int, ...] = (2, 4, 8),
+    window: int | None = None,
 ) -> Any:
-    """Per-step ``metric`` (``effective_rank_mean``, ``top1_fraction_mean``, or a step field such as
-    ``accuracy``) against the step; one line per ``R`` for spectral metrics. Returns ``ax``."""
+    """``metric`` against the GRPO step: per-window means with a +/- 1 sd band, per-step values
+    faint behind them. Returns ``ax``.
+
+    ``metric``: ``effective_rank_mean`` / ``top1_fraction_mean`` / ``rank_mean`` (one line per
+    ``R``; the window pools the per-group values of its steps) or a step field such as
+    ``accuracy`` (the window pools the per-step values). ``window``: steps per window (default
+    :func:`default_window`; 1 draws the per-step values with no pooling across steps).
+    """
     steps = [r["step"] for r in records]
+    window = default_window(len(records)) if window is None else int(window)
     if records and metric in records[0]:
-        ax.plot(steps, [r[metric] for r in records], marker="o")
+        series = [("_nolegend_", [r[metric] for r in records], [[r[metric]] for r in records])]
     else:
+        base = metric[: -len("_mean")] if metric.endswith("_mean") else metric
+        series = []
         for R in sorted(R_values):
-            y = [r["spectra"].get(str(R), {}).get(metric) for r in records]
-            ax.plot(steps, [np.nan if v is None else v for v in y], marker="o", label=f"R={R}")
+            sp = [r["spectra"].get(str(R), {}) for r in records]
+            per_step = [np.nan if x.get(metric) is None else x[metric] for x in sp]
+            series.append((f"R={R}", per_step, [x.get(f"{base}_values", []) for x in sp]))
+    for label, per_step, pooled in series:
+        y = np.array([np.nan if v is None else v for v in per_step], dtype=float)
+        (faint,) = ax.plot(steps, y, ls="none", marker=".", alpha=0.3)
+        st = window_stats(steps, pooled, window=window)
+        ax.plot(st["center"], st["mean"], marker="o", color=faint.get_color(), label=label)
+        band = np.nan_to_num(st["sd"])
+        ax.fill_between(st["center"], st["mean"] - band, st["mean"] + band,
+                        color=faint.get_color(), alpha=0.15)
+    if len(series) > 1 or series[0][0] != "_nolegend_":
         ax.legend(fontsize=8)
-    ax.set_xlabel("GRPO step")
+    ax.set_xlabel(f"GRPO step (means over {window}-step windows, band: +/- 1 sd)")
     ax.set_ylabel(metric.replace("_", " "))
     return ax
 

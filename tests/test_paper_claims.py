@@ -1,4 +1,5 @@
-"""The audit as a test suite: one test per registered claim of arXiv 2606.29238.
+"""The audit as a test suite: one test per registered claim of arXiv 2606.29238 and of the FADE
+abstract (arXiv 2607.01490).
 
 ``pytest -k <claim id>`` audits one claim. Each test runs the claim's quick check and asserts the
 verdict that the computation gives (recorded below from the computation, not from the paper). A
@@ -6,6 +7,8 @@ claim whose computed verdict is ``refuted`` then calls ``pytest.xfail`` with the
 correction (the counterexample or the correct value) as its reason, so every refutation is
 listed as XFAIL with its evidence in pytest's summary while the suite exits 0; if a refuted
 claim stopped being refuted (or any verdict changed), the verdict assertion fails the test.
+Every computed verdict is also recorded for the audit summary that ``tests/conftest.py`` prints
+at the end of the run (counts by verdict and the refuted ids, per paper).
 """
 
 from __future__ import annotations
@@ -19,12 +22,10 @@ from paper_checks.registry import VERDICTS, ordered_ids, run_claim
 # Verdicts as computed by the quick checks (seed 0). A change is a regression or a finding:
 # look at the claim's evidence before updating this table.
 EXPECTED = {
-    "sec2_3_return_unbiased_for_q": "holds",
-    "sec2_5_clip_and_kl_keep_the_structure": "holds-with-conditions",
     "def2_1_value_functions": "holds",
-    "remark3_2_no_intra_rollout_credit": "holds",
     "eq4_policy_gradient_theorem": "holds",
     "eq5_reinforce_unbiased": "holds",
+    "sec2_3_return_unbiased_for_q": "holds",
     "eq6_baseline_zero_expectation": "holds",
     "eq7_baseline_keeps_unbiased": "holds",
     "sec2_4_value_is_variance_minimising_baseline": "refuted",
@@ -35,21 +36,30 @@ EXPECTED = {
     "eq12_td_error_under_orm": "holds-with-conditions",
     "eq13_single_scalar_advantage": "holds-with-conditions",
     "eq14_group_mean_unbiased": "holds",
+    "sec2_5_clip_and_kl_keep_the_structure": "refuted",
     "eq15_grpo_gradient_is_unbiased_reinforce": "refuted",
+    "abstract_baseline_optimality_conditions": "refuted",
     "thm3_1_uniform_token_credit": "holds",
-    "eq19_gradient_factorisation": "holds-with-conditions",
+    "remark3_2_no_intra_rollout_credit": "holds",
+    "eq19_gradient_factorisation": "holds",
+    "eq19_gradient_factorisation_practised_aggregation": "refuted",
     "sec3_1_uniform_credit_enables_rank_reduction": "refuted",
     "thm4_1_i_zero_sum": "holds",
-    "thm4_1_ii_variance": "holds-with-conditions",
-    "thm4_1_iii_covariance": "holds-with-conditions",
-    "thm4_1_iv_chebyshev_sparsity_bound": "holds-with-conditions",
+    "thm4_1_ii_variance": "holds",
+    "thm4_1_ii_variance_std_normalised": "refuted",
+    "thm4_1_iii_covariance": "holds",
+    "thm4_1_iii_covariance_std_normalised": "refuted",
+    "thm4_1_iv_chebyshev_sparsity_bound": "holds",
+    "thm4_1_iv_chebyshev_sparsity_bound_std_normalised": "refuted",
     "cor4_2_signal_scales_with_sigma": "holds-with-conditions",
+    "cor4_2_std_normalised_scale_invariance": "refuted",
     "cor4_2_constant_group_zero_gradient": "holds",
     "sec4_curriculum_max_variance": "holds",
-    "sec5_1_clustered_scores_concentrate": "holds-with-conditions",
     "sec5_1_binary_advantage_values": "holds",
     "sec5_1_small_advantages_near_extremes": "refuted",
     "abstract_sparsity_intensifies_over_training": "holds-with-conditions",
+    "sec5_1_clustered_scores_concentrate": "holds-with-conditions",
+    "sec6_grpo_exact_single_turn": "refuted",
     "eq21_advantage_one_step_form": "holds-with-conditions",
     "sec6_multiturn_advantage_biased": "holds",
     "eq23_a3_bias_formula": "refuted",
@@ -57,13 +67,18 @@ EXPECTED = {
     "a3_bias_grows_linearly_in_h": "refuted",
     "a3_bias_bound": "holds",
     "sec6_multiturn_gradient_bias": "refuted",
-    "sec6_grpo_exact_single_turn": "refuted",
+    "a3_true_stage_advantage": "holds",
+    "eq26_a3_conditional_expectation": "refuted",
+    "eq27_a3_add_subtract_value": "holds",
     "sec7_max_rank_r_minus_1": "refuted",
     "table1_internal_consistency": "refuted",
     "sec7_rank2_intrinsic_from_zero_sum": "refuted",
     "sec7_step_moves_along_two_directions": "refuted",
     "fig3_gradient_is_psi_plus_minus_psi_minus": "holds",
     "table1_empirical_values": "inconclusive",
+    "sec7_1_effective_rank_definition": "holds",
+    "sec7_1_metrics_joint_range": "holds",
+    "sec7_1_top1_is_variance_explained": "refuted",
     "sec9_rloo_removes_o1r_bias": "holds",
     "sec8_rloo_breaks_rank2": "refuted",
     "sec8_rank_falls_as_sigma_to_zero": "holds-with-conditions",
@@ -86,10 +101,21 @@ EXPECTED = {
     "a2_advantage_error_identity": "holds",
 }
 
+#: The FADE abstract (arXiv 2607.01490), quick checks, seed 0.
+EXPECTED_FADE = {
+    "fade_mass_decomposition": "holds",
+    "fade_sign_axis_entropy": "inconclusive",
+    "fade_sign_axis_weight_geometry": "inconclusive",
+    "fade_difficulty_axis_tradeoff": "holds-with-conditions",
+    "fade_tradeoffs_shift_during_training": "inconclusive",
+    "fade_schedules_from_training_statistics": "inconclusive",
+}
+
 
 def test_expected_table_covers_every_registered_claim():
     assert set(EXPECTED) == set(ordered_ids())
-    assert set(EXPECTED.values()) <= set(VERDICTS)
+    assert set(EXPECTED_FADE) == set(ordered_ids("fade"))
+    assert set(EXPECTED.values()) | set(EXPECTED_FADE.values()) <= set(VERDICTS)
 
 
 def _numbers(ev, path=""):
@@ -103,20 +129,27 @@ def _numbers(ev, path=""):
         yield path, ev
 
 
-@pytest.mark.parametrize("claim_id", list(EXPECTED), ids=list(EXPECTED))
-def test_claim(claim_id: str) -> None:
+ALL_EXPECTED = {**EXPECTED, **EXPECTED_FADE}
+
+
+@pytest.mark.parametrize("claim_id", list(ALL_EXPECTED), ids=list(ALL_EXPECTED))
+def test_claim(claim_id: str, audit_record) -> None:
     r = run_claim(claim_id, seed=0, quick=True)
+    audit_record(r.paper, claim_id, r.verdict)
     assert r.evidence, f"{claim_id}: no evidence"
     for path, v in _numbers(r.evidence):
         assert isinstance(v, bool | int | float | str), f"{claim_id}{path}: {v!r}"
         if isinstance(v, float):
             assert math.isfinite(v), f"{claim_id}{path} = {v}"
-    assert r.verdict == EXPECTED[claim_id], (
-        f"{claim_id}: computed verdict {r.verdict!r}, recorded {EXPECTED[claim_id]!r}; "
+    assert "computation_failed" not in r.evidence, r.evidence
+    assert r.verdict == ALL_EXPECTED[claim_id], (
+        f"{claim_id}: computed verdict {r.verdict!r}, recorded {ALL_EXPECTED[claim_id]!r}; "
         f"evidence {r.evidence}"
     )
     if r.verdict == "holds-with-conditions":
-        assert r.conditions
+        assert r.conditions and r.short
+    if r.verdict in ("refuted", "inconclusive"):
+        assert r.summary, f"{claim_id}: a {r.verdict} claim needs its short form"
     if r.verdict == "refuted":
-        assert r.correction
+        assert r.correction and r.short
         pytest.xfail(f"REFUTED {claim_id} ({r.location}): {r.correction}")

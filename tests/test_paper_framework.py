@@ -31,7 +31,7 @@ def test_registry_ids_unique_snake_case_and_every_section_covered():
     ids = ordered_ids()
     assert len(ids) == len(set(ids)) >= 55
     assert all(i == i.lower() and " " not in i for i in ids)
-    sections = {REGISTRY[i].section for i in ids}
+    sections = {REGISTRY[i].section for i in ids + ordered_ids("fade")}
     assert sections == set(SECTION_ORDER)
 
 
@@ -253,3 +253,164 @@ def test_expected_gradient_is_scalar_multiple_of_grad_j_in_a_bandit(logits, data
     opts = {"ddof": 1, "eps": 0.0} if est == "grpo_std" else {}
     g = expected_gradient(w, est, R=R, **opts)
     np.testing.assert_allclose(g, scale_factor(est, R, w.J, **opts) * w.grad_J, atol=1e-12)
+
+
+# --- one verdict rule -------------------------------------------------------------------------
+def test_verdict_from_maps_a_missing_computation_to_inconclusive():
+    from paper_checks.registry import verdict_from
+
+    assert verdict_from(True) == "holds"
+    assert verdict_from(False) == "refuted"
+    assert verdict_from(True, computed=False) == "inconclusive"
+    assert verdict_from(False, computed=False) == "inconclusive"
+    assert verdict_from(True, agrees="holds-with-conditions") == "holds-with-conditions"
+    assert verdict_from(False, otherwise="inconclusive") == "inconclusive"
+    with pytest.raises(ValueError, match="otherwise must be one of"):
+        verdict_from(False, otherwise="false")
+
+
+def test_claim_modules_use_the_one_verdict_helper():
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "paper_checks"
+    for f in root.glob("claims_*.py"):
+        text = f.read_text()
+        assert not re.search(r'"holds" if .* else "refuted"', text), f.name
+        assert not re.search(r'"refuted" if .* else "holds"', text), f.name
+
+
+def test_a_check_that_raises_is_recorded_inconclusive(monkeypatch):
+    def boom(ctx: CheckContext) -> Outcome:
+        raise RuntimeError("solver diverged")
+
+    monkeypatch.setitem(REGISTRY, "tmp_boom", REGISTRY["thm4_1_i_zero_sum"].__class__(
+        "tmp_boom", "-", "-", "-", boom))
+    r = run_claim("tmp_boom")
+    assert r.verdict == "inconclusive"
+    assert r.evidence == {"computation_failed": "RuntimeError: solver diverged"}
+    assert r.summary
+
+
+def test_eq15_with_its_monte_carlo_missing_is_inconclusive(monkeypatch):
+    import sims.checks
+
+    monkeypatch.setattr(sims.checks, "check_unbiasedness", lambda *a, **k: [])
+    r = run_claim("eq15_grpo_gradient_is_unbiased_reinforce")
+    assert r.verdict == "inconclusive"
+    assert r.evidence["mc_all_within_4_se"] is False
+
+
+def test_eq15_with_a_failed_monte_carlo_is_inconclusive(monkeypatch):
+    import dataclasses
+
+    import sims.checks
+
+    real = sims.checks.check_unbiasedness
+
+    def failing(*a, **k):
+        return [dataclasses.replace(x, passed=False) for x in real(*a, **k)]
+
+    monkeypatch.setattr(sims.checks, "check_unbiasedness", failing)
+    assert run_claim("eq15_grpo_gradient_is_unbiased_reinforce").verdict == "inconclusive"
+
+
+def test_claim_ids_carry_their_papers_prefix():
+    assert all(not i.startswith("fade_") for i in ordered_ids())
+    assert ordered_ids("fade") and all(i.startswith("fade_") for i in ordered_ids("fade"))
+    with pytest.raises(ValueError, match="must start with 'fade_'"):
+        claim("x_no_prefix", location="-", text="-", check="-", paper="fade")
+    with pytest.raises(ValueError, match="unknown paper"):
+        claim("x_other", location="-", text="-", check="-", paper="nope")
+
+
+def test_every_refuted_or_conditional_claim_writes_a_short_form_that_is_never_cut():
+    from paper_checks.report import summary_table
+
+    results = [run_claim(i) for i in ("sec5_1_small_advantages_near_extremes",
+                                      "sec5_1_clustered_scores_concentrate",
+                                      "table1_empirical_values")]
+    md = summary_table(results)
+    for r in results:
+        assert r.short and " ".join(r.short.split()) in md.replace("\\|", "|")
+    assert "..." not in md
+
+
+# --- Sec. 7.1 metric ranges -------------------------------------------------------------------
+@pytest.mark.parametrize("R", [2, 4, 8])
+def test_top1_range_inverts_the_effective_rank_range(R):
+    from paper_checks.claims_new import top1_range
+
+    lo, hi = top1_range(2.0, R)
+    assert 1 / R <= lo <= hi <= 1
+    assert effective_rank_range(lo, R)[0] == pytest.approx(2.0, abs=1e-6)
+    assert effective_rank_range(hi, R)[1] == pytest.approx(2.0, abs=1e-6)
+
+
+def test_top1_range_hand_checked_cases():
+    from paper_checks.claims_new import top1_range
+
+    assert top1_range(2.0, 2) == pytest.approx((0.5, 0.5), abs=1e-9)  # rank 2: flat only
+    assert top1_range(1.0, 5) == pytest.approx((1.0, 1.0), abs=1e-9)
+    # rank 4, r_eff 2: hi from (sqrt f + sqrt(3(1-f)))^2 = 2 -> f = (2 + sqrt 3) / 4
+    assert top1_range(2.0, 4)[1] == pytest.approx((2 + math.sqrt(3)) / 4, abs=1e-9)
+    with pytest.raises(ValueError, match="1 <= eff_rank <= rank"):
+        top1_range(3.0, 2)
+
+
+def test_group_estimator_moments_grpo_is_scaled_rloo():
+    from paper_checks._exact import bandit_world
+    from paper_checks.claims_new import group_estimator_moments
+
+    w = bandit_world([0.2, -0.1], [0.7, 0.2])
+    m = group_estimator_moments(w, 3, {"grpo": "grpo", "rloo": "rloo", "v": w.J})
+    assert m["grpo"]["scale"] == pytest.approx(2 / 3, abs=1e-12)
+    assert m["rloo"]["scale"] == pytest.approx(1.0, abs=1e-12)
+    assert m["v"]["scale"] == pytest.approx(1.0, abs=1e-12)
+    assert m["grpo"]["trace_var"] == pytest.approx((2 / 3) ** 2 * m["rloo"]["trace_var"],
+                                                   rel=1e-10)
+
+
+# --- report files -------------------------------------------------------------------------------
+def test_report_has_legend_and_summary_as_csv_and_latex(tmp_path):
+    from paper_checks.registry import VERDICTS
+    from paper_checks.report import run_audit
+
+    out = tmp_path / "a"
+    run_audit(out, quick=True, ids=["thm4_1_i_zero_sum", "eq26_a3_conditional_expectation"])
+    rep = (out / "REPORT.md").read_text()
+    assert rep.index("## Verdict legend") < rep.index("## Summary")
+    assert all(f"| **{v}** |" in rep for v in VERDICTS)
+    rows = (out / "claims_summary.csv").read_text().strip().splitlines()
+    assert rows[0] == "#,claim,location,verdict,correction / conditions" and len(rows) == 3
+    tex = (out / "claims_summary.tex").read_text()
+    assert "\\begin{longtable}" in tex and "eq26\\_a3\\_conditional\\_expectation" in tex
+    assert "^" not in tex.replace("\\textasciicircum{}", "")
+
+
+def test_fade_audit_cli_writes_its_own_report(tmp_path):
+    from grpo_audit.cli import main
+
+    out = tmp_path / "fade"
+    assert main(["audit", "--paper", "fade", "--out", str(out), "--quick", "--only",
+                 "fade_mass_decomposition", "fade_schedules_from_training_statistics"]) == 0
+    assert "arXiv 2607.01490" in (out / "REPORT.md").read_text().splitlines()[0]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["paper_key"] == "fade" and not (out / "tables").exists()
+
+
+def test_audit_only_rejects_another_papers_claim(capsys):
+    from grpo_audit.cli import main
+
+    assert main(["audit", "--out", "/tmp/unused_audit_dir", "--only",
+                 "fade_mass_decomposition"]) == 2
+    assert "not claims of --paper seed" in capsys.readouterr().err
+
+
+def test_scale_factor_is_finite_at_a_subnormal_solve_rate():
+    """Hypothesis once drew J = 1.1e-308, where scipy's binom.pmf overflowed: the scale uses the
+    one binomial pmf of grpo_theory. grpo: c = E_k[(1 - (k+1)/R) + k/R] = (R-1)/R for every J."""
+    from paper_checks._common import scale_factor
+
+    for J in (1.1e-308, 5e-324, 0.3, 1.0):
+        assert scale_factor("grpo", 4, J) == pytest.approx(0.75, abs=1e-15)

@@ -100,7 +100,7 @@ def models() -> dict[str, nn.Module]:
 
 @pytest.mark.parametrize("name", ["llama_tied_bias_gqa_pad", "llama_untied_mha", "qwen2_qkv_bias",
                                   "nemotron_ln1p_relu2_partial_rotary"])
-@pytest.mark.parametrize("linear_method", ["auto", "identity", "per_sample"])
+@pytest.mark.parametrize("linear_method", ["auto", "measured", "identity", "per_sample"])
 def test_exact_gram_equals_naive_reference(models, name, linear_method):
     model = models[name]
     ids, am, cm = batch(R=4, T=9, side="left")

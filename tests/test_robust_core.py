@@ -233,3 +233,20 @@ def test_symbolic_alpha_with_float_p_is_a_message() -> None:
     # with an exact p the symbolic alpha is supported (closed form in a)
     m = gt.exact_advantage_moments("power_alpha", R=4, p=sp.Rational(1, 2), alpha=sp.Symbol("a"))
     assert m["mean"] == 0 and m["var"].free_symbols == {sp.Symbol("a")}
+
+
+def test_paper_checks_grid_sup_tail_states_its_limit() -> None:
+    from paper_checks._exact import sup_baseline_tail
+
+    with pytest.raises(ValueError, match="R <= 2000.*sup_baseline_tail_bernoulli"):
+        sup_baseline_tail(R=10_000, eps=0.3)
+
+
+def test_complex_rewards_are_an_error_not_a_warning() -> None:
+    with pytest.raises(TypeError, match="rewards must be real"):
+        gt.compute_advantages("grpo", np.array([[1 + 1j, 0.0]]))
+
+
+def test_isotropic_effective_rank_rejects_fractional_k() -> None:
+    with pytest.raises(TypeError, match="k must be an integer"):
+        gt.isotropic_effective_rank_binary(4, 1.5)

@@ -17,6 +17,7 @@ FOLDER_COMMANDS: list[list[str]] = [
     ["compare"],
     ["real", "rank"],
     ["real", "train"],
+    ["real", "trl-train"],
 ]
 # commands that write one output file (argv before "--out")
 FILE_COMMANDS: list[list[str]] = [

@@ -153,7 +153,7 @@ def test_compare_non_json_real_file_error_names_the_file(tmp_path: Path) -> None
         run_compare(tmp_path / "c", real=bad, R_values=(2,))
     assert str(bad) in str(e.value)
     bad.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="is not a `real rank` results.json"):
+    with pytest.raises(ValueError, match="is not a `real rank` or `real trl-train` results.json"):
         run_compare(tmp_path / "c", real=bad, R_values=(2,))
 
 

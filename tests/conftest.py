@@ -1,0 +1,63 @@
+"""Shared pytest configuration: reproducible hypothesis examples, and the audit summary printed
+at the end of every run.
+
+``tests/test_paper_claims.py`` records each claim's computed verdict through the
+``audit_record`` fixture; :func:`pytest_terminal_summary` then prints, per paper, the count
+by verdict and the refuted claim ids (the refutations themselves are XFAIL tests whose reason is
+the computed correction; see ``docs/paper_checks.md``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (a suite that is the audit must be
+# reproducible); ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples to hunt for new ones.
+settings.register_profile("repro", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+_AUDIT = pytest.StashKey[dict[str, dict[str, str]]]()
+
+
+def record_audit_verdict(config: pytest.Config, paper: str, claim_id: str, verdict: str) -> None:
+    """Remember ``claim_id``'s computed verdict for the end-of-run audit summary."""
+    config.stash.setdefault(_AUDIT, {}).setdefault(paper, {})[claim_id] = verdict
+
+
+@pytest.fixture
+def audit_record(request: pytest.FixtureRequest):
+    """``audit_record(paper, claim_id, verdict)``: record a verdict for the summary."""
+
+    def rec(paper: str, claim_id: str, verdict: str) -> None:
+        record_audit_verdict(request.config, paper, claim_id, verdict)
+
+    return rec
+
+
+def _write_audit_summary(tr: pytest.TerminalReporter, audit: dict[str, dict[str, str]]) -> None:
+    from paper_checks.registry import PAPERS, VERDICTS
+
+    tr.write_sep("=", "audit summary (computed verdicts, quick checks, seed 0)")
+    for paper, verdicts in audit.items():
+        counts = Counter(verdicts.values())
+        tr.write_line(f"{PAPERS[paper][0]}: {len(verdicts)} claims checked; "
+                      + ", ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS))
+        refuted = [c for c, v in verdicts.items() if v == "refuted"]
+        if refuted:
+            tr.write_line(f"  refuted ({len(refuted)}; XFAIL with the correction as reason): "
+                          + ", ".join(refuted))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Print the audit summary as the last lines of the run (after pytest's short summary and
+    its final counts): per paper, counts by verdict and the refuted ids."""
+    audit = config.stash.get(_AUDIT, {})
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if audit and tr is not None:
+        _write_audit_summary(tr, audit)
