@@ -185,7 +185,7 @@ def test_sup_tail_far_below_one_is_not_reported_as_zero() -> None:
 def test_exact_advantage_moments_large_R_fast_float_path() -> None:
     t0 = time.perf_counter()
     m = gt.exact_advantage_moments("grpo", R=3000, p=0.3)
-    assert time.perf_counter() - t0 < 10.0  # was ~10 s of sympy arithmetic at R = 3000
+    assert time.perf_counter() - t0 < 10.0  # correctness of the O(R) float path at large R
     assert m["var"] == pytest.approx(0.3 * 0.7 * (1 - 1 / 3000), rel=1e-9)
     assert m["cov"] == pytest.approx(-0.3 * 0.7 / 3000, rel=1e-6)
 
@@ -196,10 +196,11 @@ def test_exact_enumeration_beyond_its_limit_names_the_alternatives() -> None:
 
 
 @pytest.mark.slow
-def test_exact_advantage_moments_at_the_limit_within_a_minute() -> None:
+def test_exact_advantage_moments_at_the_limit_within_15_s() -> None:
+    # was 18-35 s (sympy arithmetic per term); now the exact table (~3 s) plus O(R) NumPy
     t0 = time.perf_counter()
     m = gt.exact_advantage_moments("grpo", R=10_000, p=0.3)
-    assert time.perf_counter() - t0 < 60.0
+    assert time.perf_counter() - t0 < 15.0
     assert m["var"] == pytest.approx(0.3 * 0.7 * (1 - 1e-4), rel=1e-9)
 
 

@@ -42,3 +42,19 @@ def test_readme_says_which_torch_build_to_install() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "https://download.pytorch.org/whl/cpu" in readme
     assert "https://download.pytorch.org/whl/cu" in readme
+
+
+def test_docs_and_code_speak_of_the_project_not_of_a_team() -> None:
+    # internal team notes ("shared with four other engineers", "engineer C") do not belong in
+    # what users read: docs, README and the packages' source
+    pattern = re.compile(r"\bengineers?\b|\bcolleagues?\b|\bteammates?\b|\bour team\b", re.I)
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for pkg in ("grpo_theory", "grpo_io", "grpo_audit", "sims", "real_model", "paper_checks"):
+        files += sorted((ROOT / pkg).rglob("*.py"))
+    hits = [
+        f"{f.relative_to(ROOT)}:{n}: {line.strip()}"
+        for f in files
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, "\n".join(hits)
