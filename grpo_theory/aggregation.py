@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._validate import real_option
+
 __all__ = ["AGGREGATION_MODES", "aggregation_weights", "effective_weights"]
 
 AGGREGATION_MODES = ("sequence_sum", "token_mean", "sequence_mean", "dr_grpo")
@@ -93,8 +95,9 @@ def aggregation_weights(lengths: Any, *, mode: Mode, max_tokens: int | None = No
     if mode == "sequence_mean":
         safe = np.where(L > 0, L, 1.0)
         return np.where(L > 0, 1.0 / (P * R * safe), 0.0)
-    if max_tokens is None or max_tokens <= 0:
-        raise ValueError(f"mode='dr_grpo' needs max_tokens > 0, got {max_tokens}")
+    if max_tokens is None:
+        raise ValueError("mode='dr_grpo' needs max_tokens > 0, got None")
+    max_tokens = real_option(max_tokens, "max_tokens", positive=True)
     if L.max() > max_tokens:
         raise ValueError(
             f"max_tokens={max_tokens} is smaller than the longest completion ({int(L.max())})"
