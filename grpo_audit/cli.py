@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (an ``OSError`` with its file name and reason)."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror.lower()}"
+    return " ".join(str(exc).split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -65,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return tables_cli.run(argv[1:])
         args = build_parser().parse_args(argv)
         code = args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"grpo-audit: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:  # OSError: e.g. the disk filled up mid-run
+        print(f"grpo-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     return int(code or 0)
 

@@ -70,8 +70,9 @@ def _handler(args: argparse.Namespace) -> int:
         text = render_bound_table(table, args.format, digits=args.digits)
     print(text, end="")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        from grpo_io.paths import write_out_file
+
+        write_out_file(args.out, text)
     return 0
 
 

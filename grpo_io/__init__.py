@@ -11,6 +11,8 @@ without being imported).
   :func:`append_jsonl` appends one flushed line (streamed results); :func:`read_jsonl` and
   :func:`iter_jsonl` drop a truncated last line (an interrupted append) and raise on any other bad
   line.
+* :func:`prepare_out_dir` and :func:`write_out_file` (:mod:`grpo_io.paths`): every command's
+  output path, checked before any work; a problem is one :class:`OutPathError` line naming it.
 * :func:`environment`: Python, platform and library versions and the device, recorded with every
   run (the seed is the caller's to record).
 """
@@ -29,9 +31,11 @@ from .jsonio import (
     to_jsonable,
     write_json,
 )
+from .paths import OutPathError, prepare_out_dir, write_out_file
 
 __all__ = [
     "NONFINITE_POLICY",
+    "OutPathError",
     "append_jsonl",
     "atomic_write_text",
     "dumps",
@@ -39,9 +43,11 @@ __all__ = [
     "from_jsonable",
     "iter_jsonl",
     "package_version",
+    "prepare_out_dir",
     "read_json",
     "read_jsonl",
     "rewrite_jsonl",
     "to_jsonable",
     "write_json",
+    "write_out_file",
 ]

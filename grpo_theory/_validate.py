@@ -26,6 +26,7 @@ __all__ = [
     "is_exact_number",
     "check_R",
     "check_p",
+    "real_option",
 ]
 
 
@@ -50,6 +51,42 @@ def check_finite(x: Any, *, name: str = "rewards") -> None:
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(f"{name} contains a non-finite value ({arr[idx]}) at index {idx}")
+
+
+def real_option(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    positive: bool = False,
+) -> float:
+    """A scalar option as a finite float, naming ``name`` in every error.
+
+    Raises ``TypeError`` for a non-number (a string, an array, bool, None) and ``ValueError`` for
+    NaN, +-inf or a value outside ``[minimum, maximum]`` (``> 0`` when ``positive``).
+
+    >>> real_option(1e-4, "eps", minimum=0.0)
+    0.0001
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        if not (isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"):
+            raise TypeError(
+                f"{name} must be a real number, got {type(value).__name__} {value!r}"
+            )
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} is too large for a float: {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if positive and v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum:g}, got {value!r}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} must be <= {maximum:g}, got {value!r}")
+    return v
 
 
 def check_group_size(group_size: int, *, minimum: int, estimator: str) -> None:
@@ -81,8 +118,17 @@ def as_rewards(rewards: Any, *, name: str = "rewards", ndim: int = 2) -> Any:
     if is_torch(rewards):
         import torch
 
+        if rewards.device.type == "meta":
+            raise ValueError(
+                f"{name} is a meta tensor (a shape without values); materialise it on a real "
+                "device first"
+            )
+        if rewards.is_complex():
+            raise TypeError(f"{name} must be real, got a complex tensor ({rewards.dtype})")
         x = rewards if torch.is_floating_point(rewards) else rewards.to(torch.get_default_dtype())
     else:
+        if np.iscomplexobj(rewards):
+            raise TypeError(f"{name} must be real, got complex values")
         try:
             x = np.asarray(rewards, dtype=np.float64)
         except (TypeError, ValueError) as exc:

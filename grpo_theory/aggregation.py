@@ -49,6 +49,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._validate import real_option
+
 __all__ = [
     "AGGREGATION_MODES",
     "POLICY_LOSSES",
@@ -135,8 +137,9 @@ def aggregation_weights(
     if mode == "sequence_mean":
         safe = np.where(L > 0, L, 1.0)
         return np.where(L > 0, 1.0 / (n_seq * safe), 0.0)
-    if max_tokens is None or max_tokens <= 0:
-        raise ValueError(f"mode='dr_grpo' needs max_tokens > 0, got {max_tokens}")
+    if max_tokens is None:
+        raise ValueError("mode='dr_grpo' needs max_tokens > 0, got None")
+    max_tokens = real_option(max_tokens, "max_tokens", positive=True)
     if L.max() > max_tokens:
         raise ValueError(
             f"max_tokens={max_tokens} is smaller than the longest completion ({int(L.max())})"
@@ -214,9 +217,7 @@ def policy_loss_weights(
     mode = POLICY_LOSSES[loss][0]
     w = aggregation_weights(lengths, mode=mode, empty_completions=empty_completions)  # type: ignore[arg-type]
     if epsilon_high is not None:
-        if not epsilon_high > 0:
-            raise ValueError(f"epsilon_high must be > 0, got {epsilon_high}")
-        w = w * min(1.0, float(epsilon_high))
+        w = w * min(1.0, real_option(epsilon_high, "epsilon_high", positive=True))
     return w
 
 

@@ -59,9 +59,9 @@ def binom_pmf(k: Any, R: int, p: Any) -> np.ndarray:
     subnormals (scipy's ``binom.pmf`` raises OverflowError there). ``k`` outside ``0..R`` gives 0.
 
     Args:
-        k: success counts (array-like of integers).
-        R: number of trials, ``>= 0``.
-        p: success probability(ies) in ``[0, 1]``.
+        k: success counts (array-like of integers; a non-integer is a ``ValueError``).
+        R: number of trials, an int ``>= 0``.
+        p: success probability(ies) in ``[0, 1]`` (NaN or outside: ``ValueError``).
 
     Returns:
         float64 array of the broadcast shape of ``k`` and ``p``.
@@ -69,8 +69,16 @@ def binom_pmf(k: Any, R: int, p: Any) -> np.ndarray:
     >>> binom_pmf(np.arange(3), 2, 0.5).tolist()
     [0.25, 0.5, 0.25]
     """
-    k = np.asarray(k, dtype=np.float64)
-    q = np.asarray(p, dtype=np.float64)
+    R = check_R(R, minimum=0)
+    try:
+        k = np.asarray(k, dtype=np.float64)
+        q = np.asarray(p, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"k and p must be real numbers or arrays, got k={k!r}, p={p!r}") from None
+    if not np.all(np.isfinite(k)) or np.any(k != np.floor(k)):
+        raise ValueError(f"k must hold integers (success counts), got {k.tolist()!r}")
+    if not np.all((q >= 0) & (q <= 1)):  # NaN fails too
+        raise ValueError(f"p must be in [0, 1], got {q.tolist()!r}")
     k, q = np.broadcast_arrays(k, q)
     inside = (k >= 0) & (k <= R)
     kk = np.where(inside, k, 0.0)
@@ -123,6 +131,10 @@ def group_outcomes(*, R: int, p: Any) -> tuple[np.ndarray, list[Any] | np.ndarra
     return k, binom_pmf(k, R, q)
 
 
+#: Largest group size the exact enumeration accepts (``advantage_value_table`` and everything
+#: built on it); beyond it the functions raise and name the closed-form / Monte Carlo alternatives.
+EXACT_R_MAX = 10_000
+
 EXACT_ESTIMATORS = RegistryView("exact")
 """Read-only live view ``name -> exact form`` of the registered estimators that declare one."""
 
@@ -134,6 +146,13 @@ def _freeze(opts: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
             v = v.item()
         if isinstance(v, float):
             v = to_exact(v, name=key)
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(
+                f"option {key} must be a scalar (a number, or a string for named choices) in the "
+                f"exact forms, got {type(v).__name__} {v!r}"
+            ) from None
         out.append((key, v))
     return tuple(out)
 
@@ -177,6 +196,15 @@ def advantage_value_table(
         )
     validate_options(estimator, opts)
     R = check_R(R)
+    if R > EXACT_R_MAX:
+        raise ValueError(
+            f"R={R} exceeds EXACT_R_MAX={EXACT_R_MAX}, the largest group whose 2(R+1) exact "
+            "advantage values are enumerated (a few seconds at the limit). For larger R use the "
+            "closed forms (Theorem 4.1 for grpo: Var(A_i) = (R-1) p(1-p)/R, "
+            "Cov(A_i, A_j) = -p(1-p)/R; grpo_theory.symbolic.linear_estimator_moments for any "
+            "R and linear estimator), the Hoeffding/Bernstein bounds, or a Monte Carlo estimate "
+            "(grpo-audit sims)"
+        )
     if R < spec.min_group_size:
         raise ValueError(f"{estimator} needs R >= {spec.min_group_size}, got R={R}")
     s, f = _table_cached(estimator, R, _freeze(opts))
@@ -257,6 +285,54 @@ def advantage_distribution(
     return [(v, float(pr)) for v, pr in items]
 
 
+def _as_floats(values: list[Any], estimator: str, opts: dict[str, Any]) -> np.ndarray:
+    """Exact table values as float64 (``None`` -> 0: those terms have probability 0)."""
+    try:
+        return np.array([0.0 if v is None else float(v) for v in values], dtype=np.float64)
+    except TypeError:
+        symbolic = sorted(k for k, v in opts.items() if is_exact_number(v) and _has_symbols(v))
+        raise ValueError(
+            f"{estimator}: option(s) {symbolic or list(opts)} are symbolic, so the moments need an "
+            "exact p (a sympy number or Fraction), not a float"
+        ) from None
+
+
+def _has_symbols(v: Any) -> bool:
+    return bool(getattr(v, "free_symbols", None))
+
+
+def _float_moments(
+    estimator: str, R: int, q: float, s: list[Any], f: list[Any], opts: dict[str, Any]
+) -> dict[str, Any]:
+    """The float-``p`` branch of :func:`exact_advantage_moments`: the same sums over the exact
+    values (converted to float64 once) with NumPy, ``O(R)`` (no sympy arithmetic per term)."""
+    S, F = _as_floats(s, estimator, opts), _as_floats(f, estimator, opts)
+    pmf1 = binom_pmf(np.arange(R), R - 1, q)
+    cs = float(np.dot(S[1:], pmf1))
+    cf = float(np.dot(F[:R], pmf1))
+    m2 = float(np.dot(q * S[1:] ** 2 + (1 - q) * F[:R] ** 2, pmf1))
+    mean = q * cs + (1 - q) * cf
+    cov = None
+    if R >= 2:
+        pmf2 = binom_pmf(np.arange(R - 1), R - 2, q)
+        e12 = float(
+            np.dot(
+                pmf2,
+                q**2 * S[2:] ** 2
+                + 2 * q * (1 - q) * S[1:R] * F[1:R]
+                + (1 - q) ** 2 * F[: R - 1] ** 2,
+            )
+        )
+        cov = e12 - mean**2
+    return {
+        "mean": mean,
+        "var": m2 - mean**2,
+        "cov": cov,
+        "cond_mean_success": cs,
+        "cond_mean_failure": cf,
+    }
+
+
 def exact_advantage_moments(estimator: str, *, R: int, p: Any, **opts: Any) -> dict[str, Any]:
     """Exact moments of the advantages under i.i.d. Bernoulli(p) rewards, by enumeration.
 
@@ -282,6 +358,8 @@ def exact_advantage_moments(estimator: str, *, R: int, p: Any, **opts: Any) -> d
     R = check_R(R)
     q = check_p(p)
     s, f = advantage_value_table(estimator, R=R, **opts)
+    if not is_exact_number(q):
+        return _float_moments(estimator, R, q, s, f, opts)
     _, pmf1 = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     cs = sum(s[j + 1] * pmf1[j] for j in range(R))
     cf = sum(f[j] * pmf1[j] for j in range(R))

@@ -60,7 +60,14 @@ __all__ = [
 
 
 def _arr(x: Any, name: str, *, positive: bool = False, integer: bool = False) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
+    if isinstance(x, str | bytes):
+        raise TypeError(f"{name} must be a number or array of numbers, got {x!r}")
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} is too large for a float (> 1.8e308)") from None
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number or array of numbers, got {x!r}") from None
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite, got {x}")
     if positive and np.any(a <= 0):
@@ -254,6 +261,66 @@ def _piece_value(a: int, b: int, R: int, p: Fraction | float) -> float:
     return float(min(1.0, pmf[: max(a + 1, 0)].sum() + pmf[max(b, 0) :].sum()))
 
 
+#: Largest R accepted by :func:`sup_baseline_tail_bernoulli` (about a second at the limit).
+SUP_R_MAX = 100_000
+# Up to this R the pieces are evaluated in exact rationals at the breakpoints; above it every
+# candidate is evaluated at once in float64 (regularised incomplete beta), O(R) memory and time.
+_SUP_EXACT_R = 64
+
+
+def _sup_tail_vectorised(R: int, e: Fraction) -> tuple[float, float]:
+    """The piecewise maximisation of :func:`sup_baseline_tail_bernoulli`, vectorised.
+
+    Breakpoints ``k/R +- eps`` are integers over the common denominator ``D = R * den(eps)``, so
+    the pieces and their strict-event counts ``(a, b)`` are found in exact integer arithmetic;
+    the stationary point uses log binomials (``gammaln``: no overflow for any R) and each
+    candidate's tail ``P(k <= a) + P(k >= b)`` is ``bdtr(a) + bdtrc(b - 1)`` in float64. Tails
+    below the float range read as 0.
+    """
+    from scipy.special import bdtr, bdtrc, expit, gammaln
+
+    en, ed = e.numerator, e.denominator
+    D = R * ed
+    if 4 * D + 4 * R * en >= 2**62:  # pragma: no cover - needs a pathological eps denominator
+        raise ValueError(f"eps={e} has too large a denominator for R={R}")
+    k = np.arange(R + 1, dtype=np.int64)
+    cand = np.concatenate([k * ed - en * R, k * ed + en * R, np.array([0, D], dtype=np.int64)])
+    grid = np.unique(cand[(cand >= 0) & (cand <= D)])
+    lo, hi = grid[:-1], grid[1:]
+    M = lo + hi  # the midpoint is M / (2 D); R * mid = M / (2 ed)
+    a = -((-(M - 2 * R * en)) // (2 * ed)) - 1  # ceil(R (mid - eps)) - 1
+    b = (M + 2 * R * en) // (2 * ed) + 1  # floor(R (mid + eps)) + 1
+    a = np.minimum(a, R)
+    b = np.maximum(b, 0)
+    full = a >= b - 1
+    if full.any():  # every count is in the event on this piece: the tail is 1
+        i = int(np.flatnonzero(full)[0])
+        return 1.0, float(M[i] / (2 * D))
+    plo, phi = lo / D, hi / D
+    inner = (a >= 0) & (b <= R)
+    ai, bi = np.where(inner, a, 0), np.where(inner, b, 1)
+    n = R - 1
+
+    def logc(j: np.ndarray) -> np.ndarray:
+        return gammaln(n + 1.0) - gammaln(j + 1.0) - gammaln(n - j + 1.0)
+
+    d = np.maximum(bi - 1 - ai, 1)
+    ps = expit((logc(ai) - logc(bi - 1)) / d)  # t / (1 + t), t = (C(n,a)/C(n,b-1))^(1/d)
+    ok = inner & (bi - 1 - ai > 0) & (plo < ps) & (ps < phi)
+    P = np.concatenate([plo, phi, ps[ok]])
+    A = np.concatenate([a, a, a[ok]])
+    B = np.concatenate([b, b, b[ok]])
+    with np.errstate(all="ignore"):
+        left = np.where(A >= 0, bdtr(np.maximum(A, 0), R, P), 0.0)
+        right = np.where(B <= R, bdtrc(np.maximum(B - 1, 0), R, P), 0.0)
+        right = np.where(B <= 0, 1.0, right)
+    val = np.minimum(1.0, left + right)
+    best = float(val.max())
+    tied = np.flatnonzero(val >= best / (1 + 1e-14))  # the first maximum, as the exact path
+    j = int(tied[np.argmin(P[tied])])
+    return best, float(P[j])
+
+
 def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
     """``sup_{p in [0, 1]} P(|v_hat_R - p| > eps)`` for Bernoulli rewards, and where it is reached.
 
@@ -281,6 +348,14 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
         raise TypeError(f"sup_baseline_tail_bernoulli needs a rational eps, got {eps!r}")
     if e >= 1:
         return 0.0, 0.0
+    if R > SUP_R_MAX:
+        raise ValueError(
+            f"R={R} exceeds SUP_R_MAX={SUP_R_MAX} for sup_baseline_tail_bernoulli (about 4R "
+            "pieces are maximised); for larger R the supremum is below Hoeffding's "
+            f"2 exp(-2 R eps^2) = {2 * math.exp(-2 * R * float(e) ** 2):.3g}: use hoeffding_bound"
+        )
+    if R > _SUP_EXACT_R:
+        return _sup_tail_vectorised(R, e)
     pts = {Fraction(0), Fraction(1)}
     for k in range(R + 1):
         for c in (Fraction(k, R) - e, Fraction(k, R) + e):
@@ -309,7 +384,7 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
                 cands.append(ps)
         for c in cands:
             val = _piece_value(a, b, R, c)
-            if val > best + 1e-15:
+            if best < 0 or val > best * (1 + 1e-14):  # relative: tails far below 1 count
                 best, arg = val, float(c)
     return float(best), float(arg)
 

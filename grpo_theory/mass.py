@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_rewards, check_R, is_exact_number, is_torch
+from ._validate import as_rewards, check_R, is_exact_number, is_torch, real_option
 from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
 
 __all__ = ["gradient_mass", "expected_mass_bernoulli"]
@@ -58,7 +58,7 @@ def gradient_mass(
             raise ValueError("rewards must be binary {0, 1} (or pass success_threshold)")
         succ = r == 1
     else:
-        succ = r >= success_threshold
+        succ = r >= real_option(success_threshold, "success_threshold")
     m_s = np.where(succ, a, 0.0).sum(axis=1)
     m_f = np.where(~succ, np.abs(a), 0.0).sum(axis=1)
     return m_s, m_f

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._validate import as_rewards, check_group_size, is_torch
+from .advantages import _pow2_scale, _where
 
 __all__ = ["MULTITURN_MODES", "multiturn_advantages", "reward_to_go", "past_rewards"]
 
@@ -65,15 +66,17 @@ def past_rewards(stage_rewards: Any) -> Any:
 
 
 def _baseline(x: Any, kind: str) -> Any:
-    """Group baseline along axis 1 of ``x`` shaped ``[P, R, ...]``."""
+    """Group baseline along axis 1 of ``x`` shaped ``[P, R, ...]``; where the group's values are
+    all equal the baseline is that value exactly (so ``x - baseline`` is exactly 0 there)."""
     Rn = x.shape[1]
     if is_torch(x):
         total = x.sum(dim=1, keepdim=True)
+        const = x.amax(dim=1, keepdim=True) == x.amin(dim=1, keepdim=True)
     else:
         total = x.sum(axis=1, keepdims=True)
-    if kind == "group_mean":
-        return total / Rn + 0 * x
-    return (total - x) / (Rn - 1)
+        const = x.max(axis=1, keepdims=True) == x.min(axis=1, keepdims=True)
+    b = total / Rn + 0 * x if kind == "group_mean" else (total - x) / (Rn - 1)
+    return _where(const, x, b)
 
 
 def multiturn_advantages(
@@ -106,10 +109,29 @@ def multiturn_advantages(
         raise ValueError(f"unknown multi-turn mode {mode!r}; choose one of {MULTITURN_MODES}")
     if baseline not in ("group_mean", "leave_one_out"):
         raise ValueError(f"baseline must be 'group_mean' or 'leave_one_out', got {baseline!r}")
-    q = _flip(_cumsum(_flip(r, 2), 2), 2)  # reward-to-go
+    # Scaled form: divide by a power of two k >= max|r| / 2 (exact), compute, multiply back, so
+    # no intermediate sum overflows for finite rewards near the float limit; a result that is
+    # itself beyond the float range is refused (never a silent inf).
+    k = _pow2_scale(r, None)
+    u = r / k
+    q = _flip(_cumsum(_flip(u, 2), 2), 2)  # reward-to-go
     g = q[:, :, :1]  # total return, [P, R, 1]
     if mode == "total_minus_group_mean":
-        return (g - _baseline(g, baseline)) + 0 * r
-    if mode == "reward_to_go_minus_stage_mean":
-        return q - _baseline(q, baseline)
-    return q - _baseline(g, baseline)
+        A = (g - _baseline(g, baseline)) + 0 * u
+    elif mode == "reward_to_go_minus_stage_mean":
+        A = q - _baseline(q, baseline)
+    else:
+        A = q - _baseline(g, baseline)
+    out = A * k
+    if is_torch(out):
+        import torch
+
+        finite = bool(torch.isfinite(out).all())
+    else:
+        finite = bool(np.isfinite(out).all())
+    if not finite:
+        raise ValueError(
+            f"multiturn ({mode}): the advantages overflow the float range (returns or their "
+            "differences exceed the largest float); rescale the stage rewards"
+        )
+    return out

@@ -151,6 +151,10 @@ def _ensure_builtins() -> None:
 
 def estimator_spec(name: str) -> EstimatorSpec:
     """The :class:`EstimatorSpec` registered as ``name``; ``ValueError`` listing the names."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"estimator name must be a string (a registry name), got {type(name).__name__} {name!r}"
+        )
     _ensure_builtins()
     try:
         return _REGISTRY[name]

@@ -18,6 +18,17 @@ Metrics of singular values ``s_1 >= ... >= s_R >= 0``:
 A group whose weights are all zero has ``G = 0``: rank 0 and the ratio metrics undefined; they
 are reported as NaN in :class:`SpectralMetrics` with ``degenerate=True`` (documented, not silent:
 the flag says why), since a zero-advantage group contributes no gradient at all.
+
+Input rules (errors name the problem, nothing is clamped silently):
+
+* ``K`` must be real, finite and symmetric to within ``PSD_RTOL * max|K|``; its eigenvalues
+  may be negative only by round-off, ``lambda_min >= -PSD_RTOL * max|lambda|`` (default
+  ``PSD_RTOL = 1e-5``, which covers Grams accumulated in float32, ``R * eps_32`` for ``R <= 64``);
+  such round-off eigenvalues are set to 0, anything more negative is an error naming it.
+* All metrics are scale-free: ``K`` and the weights are normalised by their largest magnitude
+  before any product or square, so weights of order ``1e-200`` or singular values of order
+  ``1e200`` give the same ranks as order 1 (the reported singular values are scaled back).
+* Singular values passed to the metric functions must be real, finite and ``>= 0``.
 """
 
 from __future__ import annotations
@@ -45,10 +56,69 @@ __all__ = [
 ]
 
 DEFAULT_RTOL = 1e-6
+PSD_RTOL = 1e-5
+
+
+def _real_float64(x: Any, name: str) -> np.ndarray:
+    """``x`` (array-like or torch tensor) as a real float64 array; complex input is an error."""
+    if hasattr(x, "detach"):
+        if x.is_complex():
+            raise TypeError(f"{name} must be real, got a complex tensor ({x.dtype})")
+        if x.device.type == "meta":
+            raise ValueError(f"{name} is a meta tensor (no data); materialise it first")
+        x = x.detach().cpu().double()
+    arr = np.asarray(x)
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name} must be real, got complex values (dtype {arr.dtype})")
+    try:
+        return np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a real numeric array, got {type(x).__name__}") from exc
+
+
+def _check_rtol(rtol: Any, name: str = "rtol") -> float:
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(rtol).__name__}")
+    r = float(rtol)
+    if not 0.0 <= r < 1.0:  # NaN fails too
+        raise ValueError(f"{name} must satisfy 0 <= {name} < 1, got {rtol!r}")
+    return r
+
+
+def _finite_real(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    return float(v)
+
+
+def _check_R(R: Any) -> int:
+    if isinstance(R, bool) or not isinstance(R, (int, np.integer)):
+        raise TypeError(f"R must be an integer, got {R!r}")
+    if R < 1:
+        raise ValueError(f"R must be >= 1, got {R}")
+    return int(R)
+
+
+def _as_spectrum(s: Any) -> np.ndarray:
+    """Singular values as a 1-D float64 array, checked real, finite and nonnegative."""
+    v = _real_float64(s, "singular values").reshape(-1)
+    if not np.all(np.isfinite(v)):
+        raise ValueError("singular values contain NaN or inf")
+    if v.size and v.min() < 0:
+        raise ValueError(f"singular values must be >= 0, got {float(v.min())!r}")
+    return v
+
+
+def _unit(s: np.ndarray) -> np.ndarray | None:
+    """``s / max(s)`` (scale-free form), or None for an all-zero or empty spectrum."""
+    m = float(s.max()) if s.size else 0.0
+    return s / m if m > 0 else None
 
 
 def _as_square(K: Any, name: str = "K") -> np.ndarray:
-    k = np.asarray(K.detach().cpu().double() if hasattr(K, "detach") else K, dtype=np.float64)
+    k = _real_float64(K, name)
     if k.ndim != 2 or k.shape[0] != k.shape[1]:
         raise ValueError(f"{name} must be a square R x R matrix, got shape {k.shape}")
     if not np.all(np.isfinite(k)):
@@ -57,7 +127,7 @@ def _as_square(K: Any, name: str = "K") -> np.ndarray:
 
 
 def _as_vector(w: Any, R: int, name: str = "weights") -> np.ndarray:
-    v = np.asarray(w.detach().cpu().double() if hasattr(w, "detach") else w, dtype=np.float64)
+    v = _real_float64(w, name)
     if v.shape != (R,):
         raise ValueError(f"{name} must be shaped [R]=[{R}], got shape {v.shape}")
     if not np.all(np.isfinite(v)):
@@ -80,70 +150,125 @@ def gradient_gram(K: Any, weights: Any) -> np.ndarray:
     return w[:, None] * k * w[None, :]
 
 
-def singular_values_from_gram(M: Any) -> np.ndarray:
-    """Singular values of ``G`` from ``M = G G^T``: ``sqrt(max(eig(M), 0))``, descending.
-
-    Args:
-        M: ``[R, R]`` symmetric positive semi-definite matrix.
-
-    Returns:
-        ``[R]`` nonnegative singular values, descending; eigenvalues below the round-off floor
-        ``R * eps_machine * max|eig|`` are set to 0 (so singular values below about
-        ``1e-7 s_1`` read as 0).
-    """
-    m = _as_square(M, "M")
+def _check_psd(m: np.ndarray, name: str, psd_rtol: float) -> np.ndarray:
+    """Symmetrised ``m`` after checking symmetry and eigenvalue signs up to ``psd_rtol``."""
+    scale = float(np.abs(m).max()) if m.size else 0.0
+    if scale == 0.0:
+        return m
+    m = m / scale  # scale-free: no under/overflow in the checks below
+    asym = float(np.abs(m - m.T).max())
+    if asym > psd_rtol:
+        i, j = np.unravel_index(int(np.argmax(np.abs(m - m.T))), m.shape)
+        raise ValueError(
+            f"{name} must be symmetric: |{name}[{i},{j}] - {name}[{j},{i}]| = {asym * scale:.3g}"
+            f" exceeds {psd_rtol:g} * max|{name}| (a Gram matrix <psi_i, psi_j> is symmetric)"
+        )
     m = 0.5 * (m + m.T)
-    ev = np.linalg.eigvalsh(m)[::-1]
-    # Eigenvalues below the round-off floor R * eps_machine * max|eig| are numerically zero; the
-    # square root would turn that noise (~1e-16 relative) into spurious singular values
-    # (~1e-8 relative) that inflate the effective ranks. Singular values below
-    # sqrt(R * eps_machine) * s_1 (~1e-7 s_1) cannot be resolved from a Gram matrix.
+    ev = np.linalg.eigvalsh(m)
+    top = float(np.abs(ev).max())
+    if ev[0] < -psd_rtol * top:
+        raise ValueError(
+            f"{name} is not positive semi-definite: eigenvalue {ev[0] * scale:.6g} is below "
+            f"-{psd_rtol:g} * max|eigenvalue| = {-psd_rtol * top * scale:.3g} (a Gram matrix "
+            "has eigenvalues >= 0; only round-off within psd_rtol is set to 0)"
+        )
+    return m * scale
+
+
+def _sv_unit(m: np.ndarray) -> np.ndarray:
+    """Singular values of ``G`` from symmetric ``M = G G^T`` normalised to ``max|M| = 1``.
+
+    Eigenvalues below the round-off floor ``R * eps_machine * max|eig|`` (including the
+    negative round-off admitted by :func:`_check_psd`) are set to 0: the square root would turn
+    that noise (~1e-16 relative) into spurious singular values (~1e-8 relative) that inflate the
+    effective ranks. Singular values below ``sqrt(R * eps_machine) * s_1`` (~1e-7 ``s_1``)
+    cannot be resolved from a Gram matrix.
+    """
+    ev = np.linalg.eigvalsh(0.5 * (m + m.T))[::-1]
     floor = ev.size * np.finfo(np.float64).eps * (np.abs(ev).max() if ev.size else 0.0)
     ev = np.where(ev > floor, ev, 0.0)
     return np.sqrt(ev)
 
 
+def singular_values_from_gram(M: Any, *, psd_rtol: float = PSD_RTOL) -> np.ndarray:
+    """Singular values of ``G`` from ``M = G G^T``: ``sqrt(eig(M))``, descending.
+
+    Args:
+        M: ``[R, R]`` symmetric positive semi-definite matrix.
+        psd_rtol: admitted relative round-off: asymmetry up to ``psd_rtol * max|M|`` and
+            eigenvalues down to ``-psd_rtol * max|eig|`` (set to 0); more is a ``ValueError``.
+
+    Returns:
+        ``[R]`` nonnegative singular values, descending; eigenvalues below the round-off floor
+        ``R * eps_machine * max|eig|`` are set to 0 (so singular values below about
+        ``1e-7 s_1`` read as 0). Computed on ``M / max|M|`` and scaled back, so no under- or
+        overflow for any finite scale.
+
+    >>> singular_values_from_gram(np.diag([4.0, 1.0, 0.0])).tolist()
+    [2.0, 1.0, 0.0]
+    """
+    tol = _check_rtol(psd_rtol, "psd_rtol")
+    m = _check_psd(_as_square(M, "M"), "M", tol)
+    scale = float(np.abs(m).max()) if m.size else 0.0
+    if scale == 0.0:
+        return np.zeros(m.shape[0])
+    return _sv_unit(m / scale) * np.sqrt(scale)
+
+
 def numerical_rank(s: Any, *, rtol: float = DEFAULT_RTOL) -> int:
-    """Number of singular values ``> rtol * s_max`` (0 for an all-zero spectrum)."""
-    s = np.asarray(s, dtype=np.float64)
-    if s.size == 0 or s.max() <= 0:
-        return 0
-    return int(np.sum(s > rtol * s.max()))
+    """Number of singular values ``> rtol * s_max`` (0 for an all-zero spectrum).
+
+    >>> numerical_rank([2.0, 1e-9, 0.0])
+    1
+    """
+    r = _check_rtol(rtol)
+    u = _unit(_as_spectrum(s))
+    return 0 if u is None else int(np.sum(u > r))
 
 
 def effective_rank(s: Any) -> float:
     """Paper's effective rank (Sec. 7.1): ``(sum_i s_i)^2 / sum_i s_i^2``; NaN if ``s = 0``.
 
+    Computed on ``s / max(s)`` (scale-free: no under/overflow for any finite scale).
+
     >>> effective_rank([1.0, 1.0, 0.0])
     2.0
     """
-    s = np.asarray(s, dtype=np.float64)
-    q = float(np.sum(s**2))
-    return float(np.sum(s) ** 2 / q) if q > 0 else float("nan")
+    u = _unit(_as_spectrum(s))
+    return float("nan") if u is None else float(np.sum(u) ** 2 / np.sum(u**2))
 
 
 def entropy_effective_rank(s: Any) -> float:
-    """Roy & Vetterli (2007) effective rank ``exp(-sum p_i log p_i)``, ``p_i = s_i / sum s``."""
-    s = np.asarray(s, dtype=np.float64)
-    tot = float(np.sum(s))
-    if tot <= 0:
+    """Roy & Vetterli (2007) effective rank ``exp(-sum p_i log p_i)``, ``p_i = s_i / sum s``.
+
+    >>> entropy_effective_rank([1.0, 1.0, 0.0])
+    2.0
+    """
+    u = _unit(_as_spectrum(s))
+    if u is None:
         return float("nan")
-    p = s[s > 0] / tot
+    p = u[u > 0] / np.sum(u)
     return float(np.exp(-np.sum(p * np.log(p))))
 
 
 def stable_rank(s: Any) -> float:
-    """Stable rank ``sum s^2 / s_max^2``; NaN if ``s = 0``."""
-    s = np.asarray(s, dtype=np.float64)
-    m = float(np.max(s)) if s.size else 0.0
-    return float(np.sum(s**2) / m**2) if m > 0 else float("nan")
+    """Stable rank ``sum s^2 / s_max^2``; NaN if ``s = 0``.
+
+    >>> stable_rank([2.0, 1.0])
+    1.25
+    """
+    u = _unit(_as_spectrum(s))
+    return float("nan") if u is None else float(np.sum(u**2))
 
 
 def top1_fraction(s: Any) -> float:
-    """Paper's top-1 fraction (Sec. 7.1): ``s_1^2 / sum s^2``; NaN if ``s = 0``."""
-    s = np.asarray(s, dtype=np.float64)
-    q = float(np.sum(s**2))
-    return float(np.max(s) ** 2 / q) if q > 0 else float("nan")
+    """Paper's top-1 fraction (Sec. 7.1): ``s_1^2 / sum s^2``; NaN if ``s = 0``.
+
+    >>> top1_fraction([1.0, 1.0])
+    0.5
+    """
+    u = _unit(_as_spectrum(s))
+    return float("nan") if u is None else float(1.0 / np.sum(u**2))
 
 
 @dataclass(frozen=True)
@@ -166,9 +291,11 @@ class SpectralMetrics:
         return d
 
 
-def _metrics_from_s(s: np.ndarray, rtol: float) -> SpectralMetrics:
+def _metrics_from_s(s: np.ndarray, rtol: float, scale: float = 1.0) -> SpectralMetrics:
+    """Metrics of ``scale * s`` (``s`` may be normalised; every metric but the values is
+    scale-free, so they are computed on ``s`` and only the reported values are scaled)."""
     return SpectralMetrics(
-        singular_values=tuple(float(x) for x in s),
+        singular_values=tuple(float(x) * scale for x in s),
         rank=numerical_rank(s, rtol=rtol),
         effective_rank=effective_rank(s),
         entropy_effective_rank=entropy_effective_rank(s),
@@ -179,13 +306,17 @@ def _metrics_from_s(s: np.ndarray, rtol: float) -> SpectralMetrics:
     )
 
 
-def spectral_metrics(K: Any, weights: Any, *, rtol: float = DEFAULT_RTOL) -> SpectralMetrics:
+def spectral_metrics(
+    K: Any, weights: Any, *, rtol: float = DEFAULT_RTOL, psd_rtol: float = PSD_RTOL
+) -> SpectralMetrics:
     """All metrics of ``G = diag(weights) Psi`` from the trajectory-score Gram ``K``.
 
     Args:
-        K: ``[R, R]`` Gram of the trajectory scores ``psi_i`` (Eq. 18).
+        K: ``[R, R]`` Gram of the trajectory scores ``psi_i`` (Eq. 18): real, symmetric and
+            positive semi-definite up to ``psd_rtol`` (else ``ValueError`` naming the eigenvalue).
         weights: ``[R]`` effective weights (advantages ``A_i`` times aggregation weights).
-        rtol: relative tolerance of the numerical rank (default ``1e-6``).
+        rtol: relative tolerance of the numerical rank, ``0 <= rtol < 1`` (default ``1e-6``).
+        psd_rtol: admitted relative round-off in ``K`` (default ``PSD_RTOL = 1e-5``).
 
     Returns:
         :class:`SpectralMetrics`.
@@ -194,8 +325,23 @@ def spectral_metrics(K: Any, weights: Any, *, rtol: float = DEFAULT_RTOL) -> Spe
     >>> (m.rank, m.effective_rank, m.top1_fraction)
     (4, 4.0, 0.25)
     """
-    s = singular_values_from_gram(gradient_gram(K, weights))
-    return _metrics_from_s(s, rtol)
+    r = _check_rtol(rtol)
+    tol = _check_rtol(psd_rtol, "psd_rtol")
+    k = _check_psd(_as_square(K), "K", tol)
+    w = _as_vector(weights, k.shape[0])
+    ck = float(np.abs(k).max()) if k.size else 0.0
+    cw = float(np.abs(w).max()) if w.size else 0.0
+    if ck == 0.0 or cw == 0.0:
+        return _metrics_from_s(np.zeros(k.shape[0]), r)
+    # scale-free: normalise K and w before the products (weights ~1e-200 must not underflow);
+    # s(G) = cw * sqrt(ck) * s(diag(w/cw) (K/ck) diag(w/cw)).
+    u = w / cw
+    m = u[:, None] * (k / ck) * u[None, :]
+    mx = float(np.abs(m).max())
+    if mx == 0.0:
+        return _metrics_from_s(np.zeros(k.shape[0]), r)
+    s = _sv_unit(m / mx)
+    return _metrics_from_s(s, r, cw * np.sqrt(ck) * np.sqrt(mx))
 
 
 def spectral_metrics_from_matrix(G: Any, *, rtol: float = DEFAULT_RTOL) -> SpectralMetrics:
@@ -204,17 +350,22 @@ def spectral_metrics_from_matrix(G: Any, *, rtol: float = DEFAULT_RTOL) -> Spect
     For ``d > R`` the SVD is taken of the ``R x R`` triangular factor of ``G^T = Q T``
     (same singular values).
     """
-    g = np.asarray(G.detach().cpu().double() if hasattr(G, "detach") else G, dtype=np.float64)
+    r = _check_rtol(rtol)
+    g = _real_float64(G, "G")
     if g.ndim != 2:
         raise ValueError(f"G must be 2-D [R, d], got shape {g.shape}")
     if not np.all(np.isfinite(g)):
         raise ValueError("G contains NaN or inf")
+    c = float(np.abs(g).max()) if g.size else 0.0
+    if c == 0.0:
+        return _metrics_from_s(np.zeros(min(g.shape)), r)
+    g = g / c  # normalised first: scale-free, no under/overflow in QR or SVD
     if g.shape[1] > g.shape[0]:
         # wide G (d > R): G^T = Q T with T an R x R triangle holding the same singular values;
         # no squaring (unlike the Gram route) and much faster than an SVD of R x d.
         g = np.linalg.qr(g.T, mode="r")
     s = np.linalg.svd(g, compute_uv=False)
-    return _metrics_from_s(np.sort(s)[::-1], rtol)
+    return _metrics_from_s(np.sort(s)[::-1], r, c)
 
 
 # --- closed-form reference Grams (limit d -> infinity, normalised by d) ------------------------
@@ -224,9 +375,7 @@ def gram_isotropic(R: int) -> np.ndarray:
     With ``K = I`` the singular values of ``G`` are ``|w_i|``, so the effective rank is
     ``(sum |w_i|)^2 / sum w_i^2``: for binary rewards see :func:`isotropic_effective_rank_binary`.
     """
-    if R < 1:
-        raise ValueError(f"R must be >= 1, got {R}")
-    return np.eye(R)
+    return np.eye(_check_R(R))
 
 
 def gram_clustered(
@@ -249,6 +398,9 @@ def gram_clustered(
     lab = np.asarray(labels)
     if lab.ndim != 1:
         raise ValueError(f"labels must be 1-D [R], got shape {lab.shape}")
+    within, between, noise = (
+        _finite_real(v, n) for v, n in ((within, "within"), (between, "between"), (noise, "noise"))
+    )
     if noise < 0:
         raise ValueError(f"noise must be >= 0, got {noise}")
     same = lab[:, None] == lab[None, :]
@@ -261,8 +413,10 @@ def gram_common_component(R: int, *, strength: float) -> np.ndarray:
 
     ``K = strength * 1 1^T + I`` in the d -> infinity limit.
     """
-    if R < 1 or strength < 0:
-        raise ValueError(f"need R >= 1 and strength >= 0, got R={R}, strength={strength}")
+    R = _check_R(R)
+    strength = _finite_real(strength, "strength")
+    if strength < 0:
+        raise ValueError(f"need strength >= 0, got strength={strength}")
     return strength * np.ones((R, R)) + np.eye(R)
 
 
@@ -277,6 +431,9 @@ def isotropic_effective_rank_binary(R: int, k: int) -> float:
     >>> isotropic_effective_rank_binary(8, 4)
     8.0
     """
+    R = _check_R(R)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer, got {k!r}")
     if not 0 <= k <= R:
         raise ValueError(f"need 0 <= k <= R, got k={k}, R={R}")
     if k in (0, R):

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._validate import check_R
 from .bounds import (
     bernstein_bound,
     chebyshev_bound,
@@ -141,7 +142,13 @@ def bound_table(
     """
     if kind not in TABLE_KINDS:
         raise ValueError(f"unknown table kind {kind!r}; choose one of {sorted(TABLE_KINDS)}")
-    Rs = tuple(int(r) for r in R_values)
+    Rs = tuple(check_R(r) for r in R_values)  # 2.5 is an error, never the row R = 2
+    big = [r for r in Rs if r > 2**53]
+    if big:
+        raise ValueError(
+            f"R values must be <= 2^53 (tables are computed in float64), got one of "
+            f"{len(str(big[0]))} digits"
+        )
     es = tuple(float(e) for e in eps_values)
     if not Rs or not es:
         raise ValueError("R_values and eps_values must be non-empty")

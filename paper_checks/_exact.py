@@ -106,7 +106,14 @@ def sup_baseline_tail(*, R: int, eps: float, grid: int = 4001) -> tuple[float, f
 
     The tail is a polynomial in ``p`` between the breakpoints ``k/R +- eps``, where the set of
     counted ``k`` changes; the sup is taken over a grid and points just inside each breakpoint.
+    An independent cross-check for small ``R`` (``O(R (grid + R))`` work): ``R > 2000`` raises
+    and names :func:`grpo_theory.sup_baseline_tail_bernoulli`, the exact route for large ``R``.
     """
+    if R > 2000:
+        raise ValueError(
+            f"sup_baseline_tail (grid cross-check) is limited to R <= 2000, got R={R}; use "
+            "grpo_theory.sup_baseline_tail_bernoulli (exact, vectorised, R <= 100000)"
+        )
     pts = [np.linspace(0.0, 1.0, grid)]
     for k in range(R + 1):
         for b in (k / R - eps, k / R + eps):

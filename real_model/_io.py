@@ -38,7 +38,14 @@ def check_config(path: Path, config: Mapping[str, Any]) -> None:
     """Write ``config`` to ``path``, or check that it equals the one already there (resume)."""
     cfg = jsonable(config)
     if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"{path} is not valid JSON ({exc}); delete it or pass --overwrite"
+            ) from None
+        if not isinstance(old, dict):
+            raise ValueError(f"{path} must hold a JSON object; delete it or pass --overwrite")
         if old != cfg:
             diff = sorted(k for k in set(old) | set(cfg) if old.get(k) != cfg.get(k))
             raise ValueError(

@@ -6,6 +6,8 @@ import argparse
 import codecs
 from typing import Any
 
+from grpo_io.paths import prepare_out_dir
+
 __all__ = ["register"]
 
 
@@ -115,6 +117,8 @@ def _rank(args: argparse.Namespace) -> int:
     from .rank import RankConfig, run_rank
 
     cfg = RankConfig(prompts=args.prompts, **_common(args))
+    cfg.validate()  # options first, then the output folder, then the model
+    prepare_out_dir(args.out)
     res = run_rank(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
     print((__import__("pathlib").Path(args.out) / "table.md").read_text(encoding="utf-8"))
     print(
@@ -139,7 +143,17 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         **_common(args),
     )
-    res = run_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
+    cfg.validate()
+    prepare_out_dir(args.out)
+    if args.cache_dir is not None:
+        prepare_out_dir(args.cache_dir, option="--cache-dir")
+    res = run_train(
+        args.out,
+        cfg,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        cache_dir=args.cache_dir,
+    )
     print(
         f"wrote {args.out}/steps.jsonl, results.json, table.md, train.png "
         f"({res['steps_done']} steps)"
@@ -179,6 +193,7 @@ def _trl_train(args: argparse.Namespace) -> int:
         geometry_every=args.geometry_every,
         report_to=tuple(args.report_to),
     )
+    prepare_out_dir(args.out)
     res = run_trl_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
     print((__import__("pathlib").Path(args.out) / "table.md").read_text(encoding="utf-8"))
     print(
@@ -229,6 +244,7 @@ def _compare(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     from .compare import run_compare
 
+    prepare_out_dir(args.out)
     res = run_compare(args.out, real=args.real, R_values=tuple(args.R), p=args.p)
     print(res["table_md"])
     print(f"wrote {args.out}/compare.json, compare.md, compare.png")
@@ -265,6 +281,12 @@ def register(sub: Any) -> None:
         "--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)"
     )
     train.add_argument("--checkpoint-every", type=int, default=1, help="steps between checkpoints")
+    train.add_argument(
+        "--cache-dir",
+        default=None,
+        help="checkpoint folder (~1.6 GB for SmolLM2; default: $GRPO_AUDIT_CACHE/train/<id> or "
+        "~/.cache/grpo-audit/train/<id>, outside --out; recorded in OUT/checkpoint.json)",
+    )
     train.set_defaults(func=_train)
     _trl_parser(rsub)
 

@@ -104,8 +104,13 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist (run `grpo-audit real rank --out DIR` first)")
-    res = json.loads(p.read_text(encoding="utf-8"))
-    if res.get("experiment") not in ("real_rank", "real_trl_train"):
+    try:
+        res = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{p} is not valid JSON ({exc}); pass a `real rank` results.json"
+        ) from None
+    if not isinstance(res, dict) or res.get("experiment") not in ("real_rank", "real_trl_train"):
         raise ValueError(f"{p} is not a `real rank` or `real trl-train` results.json")
     name = (res.get("model") or {}).get("name", "real")
     rows = [

@@ -205,7 +205,7 @@ def load_gsm8k(
             import datasets
         except ImportError as exc:
             raise FileNotFoundError(
-                "no GSM8K path given and `datasets` is not installed: pass --gsm8k PATH to a "
+                "no GSM8K path given and `datasets` is not installed: pass --data PATH to a "
                 "GSM8K jsonl/parquet file (e.g. test.jsonl of github.com/openai/grade-school-math)"
             ) from exc
         mode = None if allow_download else "reuse_dataset_if_exists"

@@ -23,7 +23,9 @@ uninitialised), and :class:`CharTokenizer` is a dependency-free character tokeni
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "load_model",
+    "quiet_loading",
     "tiny_random_model",
     "CharTokenizer",
 ]
@@ -208,12 +211,49 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     return table[dtype]
 
 
+@contextlib.contextmanager
+def quiet_loading(enabled: bool = True) -> Iterator[None]:
+    """Silence transformers' progress bars (weight loading, GGUF de-quantisation) inside.
+
+    transformers' own bars obey ``transformers.utils.logging.disable_progress_bar``; the GGUF
+    de-quantisation bar is a plain ``tqdm`` in ``transformers.modeling_gguf_pytorch_utils``, so
+    that module's ``tqdm`` is replaced by a disabled one for the duration. Both are restored
+    on exit.
+    """
+    if not enabled:
+        yield
+        return
+    import functools
+
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    patched = None
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+        if hasattr(gguf_utils, "tqdm"):
+            patched = (gguf_utils, gguf_utils.tqdm)
+            gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
+    except ImportError:  # pragma: no cover - transformers without GGUF support
+        pass
+    try:
+        yield
+    finally:
+        if patched is not None:
+            patched[0].tqdm = patched[1]
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(
     model: str | None = None,
     *,
     device: str = "auto",
     dtype: str = "auto",
     allow_download: bool = False,
+    progress: bool = True,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer (offline by default), in eval mode, on ``device``.
 
@@ -223,6 +263,8 @@ def load_model(
         dtype: ``"auto"`` (bf16 on GPU, float32 on CPU), ``"float32"``, ``"bfloat16"`` or
             ``"float16"``.
         allow_download: allow fetching a hub id (default ``False``).
+        progress: show transformers' loading / de-quantisation bars (default ``True``;
+            ``--no-progress`` passes ``False``, see :func:`quiet_loading`).
 
     Returns:
         :class:`LoadedModel`; the tokenizer has a pad token (eos if it had none).
@@ -239,8 +281,9 @@ def load_model(
     if spec.gguf_file is not None:
         kw["gguf_file"] = spec.gguf_file
     try:
-        tok = AutoTokenizer.from_pretrained(spec.path, **kw)
-        net = AutoModelForCausalLM.from_pretrained(spec.path, dtype=torch_dtype, **kw)
+        with quiet_loading(not progress):
+            tok = AutoTokenizer.from_pretrained(spec.path, **kw)
+            net = AutoModelForCausalLM.from_pretrained(spec.path, dtype=torch_dtype, **kw)
     except OSError as exc:
         raise ModelNotAvailableError(f"could not load {spec.name!r}: {exc}. {_HOW_TO}") from exc
     if getattr(net.config, "quantization_config", None) is not None and spec.gguf_file is not None:

@@ -13,6 +13,11 @@ the earlier ``prompts`` was a multiple of ``rollout_batch``: the batch shapes th
 ``rollout_batch=1`` samples one group at a time as earlier releases did. At the end:
 ``results.json`` (config, environment, summary), ``table.md`` and ``rank.png``.
 
+Every record carries the configuration it was computed under (``config``: the resume key), and
+``config.json`` holds it too: a rerun whose settings differ from either is refused, naming the
+differing options, even when ``config.json`` was deleted. All options are checked
+(:meth:`RankConfig.validate`) before the model is loaded or anything is written.
+
 Summary rows (per ``R``, for the main estimator, over groups with mixed rewards only, since an
 all-equal group has ``A = 0`` and no spectrum): max rank (largest number of nonzero weights, the
 rank bound of ``diag(w) Psi``), mean numerical rank, mean +/- sd of the effective rank
@@ -30,11 +35,20 @@ from typing import Any
 
 import numpy as np
 
-from ._io import append_jsonl, check_config, environment, read_jsonl, rewrite_jsonl, write_json
+from ._io import (
+    append_jsonl,
+    check_config,
+    environment,
+    jsonable,
+    read_jsonl,
+    rewrite_jsonl,
+    write_json,
+)
 from .data import Problem, binary_reward, generate_problems, load_gsm8k, load_gsm_symbolic_originals
 
 __all__ = [
     "RankConfig",
+    "check_record_configs",
     "load_problems",
     "prompt_seed",
     "run_rank",
@@ -79,6 +93,81 @@ class RankConfig:
         if d.get("rollout_batch") == 1:
             d.pop("rollout_batch")
         return d
+
+    def validate(self) -> None:
+        """Check every option (cheap: no model, no files written); ``ValueError`` names it."""
+        from grpo_theory import compute_advantages
+
+        _positive_ints("R values", self.R_values, minimum=2)
+        _positive_ints("prompts", (self.prompts,), minimum=1)
+        _positive_ints("max_new_tokens", (self.max_new_tokens,), minimum=1)
+        _positive_ints("shots", (self.shots,), minimum=0)
+        _positive_ints("difficulty", self.difficulty, minimum=1)
+        _positive_ints("rollout_batch", (self.rollout_batch,), minimum=1)
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        for name, value, allowed in (
+            ("source", self.source, ("generated", "gsm8k", "gsm-symbolic")),
+            ("prompt_style", self.prompt_style, ("fewshot", "chat")),
+            ("aggregation", self.aggregation, _AGGREGATIONS),
+            ("gram_method", self.gram_method, ("exact", "naive")),
+        ):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {list(allowed)}")
+        if self.source == "gsm-symbolic" and self.data_path is None:
+            raise ValueError("source 'gsm-symbolic' needs --data PATH to the wheel")
+        if self.data_path is not None and not Path(self.data_path).expanduser().exists():
+            raise FileNotFoundError(f"--data {self.data_path}: no such file or folder")
+        if not self.estimators:
+            raise ValueError("estimators must name at least one grpo_theory estimator")
+        probe = np.zeros((1, min(self.R_values)))
+        probe[0, 0] = 1.0
+        for name in self.estimators:
+            try:  # the registry's own check: unknown names and options fail here, before any work
+                compute_advantages(name, probe)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"estimator {name!r}: {exc}") from exc
+
+
+_AGGREGATIONS = ("sequence_sum", "token_mean", "sequence_mean", "dr_grpo")
+
+
+def _positive_ints(name: str, values: Sequence[Any], *, minimum: int) -> None:
+    if isinstance(values, (str, bytes)) or not len(values):
+        raise ValueError(f"{name} must be one or more integers >= {minimum}, got {values!r}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+            raise ValueError(f"{name} must be integers >= {minimum}, got {tuple(values)!r}")
+
+
+def check_record_configs(
+    records: Sequence[dict[str, Any]], key: dict[str, Any], path: Path, *, have_config: bool
+) -> None:
+    """Refuse records computed under another configuration than ``key`` (by option name).
+
+    Records without a ``config`` field (written by an older version) are accepted only when the
+    run's ``config.json`` exists (``have_config``): it then vouches for them.
+    """
+    want = jsonable(key)
+    for n, rec in enumerate(records):
+        got = rec.get("config")
+        if got is None:
+            if have_config:
+                continue
+            raise ValueError(
+                f"{path} holds records without their configuration and {path.parent}/config.json "
+                "is missing, so they may come from other settings; use a new --out directory or "
+                "pass --overwrite"
+            )
+        if got != want:
+            diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+            detail = ", ".join(f"{k}: recorded {got.get(k)!r}, now {want.get(k)!r}" for k in diff)
+            raise ValueError(
+                f"{path} record {n + 1} was computed with a different configuration ({detail}); "
+                "use a new --out directory or pass --overwrite"
+            )
 
 
 def prompt_seed(seed: int, index: int) -> int:
@@ -140,26 +229,23 @@ def run_rank(
     from .loading import load_model
     from .rollouts import build_prompt, sample_prompts
 
-    if not cfg.R_values or min(cfg.R_values) < 2:
-        raise ValueError(f"R values must be >= 2, got {cfg.R_values}")
-    if cfg.prompts < 1:
-        raise ValueError(f"prompts must be >= 1, got {cfg.prompts}")
-    if cfg.rollout_batch < 1:
-        raise ValueError(f"rollout_batch must be >= 1, got {cfg.rollout_batch}")
+    cfg.validate()  # before any file is written or the model is loaded
+    problems, shots = load_problems(cfg, cfg.prompts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "results.jsonl"
     if overwrite:
         for name in ("results.jsonl", "config.json", "results.json", "table.md", "rank.png"):
             (out / name).unlink(missing_ok=True)
-    check_config(out / "config.json", cfg.resume_key())
+    key = cfg.resume_key()
     done = read_jsonl(jsonl)
+    check_record_configs(done, key, jsonl, have_config=(out / "config.json").is_file())
+    check_config(out / "config.json", key)
     rewrite_jsonl(jsonl, done)  # drops a truncated last line, if any
     have = {int(r["prompt_index"]) for r in done}
     todo = [i for i in range(cfg.prompts) if i not in have]
-    problems, shots = load_problems(cfg, cfg.prompts)
     if loaded is None:
-        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
     R_max = max(cfg.R_values)
     reward = binary_reward if reward_fn is None else reward_fn
     t_start = time.perf_counter()
@@ -218,6 +304,7 @@ def run_rank(
                 "K": K,
                 "by_R": {str(k): v for k, v in geo.items()},
                 "time_s": {"sample": sample_s, "gram": t2 - t1},
+                "config": key,
             },
         )
     records = sorted(read_jsonl(jsonl), key=lambda r: r["prompt_index"])

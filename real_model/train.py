@@ -19,14 +19,23 @@ Per step, one JSON line in ``steps.jsonl``: accuracy, mean within-group reward s
 std, fraction of zero-advantage groups, gradient norm ``||grad loss||``, loss, and per ``R`` the
 mean effective rank / top-1 fraction / numerical rank over mixed groups (and per-group values).
 
-Resuming: every ``checkpoint_every`` steps the model and optimizer states are saved to
-``OUT/cache/checkpoint.pt`` (never inside the repository; float32 SmolLM2 + AdamW is ~1.6 GB).
-A rerun with the same configuration loads it, drops step records newer than it, and continues;
+Resuming: every ``checkpoint_every`` steps the model and optimizer states, and the step records
+so far, are saved to ``checkpoint.pt`` in the cache folder (float32 SmolLM2 + AdamW is ~1.6 GB).
+The cache folder is, in order: ``cache_dir`` (``--cache-dir``), the folder recorded in
+``OUT/checkpoint.json`` by an earlier run, else ``$GRPO_AUDIT_CACHE/train/<id>`` or
+``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>`` with ``<id>`` derived from the absolute
+``OUT`` path: never inside ``OUT``, so an ``--out`` inside a repository does not collect
+checkpoints. A rerun with the same configuration loads the checkpoint, drops step records newer
+than it, restores from it any step record the JSONL lost (a truncated last line), and continues;
 since every step is seeded by its index, the resumed run reproduces the uninterrupted one.
+Step records and the checkpoint carry the configuration; a mismatch is refused by name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -35,12 +44,20 @@ from typing import Any
 
 import numpy as np
 
-from ._io import append_jsonl, check_config, environment, read_jsonl, rewrite_jsonl, write_json
-from .rank import RankConfig, load_problems, prompt_seed
+from ._io import (
+    append_jsonl,
+    check_config,
+    environment,
+    jsonable,
+    read_jsonl,
+    rewrite_jsonl,
+    write_json,
+)
+from .rank import RankConfig, check_record_configs, load_problems, prompt_seed
 
 __all__ = [
-    "TrainConfig", "grpo_loss", "run_train", "plot_training_metric", "window_stats",
-    "default_window",
+    "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
+    "window_stats", "default_window",
 ]
 
 
@@ -62,6 +79,55 @@ class TrainConfig(RankConfig):
         for k in ("steps", "checkpoint_every"):
             d.pop(k)
         return d
+
+    def validate(self) -> None:
+        """:meth:`RankConfig.validate` plus the optimisation options."""
+        super().validate()
+        for name in ("steps", "prompts_per_step", "checkpoint_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < 1e300):
+            raise ValueError(
+                f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}"
+            )
+        R_train = self.train_R or max(self.R_values)
+        if max(self.R_values) > R_train:
+            raise ValueError(f"R values {self.R_values} must lie in [2, train_R={R_train}]")
+
+
+def default_cache_dir(out_dir: str | Path) -> Path:
+    """Checkpoint folder of a training run writing to ``out_dir`` (outside ``out_dir``).
+
+    ``$GRPO_AUDIT_CACHE/train/<id>`` if that variable is set, else
+    ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>``; ``<id>`` is the folder name plus 12
+    hex digits of the SHA-256 of its absolute path.
+    """
+    out = Path(out_dir).expanduser().resolve()
+    root = os.environ.get("GRPO_AUDIT_CACHE")
+    if root:
+        base = Path(root).expanduser()
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo-audit"
+    digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:12]
+    return base / "train" / f"{out.name}-{digest}"
+
+
+def _cache_folder(out: Path, cache_dir: str | Path | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    pointer = out / "checkpoint.json"
+    if pointer.is_file():
+        try:
+            return Path(json.loads(pointer.read_text(encoding="utf-8"))["cache_dir"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"{pointer} is not a valid checkpoint pointer ({exc}); delete it, pass "
+                "--cache-dir or --overwrite"
+            ) from exc
+    return default_cache_dir(out)
 
 
 def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
@@ -117,12 +183,14 @@ def run_train(
     progress: bool = True,
     overwrite: bool = False,
     reward_fn: Callable[[str, Any], float] | None = None,
+    cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run or resume GRPO training; returns the ``results.json`` content (see module docstring).
 
     ``reward_fn(completion_text, gold) -> reward`` defaults to
     :func:`~real_model.data.binary_reward`.
     ``loaded`` is an already loaded :class:`~real_model.loading.LoadedModel` (else loaded from cfg).
+    ``cache_dir`` is the checkpoint folder (default: see :func:`default_cache_dir`).
     """
     import torch
     from tqdm.auto import tqdm
@@ -132,36 +200,52 @@ def run_train(
     from .loading import load_model
     from .rollouts import build_prompt, sample_prompts
 
+    cfg.validate()  # before any file is written or the model is loaded
     R_train = cfg.train_R or max(cfg.R_values)
-    if cfg.steps < 1 or cfg.prompts_per_step < 1 or cfg.checkpoint_every < 1:
-        raise ValueError("steps, prompts_per_step and checkpoint_every must be >= 1")
-    if cfg.lr <= 0:
-        raise ValueError(f"lr must be > 0, got {cfg.lr}")
-    if max(cfg.R_values) > R_train or min(cfg.R_values) < 2:
-        raise ValueError(f"R values {cfg.R_values} must lie in [2, train_R={R_train}]")
+    problems, shots = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
-    cache = out / "cache"
-    ckpt = cache / "checkpoint.pt"
+    out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "steps.jsonl"
     if overwrite:
-        for p in (jsonl, out / "config.json", out / "results.json", ckpt):
+        old = _cache_folder(out, cache_dir) / "checkpoint.pt"
+        for p in (jsonl, out / "config.json", out / "results.json", out / "checkpoint.json", old):
             p.unlink(missing_ok=True)
+    cache = _cache_folder(out, cache_dir)
+    ckpt = cache / "checkpoint.pt"
+    key = cfg.resume_key()
+    done = read_jsonl(jsonl)
+    check_record_configs(done, key, jsonl, have_config=(out / "config.json").is_file())
+    check_config(out / "config.json", key)
     cache.mkdir(parents=True, exist_ok=True)
-    check_config(out / "config.json", cfg.resume_key())
+    write_json(out / "checkpoint.json", {"cache_dir": str(cache.resolve())})
     if loaded is None:
-        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
     model = loaded.model
     model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = 0
+    kept = []
     if ckpt.is_file():
         state = torch.load(ckpt, map_location=next(model.parameters()).device, weights_only=False)
+        if "config" in state and state["config"] != jsonable(key):
+            check_record_configs([{"config": state["config"]}], key, ckpt, have_config=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start = int(state["steps_done"])
-    rewrite_jsonl(jsonl, [r for r in read_jsonl(jsonl) if r["step"] < start])
-    problems, shots = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+        # records up to the checkpoint: the JSONL's, else the checkpoint's copy (a truncated
+        # or lost last line must not shorten the run)
+        have = {int(r["step"]): r for r in done if int(r["step"]) < start}
+        saved = {int(r["step"]): r for r in state.get("records", [])}
+        missing = [s for s in range(start) if s not in have and s not in saved]
+        if missing:
+            raise ValueError(
+                f"{jsonl} lacks the records of steps {missing} that checkpoint {ckpt} has "
+                "already trained; pass --overwrite to start again"
+            )
+        kept = [have.get(s, saved.get(s)) for s in range(start)]
+    rewrite_jsonl(jsonl, kept)
+    records_so_far: list[dict[str, Any]] = list(kept)
     est = cfg.estimators[0]
     reward = binary_reward if reward_fn is None else reward_fn
     for s in tqdm(
@@ -232,12 +316,20 @@ def run_train(
             "loss": loss_total,
             "spectra": _step_summary(geos, est),
             "time_s": time.perf_counter() - t0,
+            "config": key,
         }
         append_jsonl(jsonl, rec)
+        records_so_far.append(jsonable(rec))
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
             tmp = ckpt.with_suffix(".tmp")
             torch.save(
-                {"model": model.state_dict(), "optimizer": opt.state_dict(), "steps_done": s + 1},
+                {
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "steps_done": s + 1,
+                    "records": records_so_far,
+                    "config": jsonable(key),
+                },
                 tmp,
             )
             tmp.replace(ckpt)

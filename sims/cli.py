@@ -28,6 +28,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.out is None:
         raise ValueError("grpo-audit sims: --out DIR is required to run an experiment")
+    from grpo_io.paths import prepare_out_dir
+
+    args.out = str(prepare_out_dir(args.out))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,11 +52,21 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:  # argparse subparsers action
     """Add ``grpo-audit sims`` to the ``grpo-audit`` parser."""
-    p = sub.add_parser("sims", help="toy-world Monte Carlo experiments with exact ground truth")
+    p = sub.add_parser(
+        "sims",
+        help="toy-world Monte Carlo experiments with exact ground truth",
+        usage="grpo-audit sims EXPERIMENT --out DIR [--seed N] [--quick]\n"
+        "       grpo-audit sims list",
+    )
     p.add_argument(
         "experiment", choices=(*EXPERIMENT_NAMES, "list"), help="experiment to run, or 'list'"
     )
-    p.add_argument("--out", default=None, help="output directory")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder, created if missing (required unless EXPERIMENT is 'list')",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--quick", action="store_true", help="small version (a few seconds)")
     p.set_defaults(func=_run)

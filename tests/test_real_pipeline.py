@@ -222,11 +222,11 @@ def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> N
               stop_strings=("\n",))
     a, b = tmp_path / "a", tmp_path / "b"
     run_train(a, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
-              reward_fn=_odd_reward)
+              reward_fn=_odd_reward, cache_dir=tmp_path / "cache_a")
     run_train(b, TrainConfig(steps=1, **kw), loaded=_tiny_loaded(), progress=False,
-              reward_fn=_odd_reward)
+              reward_fn=_odd_reward, cache_dir=tmp_path / "cache_b")
     res = run_train(b, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
-                    reward_fn=_odd_reward)
+                    reward_fn=_odd_reward)  # the cache folder is found through b/checkpoint.json
     ra = [json.loads(x) for x in (a / "steps.jsonl").read_text().splitlines()]
     rb = [json.loads(x) for x in (b / "steps.jsonl").read_text().splitlines()]
     assert res["steps_done"] == 2 and [r["step"] for r in rb] == [0, 1]
@@ -234,7 +234,7 @@ def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> N
         x.pop("time_s"), y.pop("time_s")
         assert x == y
     assert any(r["grad_norm"] > 0 for r in ra)
-    assert (b / "cache" / "checkpoint.pt").is_file() and (b / "train.png").is_file()
+    assert (tmp_path / "cache_b" / "checkpoint.pt").is_file() and (b / "train.png").is_file()
 
 
 def test_compare_toy_rows_and_outputs(tmp_path: Path) -> None:

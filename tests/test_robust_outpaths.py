@@ -1,0 +1,156 @@
+"""Issue 13: every command's --out problem is one line naming the path, exit status 2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grpo_io import OutPathError, prepare_out_dir, write_out_file
+
+# commands that write into an output folder (argv before "--out")
+FOLDER_COMMANDS: list[list[str]] = [
+    ["sims", "moments", "--quick"],
+    ["audit", "--quick", "--only", "def2_1_value_functions"],
+    ["compare"],
+    ["real", "rank"],
+    ["real", "train"],
+    ["real", "trl-train"],
+]
+# commands that write one output file (argv before "--out")
+FILE_COMMANDS: list[list[str]] = [
+    ["tables", "hoeffding", "--R", "2", "--eps", "0.3"],
+    ["tables", "appendix-a2"],
+]
+
+
+def _main(argv: list[str]) -> int:
+    from grpo_audit.cli import main
+
+    return main(argv)
+
+
+def _bad_folders(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    f = tmp_path / "a-file.txt"
+    f.write_text("x")
+    return {
+        "file_where_folder": (str(f), "exists and is not a folder"),
+        "component_is_file": (str(f / "sub"), f"{f} is a file, not a folder"),
+        "dev_null": ("/dev/null", "exists and is not a folder"),
+    }
+
+
+@pytest.mark.parametrize("case", ["file_where_folder", "component_is_file", "dev_null"])
+@pytest.mark.parametrize("cmd", FOLDER_COMMANDS, ids=lambda c: "-".join(c))
+def test_out_folder_problem_is_one_line_exit_2(
+    tmp_path: Path, capsys: Any, cmd: list[str], case: str
+) -> None:
+    path, reason = _bad_folders(tmp_path)[case]
+    code = _main([*cmd, "--out", path])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and path in err and reason in err, err
+
+
+def _unwritable_dir() -> str:
+    """A folder root cannot create: under /sys (read-only or not permitted in containers)."""
+    p = "/sys/grpo-audit-robust-test/out"
+    try:
+        os.makedirs(p)
+    except OSError:
+        return p
+    os.removedirs(p)  # pragma: no cover - /sys writable here
+    pytest.skip("/sys is writable on this machine; no unwritable folder to test with")
+
+
+@pytest.mark.parametrize("cmd", FOLDER_COMMANDS, ids=lambda c: "-".join(c))
+def test_out_folder_without_permission_is_one_line_exit_2(capsys: Any, cmd: list[str]) -> None:
+    path = _unwritable_dir()
+    code = _main([*cmd, "--out", path])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and path in err
+    assert "cannot create the folder" in err
+
+
+def test_prepare_out_dir_creates_missing_folders_and_rejects_files(tmp_path: Path) -> None:
+    p = prepare_out_dir(tmp_path / "x" / "y")
+    assert p.is_dir() and list(p.iterdir()) == []  # the write probe is removed
+    with pytest.raises(OutPathError, match="--cache-dir .*: exists and is not a folder"):
+        prepare_out_dir("/dev/null", option="--cache-dir")
+
+
+def test_write_out_file_cases(tmp_path: Path) -> None:
+    assert write_out_file(tmp_path / "d" / "t.md", "hi").read_text() == "hi"
+    write_out_file("/dev/null", "ok")  # a device file: written in place
+    with pytest.raises(OutPathError, match=r"is a folder, not a file"):
+        write_out_file(tmp_path, "x")
+    with pytest.raises(OutPathError, match=r"/dev/full: cannot write \(no space left"):
+        write_out_file("/dev/full", "x" * 10)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OutPathError, match=r"is a file, not a folder"):
+        write_out_file(tmp_path / "f" / "t.md", "x")
+
+
+@pytest.mark.parametrize("cmd", FILE_COMMANDS, ids=lambda c: "-".join(c[:2]))
+@pytest.mark.parametrize("case", ["folder", "dev_full", "component_is_file"])
+def test_out_file_problem_is_one_line_exit_2(
+    tmp_path: Path, capsys: Any, cmd: list[str], case: str
+) -> None:
+    f = tmp_path / "a-file.txt"
+    f.write_text("x")
+    path, reason = {
+        "folder": (str(tmp_path), "is a folder, not a file"),
+        "dev_full": ("/dev/full", "no space left on the device"),
+        "component_is_file": (str(f / "t.md"), f"{f} is a file, not a folder"),
+    }[case]
+    code = _main([*cmd, "--out", path])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and path in err and reason in err, err
+
+
+def test_tables_out_dev_null_is_written_in_place(capsys: Any) -> None:
+    assert _main(["tables", "hoeffding", "--R", "2", "--eps", "0.3", "--out", "/dev/null"]) == 0
+
+
+def test_os_error_mid_run_is_one_line(capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sims.experiments as ex
+
+    def full(*a: Any, **k: Any) -> None:
+        raise OSError(28, "No space left on device", "/some/out/results.json")
+
+    monkeypatch.setattr(ex, "run_experiment", full)
+    code = _main(["sims", "moments", "--out", "/tmp", "--quick"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        "grpo-audit: error: /some/out/results.json: no space left on device"
+    )
+
+
+@pytest.mark.parametrize("cmd", [["audit"], ["sims", "moments"]], ids=lambda c: c[0])
+def test_help_usage_shows_out_as_required(capsys: Any, cmd: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        _main([*cmd, "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert "--out DIR" in usage and "[--out" not in usage, usage
+
+
+def test_tables_huge_R_is_one_line(capsys: Any) -> None:
+    code = _main(["tables", "hoeffding", "--R", "9" * 400, "--eps", "0.3"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "R values must be <= 2^53" in err
+
+
+def test_tables_unknown_option_is_one_line(capsys: Any) -> None:
+    code = _main(["tables", "exact-advantage-tail", "--p", "0.5", "--option", "bogus=1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "bogus" in err
+
+
+def test_audit_quick_help_states_measured_times_not_a_guess(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        _main(["audit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "under 2 minutes" not in text and "measured" in text
