@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._validate import check_finite, check_group_size, is_torch
+from ._validate import check_finite, check_group_size, is_torch, real_option
 from .registry import EstimatorSpec, register_estimator
 
 __all__ = [
@@ -84,7 +84,11 @@ def _to_np(x: Any, name: str, *, ndim: int | None = 2, finite: bool = True) -> n
 
 
 def _like(out: np.ndarray, like: Any) -> Any:
-    """Return ``out`` in the backend (and float dtype/device) of ``like``."""
+    """Return ``out`` in the backend (and float dtype/device) of ``like``; refuse overflow."""
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            "the advantages are not representable in float64 (they overflow: rescale the rewards)"
+        )
     if is_torch(like):
         import torch
 
@@ -163,8 +167,9 @@ def whiten(
     """
     a = _to_np(advantages, "advantages")
     w = np.ones_like(a) if lengths is None else _lengths(lengths, a.shape)
-    if eps < 0 or not np.isfinite(eps):
-        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    eps = real_option(eps, "eps", minimum=0.0)
+    if isinstance(ddof, bool) or not isinstance(ddof, int | np.integer):
+        raise TypeError(f"ddof must be an int, got {type(ddof).__name__} {ddof!r}")
     if eps_mode not in ("add_var", "clamp_var", "add_std"):
         raise ValueError(f"eps_mode must be 'add_var', 'clamp_var' or 'add_std', got {eps_mode!r}")
     if ddof < 0:
@@ -397,8 +402,9 @@ def gpg_advantages(rewards: Array, *, f_norm: float = 1.0) -> Array:
     [[3.0, -1.0, -1.0, -1.0]]
     """
     r = _to_np(rewards, "rewards")
-    if not np.isfinite(f_norm) or f_norm == 0:
-        raise ValueError(f"f_norm must be finite and nonzero, got {f_norm}")
+    f_norm = real_option(f_norm, "f_norm")
+    if f_norm == 0:
+        raise ValueError("f_norm must be nonzero, got 0")
     alpha = r.size / max(1, int(np.count_nonzero(r)))
     return _like(alpha * _centred(r) / f_norm, rewards)
 
@@ -427,8 +433,9 @@ def grpo_passk_advantages(
     r = _to_np(rewards, "rewards")
     P, R = r.shape
     check_group_size(R, minimum=2, estimator="grpo_passk")
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    eps = real_option(eps, "eps", minimum=0.0)
+    if not isinstance(normalize_std, bool):
+        raise TypeError(f"normalize_std must be a bool, got {type(normalize_std).__name__}")
     out = np.zeros_like(r)
     top = np.argmax(r, axis=1)
     srt = np.sort(r, axis=1)
@@ -500,6 +507,8 @@ def gdpo_advantages(
         raise ValueError(
             "rewards_per_func contains inf (NaN marks unscored entries; inf is an error)"
         )
+    group_eps = real_option(group_eps, "group_eps", minimum=0.0)
+    batch_eps = real_option(batch_eps, "batch_eps", minimum=0.0)
     P, R, K = x.shape
     w = np.ones(K) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (K,):

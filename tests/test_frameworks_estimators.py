@@ -220,3 +220,35 @@ def test_sims_leave_batch_coupled_estimators_out() -> None:
     }
     assert not coupled & set(ESTIMATOR_SPECS)
     assert {"opo", "grpo_passk"} <= set(ESTIMATOR_SPECS)
+
+
+@pytest.mark.parametrize(
+    ("name", "opts", "err", "match"),
+    [
+        ("reinforce_plus_plus", {"eps": float("nan")}, ValueError, "eps must be finite"),
+        ("reinforce_plus_plus_baseline", {"eps": -1.0}, ValueError, "eps must be >= 0"),
+        ("reinforce_baseline", {"eps": "1e-8"}, TypeError, "eps must be a real number"),
+        ("gpg", {"f_norm": float("inf")}, ValueError, "f_norm must be finite"),
+        ("gpg", {"f_norm": 0.0}, ValueError, "f_norm must be nonzero"),
+        ("grpo_passk", {"eps": True}, TypeError, "eps must be a real number"),
+        ("grpo_passk", {"normalize_std": 1}, TypeError, "normalize_std must be a bool"),
+        ("rloo_normalized", {"eps": float("-inf")}, ValueError, "eps must be finite"),
+        ("opo", {"lengths": [[1, 2]]}, ValueError, "lengths shape"),
+    ],
+)
+def test_bad_options_are_errors_naming_the_option(
+    name: str, opts: dict, err: type, match: str
+) -> None:
+    with pytest.raises(err, match=match):
+        compute_advantages(name, [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], **opts)
+
+
+def test_huge_finite_rewards_do_not_overflow_in_the_framework_estimators() -> None:
+    r = np.array([[1.7e308, -1.7e308, 0.0], [1.0, 0.0, 0.0]])
+    for name in FRAMEWORK_ESTIMATORS:
+        if name in ("gpg", "rloo_normalized"):  # 1.5 * 1.7e308: not representable, refused
+            with pytest.raises(ValueError, match="not representable|overflow"):
+                compute_advantages(name, r)
+            continue
+        a = np.asarray(compute_advantages(name, r))
+        assert np.all(np.isfinite(a)), name
