@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     from real_model import cli as real_cli
     from sims import cli as sims_cli
 
-    from . import tables_cli
+    from . import frameworks, tables_cli
 
     parser = argparse.ArgumentParser(
         prog="grpo-audit",
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     sims_cli.register(sub)
     audit_cli.register(sub)
     real_cli.register(sub)
+    frameworks.register(sub)
     return parser
 
 

@@ -19,7 +19,13 @@ from .advantages import (
     rloo_advantages,
     zero_variance_groups,
 )
-from .aggregation import AGGREGATION_MODES, aggregation_weights, effective_weights
+from .aggregation import (
+    AGGREGATION_MODES,
+    POLICY_LOSSES,
+    aggregation_weights,
+    effective_weights,
+    policy_loss_weights,
+)
 from .bernoulli import (
     EXACT_ESTIMATORS,
     advantage_distribution,
@@ -43,6 +49,15 @@ from .conventions import (
     CONVENTIONS,
     Convention,
     conventions_markdown,
+)
+from .framework_estimators import (
+    FRAMEWORK_ESTIMATORS,
+    gdpo_advantages,
+    grouped_advantages,
+    nan_excluding_advantages,
+    optimal_token_baseline_advantages,
+    remax_advantages,
+    whiten,
 )
 from .mass import expected_mass_bernoulli, gradient_mass
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
@@ -77,6 +92,15 @@ __all__ = [
     "advantage_values",
     "AGGREGATION_MODES",
     "aggregation_weights",
+    "POLICY_LOSSES",
+    "policy_loss_weights",
+    "FRAMEWORK_ESTIMATORS",
+    "gdpo_advantages",
+    "grouped_advantages",
+    "nan_excluding_advantages",
+    "optimal_token_baseline_advantages",
+    "remax_advantages",
+    "whiten",
     "asym_grpo_advantages",
     "baseline_tail_event",
     "bernstein_bound",

@@ -655,3 +655,7 @@ def compute_advantages(name: str, rewards: Array, **options: Any) -> Array:
     """
     validate_options(name, options)
     return get_estimator(name)(rewards, **options)
+
+
+# The framework estimators (TRL, verl, OpenRLHF) register themselves after the built-ins.
+from . import framework_estimators as _framework_estimators  # noqa: E402, F401

@@ -4,27 +4,15 @@
 loss aggregation of :mod:`grpo_theory.aggregation`. The torch re-implementations of each
 framework's formula that the tests compare against live with the tests
 (``tests/framework_refs.py``), not in the core.
-Sources (read at the commits below; cite file and function):
-
-* TRL ``huggingface/trl`` @ ``f2cd577``: ``trl/trainer/grpo_trainer.py``
-  (``GRPOTrainer._generate_and_score_completions``: group mean via ``view(-1, num_generations)``,
-  ``nanstd`` with Bessel's correction, ``advantages / (std_rewards + 1e-4)``; ``_compute_loss``:
-  ``loss_type`` reductions), ``trl/trainer/grpo_config.py`` (``scale_rewards="group"``,
-  ``loss_type="dapo"`` defaults), ``trl/trainer/utils.py`` (``nanstd``).
-* verl ``volcengine/verl`` @ ``b178a3c``: ``verl/trainer/ppo/core_algos.py``
-  (``compute_grpo_outcome_advantage``: ``torch.std`` (ddof 1), ``epsilon=1e-6``,
-  ``norm_adv_by_std_in_grpo=True``; a one-sample group gets mean 0, std 1;
-  ``compute_rloo_outcome_advantage``; ``agg_loss``), ``verl/trainer/config/actor/actor.yaml``
-  (``loss_agg_mode: token-mean``).
-* OpenRLHF ``OpenRLHF/OpenRLHF`` @ ``3c3be62``: ``openrlhf/trainer/ppo_utils/experience_maker.py``
-  (reward shaping: ``group_norm`` ``(r - mean) / (std + 1e-9)`` with ``torch.std`` (ddof 1),
-  ``rloo``, ``dr_grpo``/``reinforce_baseline`` mean subtraction; batch whitening only for
-  ``gae``, ``reinforce``, ``reinforce_baseline``), ``openrlhf/cli/train_ppo_ray.py``
-  (``--algo.advantage.estimator``, default ``gae``), ``openrlhf/models/loss.py``
-  (``aggregate_loss``, ``token_level_loss=True`` default).
-
+Every row cites the released version and file it was read in (``source``): TRL 1.16.0
+(``trl/trainer/grpo_trainer.py``, ``rloo_trainer.py``, ``utils.py``, ``grpo_config.py``), verl
+0.9.1 (``verl/trainer/ppo/core_algos.py``, ``verl/utils/torch_functional.py``) and OpenRLHF 0.11.2
+(``openrlhf/trainer/ppo_utils/experience_maker.py``, ``openrlhf/models/loss.py``); the wheels carry
+no git commit. ``grpo-audit frameworks`` (``grpo_audit/frameworks_audit.py``) runs those files'
+own functions against each row; ``docs/conventions.md`` has the table and the differences
+(constant float32 groups, overflow, NaN rewards, empty completions, policy losses at ratio 1).
 Older releases differ (e.g. TRL's ``scale_rewards`` was a bool; OpenRLHF once whitened ``rloo``
-too); the table records the commits above.
+too; an older verl commit made ``seq-mean-token-sum-norm`` ``P R`` times ``dr_grpo``).
 """
 
 from __future__ import annotations
@@ -56,9 +44,17 @@ class Convention:
     source: str = ""
 
 
-_TRL = "huggingface/trl trl/trainer/grpo_trainer.py"
-_VERL = "volcengine/verl verl/trainer/ppo/core_algos.py"
-_ORL = "OpenRLHF/OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py"
+_TRL = "TRL 1.16.0 trl/trainer/grpo_trainer.py"
+_TRL_RLOO = "TRL 1.16.0 trl/trainer/rloo_trainer.py"
+_VERL = "verl 0.9.1 verl/trainer/ppo/core_algos.py"
+_ORL = "OpenRLHF 0.11.2 openrlhf/trainer/ppo_utils/experience_maker.py"
+_ORL_LOSS = "OpenRLHF 0.11.2 openrlhf/models/loss.py (PolicyLoss, aggregate_loss)"
+_SKIP = "sequences counted: non-empty only (empty_completions='skip')"
+
+
+def _agg(framework: str, setting: str, aggregation: str, source: str, **kw: Any) -> Convention:
+    return Convention(framework, setting, None, {}, aggregation=aggregation, source=source, **kw)
+
 
 CONVENTIONS: tuple[Convention, ...] = (
     Convention(
@@ -71,7 +67,7 @@ CONVENTIONS: tuple[Convention, ...] = (
         "group",
         None,
         True,
-        "zero-std group -> 0/(0+1e-4) = 0",
+        "NaN rewards excluded, advantage 0: nan_excluding_advantages",
         _TRL,
     ),
     Convention(
@@ -92,44 +88,72 @@ CONVENTIONS: tuple[Convention, ...] = (
         'GRPOConfig(scale_rewards="none")',
         "grpo",
         {},
-        "-",
-        None,
-        "-",
-        None,
-        False,
-        "Dr.GRPO advantage",
-        _TRL,
+        notes="Dr.GRPO advantage",
+        source=_TRL,
     ),
     Convention(
+        "TRL",
+        'GRPOConfig(multi_objective_aggregation="normalize_then_sum")',
+        None,
+        {},
+        "ddof=1",
+        1e-4,
+        "group, then batch",
+        notes="GDPO: gdpo_advantages(rewards_per_func [P, R, K])",
+        source=_TRL,
+    ),
+    Convention("TRL", "RLOOConfig()", "rloo", {}, is_default=True, source=_TRL_RLOO),
+    Convention(
+        "TRL",
+        "RLOOConfig(normalize_advantages=True)",
+        "rloo_normalized",
+        {"eps": 1e-4},
+        "ddof=1",
+        1e-4,
+        "batch",
+        notes="rloo, then (A - mean) / (std + 1e-4) over the batch",
+        source=_TRL_RLOO,
+    ),
+    _agg("TRL", "RLOOTrainer loss", "sequence_sum", _TRL_RLOO, notes="per-sequence ratio, mean"),
+    _agg(
         "TRL",
         'GRPOConfig(loss_type="dapo")',
-        None,
-        {},
-        aggregation="token_mean",
+        "token_mean",
+        _TRL,
         is_default=True,
         notes="normalised by active tokens of the global batch",
-        source=_TRL,
     ),
-    Convention(
-        "TRL",
-        'GRPOConfig(loss_type="bnpo")',
-        None,
-        {},
-        aggregation="token_mean",
-        notes="tokens of the local batch",
-        source=_TRL,
-    ),
-    Convention(
-        "TRL", 'GRPOConfig(loss_type="grpo")', None, {}, aggregation="sequence_mean", source=_TRL
-    ),
-    Convention(
+    _agg("TRL", 'GRPOConfig(loss_type="bnpo")', "token_mean", _TRL, notes="local batch"),
+    _agg("TRL", 'GRPOConfig(loss_type="grpo")', "sequence_mean", _TRL),
+    _agg(
         "TRL",
         'GRPOConfig(loss_type="dr_grpo")',
-        None,
-        {},
-        aggregation="dr_grpo",
+        "dr_grpo",
+        _TRL,
         notes="max_tokens = max_completion_length",
-        source=_TRL,
+    ),
+    _agg(
+        "TRL",
+        'GRPOConfig(loss_type="cispo")',
+        "cispo",
+        _TRL,
+        notes="ratio capped at epsilon_high itself: weight x min(1, epsilon_high) "
+        "(x 0.2 with the default epsilon_high = epsilon = 0.2)",
+    ),
+    _agg("TRL", 'GRPOConfig(loss_type="sapo")', "sapo", _TRL, notes="gate slope 1 at ratio 1"),
+    _agg(
+        "TRL",
+        'GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")',
+        "luspo",
+        _TRL,
+    ),
+    _agg("TRL", 'GRPOConfig(loss_type="vespo")', "vespo", _TRL, notes="phi(1) = 1, detached"),
+    _agg(
+        "TRL",
+        'GRPOConfig(importance_sampling_level="sequence", loss_type="grpo")',
+        "gspo",
+        _TRL,
+        notes="GSPO; with dapo/bnpo/dr_grpo the weights stay those of the loss_type",
     ),
     Convention(
         "verl",
@@ -141,7 +165,7 @@ CONVENTIONS: tuple[Convention, ...] = (
         "group",
         None,
         True,
-        "one-sample group: mean 0, std 1 (we need R >= 2)",
+        "one-sample group: mean 0, std 1 (we need R >= 2; grouped_advantages(singleton='raw'))",
         _VERL,
     ),
     Convention(
@@ -155,33 +179,129 @@ CONVENTIONS: tuple[Convention, ...] = (
     Convention("verl", "algorithm.adv_estimator=rloo", "rloo", {}, source=_VERL),
     Convention(
         "verl",
-        "actor.loss_agg_mode=token-mean",
-        None,
-        aggregation="token_mean",
-        is_default=True,
-        source=_VERL + " (agg_loss)",
+        "algorithm.adv_estimator=reinforce_plus_plus (gamma=1)",
+        "reinforce_plus_plus",
+        {"eps": 1e-8},
+        "ddof=1 over tokens",
+        1e-8,
+        "batch (tokens)",
+        notes="no baseline; masked_whiten: pass lengths",
+        source=_VERL,
     ),
     Convention(
+        "verl",
+        "algorithm.adv_estimator=reinforce_plus_plus_baseline",
+        "reinforce_plus_plus_baseline",
+        {"eps": 1e-8},
+        "ddof=1 over tokens",
+        1e-8,
+        "batch (tokens)",
+        notes="group mean, then masked_whiten: pass lengths",
+        source=_VERL,
+    ),
+    Convention(
+        "verl",
+        "algorithm.adv_estimator=opo",
+        "opo",
+        {},
+        notes="length-weighted group baseline: pass lengths",
+        source=_VERL,
+    ),
+    Convention(
+        "verl",
+        "algorithm.adv_estimator=gpg",
+        "gpg",
+        {"f_norm": 1.0},
+        notes="alpha = batch size / nonzero rewards (couples groups)",
+        source=_VERL,
+    ),
+    Convention(
+        "verl",
+        "algorithm.adv_estimator=grpo_passk",
+        "grpo_passk",
+        {"normalize_std": True, "eps": 1e-6},
+        "ddof=1 (torch.std)",
+        1e-6,
+        "group",
+        notes="only the unique best: (r_max - r_2nd) / (std + eps)",
+        source=_VERL,
+    ),
+    Convention(
+        "verl",
+        "algorithm.adv_estimator=remax",
+        None,
+        {},
+        notes="remax_advantages(greedy_rewards=...): needs the greedy rollout's reward",
+        source=_VERL,
+    ),
+    Convention(
+        "verl",
+        "algorithm.adv_estimator=optimal_token_baseline",
+        None,
+        {},
+        notes="optimal_token_baseline_advantages: needs token probabilities and sum pi^2",
+        source=_VERL,
+    ),
+    Convention(
+        "verl",
+        "algorithm.adv_estimator=gdpo",
+        None,
+        {},
+        "ddof=1",
+        1e-6,
+        "group, then batch (tokens)",
+        notes="grpo_std per reward key, weighted sum, masked_whiten",
+        source=_VERL,
+    ),
+    _agg(
+        "verl",
+        "actor.loss_agg_mode=token-mean",
+        "token_mean",
+        _VERL + " (agg_loss)",
+        is_default=True,
+    ),
+    _agg("verl", "actor.loss_agg_mode=token-sum", "token_sum", _VERL + " (agg_loss)"),
+    _agg(
         "verl",
         "actor.loss_agg_mode=seq-mean-token-mean",
-        None,
-        aggregation="sequence_mean",
-        source=_VERL + " (agg_loss)",
+        "sequence_mean",
+        _VERL + " (agg_loss)",
+        notes=_SKIP + "; divides by L_i + 1e-8",
     ),
-    Convention(
+    _agg(
         "verl",
         "actor.loss_agg_mode=seq-mean-token-sum",
-        None,
-        aggregation="sequence_sum",
-        source=_VERL + " (agg_loss)",
+        "sequence_sum",
+        _VERL + " (agg_loss)",
+        notes=_SKIP,
     ),
-    Convention(
+    _agg(
         "verl",
         "actor.loss_agg_mode=seq-mean-token-sum-norm",
-        None,
-        aggregation="dr_grpo",
-        notes="sum / loss_scale_factor: our dr_grpo times P*R",
-        source=_VERL,
+        "dr_grpo",
+        _VERL + " (agg_loss)",
+        notes="max_tokens = loss_scale_factor (default: padded response width); " + _SKIP,
+    ),
+    _agg(
+        "verl",
+        "actor.policy_loss.loss_mode=gspo",
+        "gspo",
+        _VERL,
+        notes="sg-trick ratio: at ratio 1 the weights of loss_agg_mode (default token-mean)",
+    ),
+    _agg(
+        "verl",
+        "actor.policy_loss.loss_mode=sapo",
+        "sapo",
+        _VERL,
+        notes="forces seq-mean-token-mean; " + _SKIP,
+    ),
+    _agg(
+        "verl",
+        "actor.policy_loss.loss_mode=cispo",
+        "cispo",
+        _VERL,
+        notes="clip to [1 - eps, 1 + eps]: factor 1 at ratio 1; keeps loss_agg_mode",
     ),
     Convention(
         "OpenRLHF",
@@ -208,25 +328,39 @@ CONVENTIONS: tuple[Convention, ...] = (
     Convention(
         "OpenRLHF",
         "--algo.advantage.estimator reinforce_baseline",
-        None,
-        {},
-        notes="grpo, then token-weighted batch whitening (not a registry estimator)",
+        "reinforce_baseline",
+        {"eps": 1e-8},
+        "ddof=0 over tokens",
+        1e-8,
+        "batch (tokens)",
+        notes="group mean, then token whitening, var.clamp(min=1e-8): pass lengths",
         source=_ORL,
     ),
     Convention(
         "OpenRLHF",
-        "token_level_loss=True (PolicyLoss default)",
+        "--algo.advantage.estimator flash_reinforce",
+        "flash_reinforce",
+        {},
+        "-",
         None,
-        aggregation="token_mean",
-        is_default=True,
-        source="OpenRLHF/OpenRLHF openrlhf/models/loss.py (aggregate_loss)",
+        "batch",
+        notes="r - mean of the whole rollout batch; no whitening",
+        source=_ORL,
     ),
-    Convention(
+    _agg(
         "OpenRLHF",
-        "token_level_loss=False",
-        None,
-        aggregation="sequence_mean",
-        source="OpenRLHF/OpenRLHF openrlhf/models/loss.py (aggregate_loss)",
+        "token_level_loss=True (PolicyLoss default)",
+        "token_mean",
+        _ORL_LOSS,
+        is_default=True,
+    ),
+    _agg("OpenRLHF", "token_level_loss=False", "sequence_mean", _ORL_LOSS, notes=_SKIP),
+    _agg(
+        "OpenRLHF",
+        'policy_loss_type="gspo"',
+        "gspo",
+        _ORL_LOSS,
+        notes="forces token_level_loss=False; " + _SKIP,
     ),
 )
 """Framework settings -> (estimator, options, aggregation); ``is_default`` marks defaults."""
@@ -235,15 +369,15 @@ CONVENTIONS: tuple[Convention, ...] = (
 def conventions_markdown() -> str:
     """The :data:`CONVENTIONS` table as Markdown (used by ``docs/conventions.md``)."""
     cols = ["framework", "setting", "our estimator", "options", "std", "eps", "scope"]
-    cols += ["aggregation", "default", "notes"]
+    cols += ["aggregation", "default", "notes", "source (version, file)"]
     head = "| " + " | ".join(cols) + " |"
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * len(cols)]
     for c in CONVENTIONS:
         opts = ", ".join(f"{k}={v}" for k, v in c.options.items()) or "-"
         lines.append(
             f"| {c.framework} | `{c.setting}` | {c.estimator or '-'} | {opts} | "
             f"{c.std_correction} | "
             f"{c.eps if c.eps is not None else '-'} | {c.std_scope} | {c.aggregation or '-'} | "
-            f"{'yes' if c.is_default else ''} | {c.notes} |"
+            f"{'yes' if c.is_default else ''} | {c.notes} | {c.source} |"
         )
     return "\n".join(lines) + "\n"

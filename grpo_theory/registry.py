@@ -75,6 +75,10 @@ class EstimatorSpec:
             estimator is not linear in the rewards for every option value.
         min_group_size: smallest group size ``R`` the estimator accepts.
         source: citation (paper, equation; framework and file for framework estimators).
+        batch_coupled: True when a group's advantages depend on the other groups of the batch
+            (batch statistics: whitening, GPG's batch factor, a batch-mean baseline). The
+            per-group exact enumeration and the per-group simulations do not apply to such an
+            estimator (``estimator_names(batch_coupled=False)`` leaves it out). Default False.
     """
 
     name: str
@@ -85,6 +89,7 @@ class EstimatorSpec:
     linear: Callable[..., tuple[Any, Any, Any]] | None = None
     min_group_size: int = 2
     source: str = ""
+    batch_coupled: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -165,15 +170,21 @@ def get_estimator(name: str) -> Callable[..., Any]:
 
 
 def estimator_names(
-    *, exact: bool | None = None, linear: bool | None = None
+    *,
+    exact: bool | None = None,
+    linear: bool | None = None,
+    batch_coupled: bool | None = None,
 ) -> tuple[str, ...]:
-    """Registered names in registration order, optionally only those with(out) an exact form or
-    linear weights (``exact=True``: exact form declared; ``linear=False``: not linear; ...)."""
+    """Registered names in registration order, optionally only those with(out) an exact form,
+    linear weights or batch coupling (``exact=True``: exact form declared; ``linear=False``: not
+    linear; ``batch_coupled=False``: a group's advantages depend on that group only; ...)."""
     _ensure_builtins()
     return tuple(
         n
         for n, s in _REGISTRY.items()
-        if (exact is None or s.has_exact == exact) and (linear is None or s.is_linear == linear)
+        if (exact is None or s.has_exact == exact)
+        and (linear is None or s.is_linear == linear)
+        and (batch_coupled is None or s.batch_coupled == batch_coupled)
     )
 
 
@@ -200,13 +211,18 @@ class RegistryView(Mapping[str, Any]):
     estimator registered later appears in them too.
     """
 
-    def __init__(self, attribute: str) -> None:
+    def __init__(
+        self, attribute: str, *, where: Callable[[EstimatorSpec], bool] | None = None
+    ) -> None:
         self._attr = attribute
+        self._where = where
 
     def _items(self) -> dict[str, Any]:
         _ensure_builtins()
         out = {}
         for n, s in _REGISTRY.items():
+            if self._where is not None and not self._where(s):
+                continue
             v = getattr(s, self._attr)
             if v is not None:
                 out[n] = v

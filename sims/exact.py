@@ -40,7 +40,9 @@ __all__ = [
 
 #: Estimators checked by default, with the options used: a read-only live view of the registry
 #: (``name -> EstimatorSpec.check_options``, see :mod:`grpo_theory.registry`).
-ESTIMATOR_SPECS: Mapping[str, Mapping[str, Any]] = RegistryView("check_options")
+ESTIMATOR_SPECS: Mapping[str, Mapping[str, Any]] = RegistryView(
+    "check_options", where=lambda spec: not spec.batch_coupled
+)
 
 
 def estimator_options(name: str, opts: dict[str, Any] | None = None) -> dict[str, Any]:

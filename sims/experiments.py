@@ -42,10 +42,11 @@ from .results import CheckResult, md_escape, results_table
 __all__ = ["EXPERIMENTS", "run_experiment"]
 
 def _all_estimators() -> tuple[str, ...]:
-    """Every registered estimator, in registration order (:mod:`grpo_theory.registry`)."""
+    """Every registered per-group estimator, in registration order (:mod:`grpo_theory.registry`;
+    batch-coupled estimators such as whitening are left out: their law is not per group)."""
     from grpo_theory import estimator_names
 
-    return estimator_names()
+    return estimator_names(batch_coupled=False)
 
 
 def _bandit(reward: str = "bernoulli") -> Any:

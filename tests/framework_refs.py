@@ -124,7 +124,8 @@ def reference_loss(
     ``framework="trl"``: ``mode`` in ``grpo`` (mean over sequences of the per-sequence token
     mean, lengths clamped at 1), ``bnpo``/``dapo`` (sum / tokens), ``dr_grpo``
     (sum / (B max_tokens)). ``framework="verl"``: ``token-mean``, ``seq-mean-token-mean``,
-    ``seq-mean-token-sum``, ``seq-mean-token-sum-norm`` (sum / max_tokens).
+    ``seq-mean-token-sum``, ``seq-mean-token-sum-norm`` (verl 0.9.1 ``agg_loss``:
+    sum / non-empty sequences / max_tokens, ``max_tokens`` = ``loss_scale_factor``), ``token-sum``.
     """
     import torch
 
@@ -144,5 +145,7 @@ def reference_loss(
     if key == ("verl", "seq-mean-token-sum"):
         return tok.sum() / (n > 0).sum()
     if key == ("verl", "seq-mean-token-sum-norm"):
-        return tok.sum() / max_tokens
+        return tok.sum() / (n > 0).sum() / max_tokens
+    if key == ("verl", "token-sum"):
+        return (x * m).sum()
     raise ValueError(f"unknown reduction {key}")

@@ -18,6 +18,7 @@ from grpo_theory import (
     compute_advantages,
     conventions_markdown,
 )
+from grpo_theory.aggregation import AGGREGATION_MODES, POLICY_LOSSES
 
 
 def _rewards(seed: int, P: int = 5, R: int = 6, binary: bool = False) -> np.ndarray:
@@ -98,7 +99,14 @@ def test_eps_convention_matters_and_is_recorded() -> None:
 def test_conventions_table_is_consistent() -> None:
     for c in CONVENTIONS:
         assert c.estimator is None or c.estimator in ESTIMATORS
-        assert c.aggregation in (None, "sequence_sum", "token_mean", "sequence_mean", "dr_grpo")
+        assert c.aggregation is None or c.aggregation in (*AGGREGATION_MODES, *POLICY_LOSSES)
         assert c.source
     md = conventions_markdown()
     assert md.count("\n") == len(CONVENTIONS) + 2
+
+
+def test_docs_conventions_page_holds_the_generated_table() -> None:
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "conventions.md"
+    assert conventions_markdown() in page.read_text(encoding="utf-8")
