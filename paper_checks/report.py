@@ -224,8 +224,8 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         f"# Proof audit of {paper_id}",
         "",
         "Every verdict below is computed by the check described in its section"
-        + ("; the paper's printed numbers are taken from `paper_checks/paper_values.py` and "
-           "labelled as the paper's." if paper == "seed" else
+        + ("; the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
+           "place they are typed in) and labelled as the paper's." if paper == "seed" else
            "; only the abstract is available, so each claim is our paraphrase of it."),
         "",
         "## Verdict legend",
