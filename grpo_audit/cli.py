@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return tables_cli.run(argv[1:])
         args = build_parser().parse_args(argv)
         code = args.func(args)
-    except (ValueError, OSError) as exc:  # OSError: e.g. the disk filled up mid-run
+    except (ValueError, TypeError, OSError) as exc:  # OSError: e.g. the disk filled up mid-run
         print(f"grpo-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     return int(code or 0)

@@ -67,7 +67,7 @@ def bound_table_csv(t: BoundTable) -> str:
     for i, R in enumerate(t.R_values):
         for j, e in enumerate(t.eps_values):
             v = float(t.values[i, j])
-            row = [R, repr(float(e)), repr(v), int(v >= 1.0)]
+            row = [R, repr(float(e)), repr(v), int(t.is_bound and v >= 1.0)]
             row += [repr(float(t.extra[k][i, j])) for k in sorted(t.extra)]
             w.writerow(row)
     return buf.getvalue()
@@ -96,9 +96,12 @@ def bound_table_latex(t: BoundTable, *, digits: int | None = None) -> str:
         cells = []
         for j in range(len(t.eps_values)):
             c = _cell(t, i, j, d, "").strip()
-            cells.append(f"\\textcolor{{gray}}{{{c}$^\\dagger$}}" if t.values[i, j] >= 1 else c)
+            vacuous = t.is_bound and t.values[i, j] >= 1
+            cells.append(f"\\textcolor{{gray}}{{{c}$^\\dagger$}}" if vacuous else c)
         lines.append(" & ".join([str(R)] + cells) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", "% $^\\dagger$ vacuous (>= 1)"]
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    if t.is_bound:
+        lines.append("% $^\\dagger$ vacuous (>= 1)")
     return "\n".join(lines) + "\n"
 
 

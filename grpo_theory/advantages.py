@@ -317,9 +317,14 @@ def grpo_std_advantages(
     # not std == 0: the float mean of equal values (e.g. 0.1 three times) can differ from them by
     # one ulp, which would make std ~1e-17 and the advantages ~1 instead of 0.
     zero = _constant_rows(r)
+    # 0/0 happens where the denominator is 0: a constant group under the group std, and only a
+    # constant batch under the batch std (a constant group then gets 0 / batch std = 0).
+    undefined = zero
     if std_scope == "batch":
-        zero = zero | bool(r.max() == r.min())
-    zero_np = np.asarray(zero.cpu() if is_torch(zero) else zero).reshape(-1)
+        batch_constant = bool(r.max() == r.min())
+        zero = zero | batch_constant
+        undefined = zero & batch_constant
+    zero_np = np.asarray(undefined.cpu() if is_torch(undefined) else undefined).reshape(-1)
     if zero_np.any() and on_zero_std == "raise" and eps == 0:
         groups = np.flatnonzero(np.broadcast_to(zero_np, (r.shape[0],))).tolist()
         raise ValueError(
@@ -503,6 +508,8 @@ def _exact_grpo_std(
 ) -> tuple[Any, Any]:
     import sympy as sp
 
+    if isinstance(ddof, bool) or not isinstance(ddof, int):
+        raise TypeError(f"ddof must be an int, got {ddof!r}")
     if std_scope != "group":
         raise ValueError(
             "std_scope='batch' depends on the other groups of the batch; exact enumeration of one "

@@ -513,6 +513,8 @@ def gdpo_advantages(
     w = np.ones(K) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (K,):
         raise ValueError(f"weights must have one entry per reward function (K={K}), got {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be finite, got {w.tolist()}")
     z = np.full_like(x, np.nan)
     for p in range(P):
         for k in range(K):
@@ -718,6 +720,8 @@ def exact_opo(R: int, k: int, *, lengths: Any = None) -> tuple[Any, Any]:
 
     if lengths is not None:
         raise ValueError("opo's exact form needs equal lengths (lengths=None)")
+    if R == 1:  # a one-sample group has baseline 0: the advantage is the reward itself
+        return sp.Integer(1), sp.Integer(0)
     m = sp.Rational(k, R)
     return 1 - m, -m
 
@@ -725,6 +729,8 @@ def exact_opo(R: int, k: int, *, lengths: Any = None) -> tuple[Any, Any]:
 def _linear_opo(R: Any, *, lengths: Any = None) -> tuple[Any, Any, Any]:
     if lengths is not None:
         raise ValueError("opo's linear weights are symmetric only for equal lengths (lengths=None)")
+    if isinstance(R, int) and R == 1:  # baseline 0 for a one-sample group: A = r
+        return 1, 0, 0
     return 1 - 1 / R, -1 / R, 0
 
 

@@ -590,6 +590,7 @@ def _make_trainer_class() -> Any:
             Pw = pend["prompt_ids"].shape[1]
             groups, skipped, grams = [], 0, {}
             local_sq: float | None = 0.0 if exact else None
+            norm_incomplete = False
             was_training = model.training
             from trl.models.utils import disable_gradient_checkpointing
 
@@ -611,6 +612,10 @@ def _make_trainer_class() -> Any:
                             # unscorable rewards, or a row with no loss token (psi_i = 0,
                             # e.g. mask_truncated_completions): counted as skipped
                             skipped += 1
+                            if np.any(A[rows] != 0):
+                                # its other rows are in TRL's gradient but not in our Gram:
+                                # the local norm would be too small, so none is reported
+                                norm_incomplete = True
                             continue
                         succ = r[rows] > self.geometry.success_threshold
                         if not np.any(A[rows] != 0):
@@ -660,6 +665,8 @@ def _make_trainer_class() -> Any:
             all_groups = gather_object(groups)
             all_times = gather_object([local_time])
             all_skipped = gather_object([skipped])
+            if norm_incomplete:
+                local_sq = None
             all_sq = gather_object([local_sq])
             agg = aggregate_groups(all_groups)
             step = int(self.state.global_step)

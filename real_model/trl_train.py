@@ -79,6 +79,7 @@ def cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
 def _validate(cfg: TRLTrainConfig) -> None:
     from .trl_geometry import SUPPORTED_LOSS_TYPES
 
+    RankConfig.validate(cfg)  # model, data and sampling options, before any model is loaded
     if cfg.steps < 1 or cfg.prompts_per_step < 1:
         raise ValueError("steps and prompts_per_step must be >= 1")
     if cfg.num_generations < 2:
@@ -154,7 +155,12 @@ def run_trl_train(
     ``cfg``); ``reward_fn(completion_text, gold)`` defaults to
     :func:`real_model.data.binary_reward`.
     """
-    import trl
+    try:
+        import trl
+    except ImportError as exc:
+        raise ValueError(
+            "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
+        ) from exc
     from transformers import TrainerCallback
 
     from .data import binary_reward

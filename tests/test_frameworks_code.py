@@ -26,8 +26,8 @@ def _wheel(name: str) -> str:
     if not d:
         pytest.skip(f"set GRPO_AUDIT_WHEELS to a directory with the {name} wheel to run its code")
     hits = sorted(Path(d).glob(f"{name}-*.whl"))
-    if not hits:
-        pytest.skip(f"no {name} wheel in GRPO_AUDIT_WHEELS={d}")
+    if not hits:  # the folder was named for this run: a missing wheel must not pass as a skip
+        pytest.fail(f"no {name}-*.whl in GRPO_AUDIT_WHEELS={d}")
     return str(hits[-1])
 
 
