@@ -27,7 +27,9 @@ __all__ = [
 #: The one policy for floats JSON cannot hold.
 NONFINITE_POLICY = (
     "NaN -> null (undefined; read back as None); +inf -> \"inf\", -inf -> \"-inf\" "
-    "(read back as floats); everything else is strict JSON (allow_nan=False)"
+    "(read back as floats); everything else is strict JSON (allow_nan=False). Limitation: "
+    "from_jsonable also reads a genuine string value \"inf\" or \"-inf\" as a float, so records "
+    "must not store those two strings as text"
 )
 _INF = {"inf": math.inf, "-inf": -math.inf}
 
