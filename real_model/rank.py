@@ -1,7 +1,8 @@
 """``grpo-audit real rank``: one-shot spectra of the GRPO gradient matrix at the current weights.
 
 For each prompt ``i`` (seeded by ``(seed, i)``, so a resumed run reproduces the same groups, and an
-extended run does too when the earlier ``prompts`` was a multiple of ``rollout_batch``): sample ``R_max = max(R_values)`` completions, reward them (binary, exact answer match),
+extended run does too when the earlier ``prompts`` was a multiple of ``rollout_batch``): sample
+``R_max = max(R_values)`` completions, reward them (binary, exact answer match),
 compute the trajectory-score Gram ``K`` once, and evaluate the leading ``R x R`` blocks for every
 ``R`` in ``R_values`` (nested groups, see :mod:`real_model.geometry`). One JSON line per prompt is
 appended to ``results.jsonl`` as soon as it is computed; a rerun with the same configuration skips
