@@ -211,7 +211,7 @@ def is_exact_number(x: Any) -> bool:
 def check_R(R: Any, minimum: int = 1) -> int:
     """Validate a group size: an int ``>= minimum``; returns it as ``int``."""
     if isinstance(R, bool) or not isinstance(R, int | np.integer):
-        raise TypeError(f"R must be an int, got {type(R)!r}")
+        raise TypeError(f"R must be an integer, got {type(R).__name__} {R!r}")
     if R < minimum:
         raise ValueError(f"R must be >= {minimum}, got R={R}")
     return int(R)

@@ -196,21 +196,12 @@ def whiten(
     return _like(c / d, advantages)
 
 
-def _group_mean(r: np.ndarray) -> np.ndarray:
-    """Group mean ``[P, 1]``; a one-sample group gets mean 0 (verl's rule)."""
-    if r.shape[1] == 1:
-        return np.zeros((r.shape[0], 1))
-    s = np.max(np.abs(r), axis=1, keepdims=True)
-    s = np.where(s > 0, s, 1.0)
-    return s * (r / s).mean(axis=1, keepdims=True)
-
-
 def _centred(r: np.ndarray) -> np.ndarray:
-    """``r - group mean``, exactly 0 for constant groups (max == min)."""
-    c = r - _group_mean(r)
-    if r.shape[1] > 1:
-        c = np.where(r.max(axis=1, keepdims=True) == r.min(axis=1, keepdims=True), 0.0, c)
-    return c
+    """``r - group mean`` by :func:`grpo_theory.advantages._centred` (scaled, exactly 0 for a
+    constant group); a one-sample group has mean 0 (verl's rule), so it keeps its reward."""
+    from .advantages import _centred as centred
+
+    return r.copy() if r.shape[1] == 1 else centred(r)
 
 
 # --- estimators on [P, R] rewards -----------------------------------------------------------------
@@ -443,7 +434,7 @@ def grpo_passk_advantages(
     if normalize_std:
         from .advantages import _scaled_std
 
-        sd = _scaled_std(r - _group_mean(r), 1, 1)[:, 0]
+        sd = _scaled_std(_centred(r), 1, 1)[:, 0]
         gap = np.where(gap > 0, gap / np.where(gap > 0, sd + eps, 1.0), 0.0)
     out[np.arange(P), top] = gap
     return _like(out, rewards)

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from ._validate import check_R, real_option
+
 __all__ = [
     "SpectralMetrics",
     "gradient_gram",
@@ -83,22 +85,6 @@ def _check_rtol(rtol: Any, name: str = "rtol") -> float:
     if not 0.0 <= r < 1.0:  # NaN fails too
         raise ValueError(f"{name} must satisfy 0 <= {name} < 1, got {rtol!r}")
     return r
-
-
-def _finite_real(v: Any, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
-    if not np.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v!r}")
-    return float(v)
-
-
-def _check_R(R: Any) -> int:
-    if isinstance(R, bool) or not isinstance(R, (int, np.integer)):
-        raise TypeError(f"R must be an integer, got {R!r}")
-    if R < 1:
-        raise ValueError(f"R must be >= 1, got {R}")
-    return int(R)
 
 
 def _as_spectrum(s: Any) -> np.ndarray:
@@ -375,7 +361,7 @@ def gram_isotropic(R: int) -> np.ndarray:
     With ``K = I`` the singular values of ``G`` are ``|w_i|``, so the effective rank is
     ``(sum |w_i|)^2 / sum w_i^2``: for binary rewards see :func:`isotropic_effective_rank_binary`.
     """
-    return np.eye(_check_R(R))
+    return np.eye(check_R(R))
 
 
 def gram_clustered(
@@ -399,7 +385,7 @@ def gram_clustered(
     if lab.ndim != 1:
         raise ValueError(f"labels must be 1-D [R], got shape {lab.shape}")
     within, between, noise = (
-        _finite_real(v, n) for v, n in ((within, "within"), (between, "between"), (noise, "noise"))
+        real_option(v, n) for v, n in ((within, "within"), (between, "between"), (noise, "noise"))
     )
     if noise < 0:
         raise ValueError(f"noise must be >= 0, got {noise}")
@@ -413,8 +399,8 @@ def gram_common_component(R: int, *, strength: float) -> np.ndarray:
 
     ``K = strength * 1 1^T + I`` in the d -> infinity limit.
     """
-    R = _check_R(R)
-    strength = _finite_real(strength, "strength")
+    R = check_R(R)
+    strength = real_option(strength, "strength")
     if strength < 0:
         raise ValueError(f"need strength >= 0, got strength={strength}")
     return strength * np.ones((R, R)) + np.eye(R)
@@ -431,7 +417,7 @@ def isotropic_effective_rank_binary(R: int, k: int) -> float:
     >>> isotropic_effective_rank_binary(8, 4)
     8.0
     """
-    R = _check_R(R)
+    R = check_R(R)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k must be an integer, got {k!r}")
     if not 0 <= k <= R:
