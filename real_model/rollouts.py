@@ -272,8 +272,9 @@ def sample_groups(
 
     The batched twin of :func:`sample_group` (same options, same :class:`RolloutBatch` per prompt,
     same per-group seeding): prompts are left-padded to a common length (``position_ids`` from the
-    attention mask, so padding does not shift positions), each distinct prompt is prefilled once
-    and its KV cache repeated ``R`` times, and every decoding step runs all rows together. Group
+    attention mask, so padding does not shift positions), the token prefix all prompts share (a
+    few-shot header) is prefilled once, each prompt's own tokens once, its KV cache is repeated
+    ``R`` times (:func:`_prefill`), and every decoding step runs all rows together. Group
     ``g`` draws its tokens from its own ``torch.Generator`` seeded by ``seeds[g]`` with one
     ``multinomial`` call over its ``R`` rows per step, as :func:`sample_group` does, so for the
     same logits both give the same tokens. Stops are detected per row on the decoded tail only
@@ -315,13 +316,7 @@ def sample_groups(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
     lens = [len(p) for p in pids]
-    Lmax, N = max(lens), G * R
-    prompt = torch.full((G, Lmax), pad, dtype=torch.long, device=device)
-    pmask = torch.zeros((G, Lmax), dtype=torch.long, device=device)
-    for g, p in enumerate(pids):
-        prompt[g, Lmax - len(p) :] = torch.tensor(p, device=device)
-        pmask[g, Lmax - len(p) :] = 1
-    row_mask = pmask.repeat_interleave(R, dim=0)  # [N, Lmax]
+    N = G * R
     next_pos = torch.tensor(lens, device=device).repeat_interleave(R)  # position of next token
     new = torch.full((N, max_new_tokens), pad, dtype=torch.long, device=device)
     keep = np.zeros(N, dtype=np.int64)
@@ -330,21 +325,8 @@ def sample_groups(
     active = np.ones(N, dtype=bool)
     toks: list[list[int]] = [[] for _ in range(N)]
     watch = _StopWatch(tokenizer, stop_strings, eos)
-    pos0 = (pmask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        out = model(input_ids=prompt, attention_mask=pmask, position_ids=pos0, use_cache=True)
-        past = out.past_key_values
-        if R > 1 and hasattr(past, "batch_repeat_interleave"):
-            past.batch_repeat_interleave(R)
-            logits = out.logits[:, -1, :].float().repeat_interleave(R, dim=0)
-        elif R > 1:  # caches without batch repetition: prefill every row
-            rows = prompt.repeat_interleave(R, dim=0)
-            out = model(input_ids=rows, attention_mask=row_mask,
-                        position_ids=pos0.repeat_interleave(R, dim=0), use_cache=True)
-            past, logits = out.past_key_values, out.logits[:, -1, :].float()
-        else:
-            logits = out.logits[:, -1, :].float()
-        attn = row_mask
+        past, logits, attn = _prefill(model, pids, R=R, pad=pad, device=device)
         live = np.arange(N)  # original row of each batch row (logits, KV cache, attn)
         compact = hasattr(past, "batch_select_indices")
         for t in range(max_new_tokens):
@@ -407,6 +389,60 @@ def sample_groups(
         x = torch.tensor([p] * R, dtype=torch.long, device=device)
         batches.append(_assemble(x, new[rows], keep[rows], pad, texts[rows], reasons[rows]))
     return batches
+
+
+def _common_prefix(pids: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common token prefix of the prompts, leaving each >= 1 own token."""
+    P = min(len(p) for p in pids) - 1
+    first = pids[0]
+    for p in pids[1:]:
+        P = min(P, next((i for i in range(P) if p[i] != first[i]), P))
+    return max(P, 0)
+
+
+def _prefill(
+    model: Any, pids: Sequence[Sequence[int]], *, R: int, pad: int, device: Any
+) -> tuple[Any, Any, Any]:
+    """KV cache, last-token logits ``[G R, V]`` (float32) and attention mask of ``G`` prompts.
+
+    Row ``g R + i`` holds prompt ``g``. Prompts sharing a token prefix of length ``P`` (a
+    few-shot header) have it prefilled ONCE: the prefix as one row, its cache repeated ``G``
+    times, then each prompt's own tokens left-padded behind it, so a row's layout is
+    ``[prefix | padding | own tokens]``, padding masked out and ``position_ids`` counted on real
+    tokens only. Each prompt's cache is then repeated ``R`` times. Caches without
+    ``batch_repeat_interleave`` prefill all ``G R`` rows, left-padded.
+    """
+    import torch
+
+    G = len(pids)
+    P = _common_prefix(pids) if G > 1 else 0
+    past = None
+    if P > 0:
+        out = model(input_ids=torch.tensor([list(pids[0][:P])], device=device), use_cache=True)
+        past = out.past_key_values
+        if hasattr(past, "batch_repeat_interleave"):
+            past.batch_repeat_interleave(G)
+        else:
+            P, past = 0, None
+    own = [list(p[P:]) for p in pids]
+    Smax = max(len(o) for o in own)
+    ids = torch.full((G, Smax), pad, dtype=torch.long, device=device)
+    mask = torch.zeros((G, P + Smax), dtype=torch.long, device=device)
+    mask[:, :P] = 1
+    for g, o in enumerate(own):
+        ids[g, Smax - len(o) :] = torch.tensor(o, device=device)
+        mask[g, P + Smax - len(o) :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=past,
+                use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1, :].float()
+    if R == 1:
+        return past, logits, mask
+    if hasattr(past, "batch_repeat_interleave"):
+        past.batch_repeat_interleave(R)
+        return past, logits.repeat_interleave(R, dim=0), mask.repeat_interleave(R, dim=0)
+    rows = [list(p) for p in pids for _ in range(R)]  # no cache repetition: prefill every row
+    return _prefill(model, rows, R=1, pad=pad, device=device)
 
 
 def sample_prompts(

@@ -20,7 +20,14 @@ from test_real_pipeline import ScriptedLM, _odd_reward, _tiny_loaded
 
 from real_model.loading import CharTokenizer, tiny_random_model
 from real_model.rank import RankConfig
-from real_model.rollouts import _StopWatch, sample_group, sample_groups, sample_prompts
+from real_model.rollouts import (
+    _common_prefix,
+    _prefill,
+    _StopWatch,
+    sample_group,
+    sample_groups,
+    sample_prompts,
+)
 
 TOK = CharTokenizer()
 PROMPTS = ["Question: 1+1?\nAnswer:", "Q: 22*3?\nA:", "Hello there, what is 5?"]
@@ -81,7 +88,50 @@ def test_batched_groups_equal_per_group_sampling_on_tiny_float32_model():
     assert all(torch.equal(a.input_ids, b.input_ids) for a, b in zip(again, batched, strict=True))
 
 
+def test_common_prefix_leaves_every_prompt_one_own_token():
+    assert _common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 9, 9]]) == 2
+    assert _common_prefix([[1, 2, 3], [1, 2, 3]]) == 2  # identical prompts: the last token is own
+    assert _common_prefix([[7, 1], [8, 1]]) == 0
+    assert _common_prefix([[5], [5, 6]]) == 0
+
+
+def test_shared_prefix_prefill_equals_per_prompt_forward_in_float64():
+    """Prefix prefilled once + own tokens left-padded behind it == each prompt's own forward:
+    the last-token logits to 1e-12 (float64) and the next step's logits too (the cache layout
+    ``[prefix | padding | own]`` with positions counted on real tokens)."""
+    m = tiny_random_model(vocab_size=TOK.vocab_size, seed=2).double()
+    shots = "Question: 2+2?\nAnswer: 4\n\n"
+    prompts = [shots + q for q in ("Q: 1?", "Q: 333?\nA:", "Hi")]
+    pids = [TOK.encode(p) for p in prompts]
+    assert _common_prefix(pids) == len(TOK.encode(shots))  # "Hi" differs from "Q" at once
+    R = 2
+    with torch.no_grad():
+        past, logits, attn = _prefill(m, pids, R=R, pad=0, device="cpu")
+        assert attn.shape == (len(prompts) * R, max(len(p) for p in pids))
+        nxt = torch.tensor([[5]] * (len(prompts) * R))
+        lens = torch.tensor([len(p) for p in pids]).repeat_interleave(R)
+        step = m(input_ids=nxt, attention_mask=torch.cat([attn, torch.ones_like(nxt)], 1),
+                 position_ids=lens[:, None], past_key_values=past, use_cache=True).logits[:, -1]
+        for g, p in enumerate(pids):
+            ref = m(input_ids=torch.tensor([p + [5]])).logits[0]
+            for i in range(g * R, (g + 1) * R):
+                assert torch.allclose(logits[i], ref[-2].float(), rtol=0, atol=1e-7)  # float32 out
+                assert torch.allclose(step[i], ref[-1], rtol=0, atol=1e-12)
+
+
+def test_batched_groups_with_a_shared_few_shot_header_equal_per_group_sampling():
+    m = tiny_random_model(vocab_size=TOK.vocab_size, seed=1)
+    shots = "Question: 2+2?\nAnswer: 4\n\n"
+    prompts = [shots + p for p in PROMPTS]
+    kw = dict(R=3, max_new_tokens=10, stop_strings=("\n", "ab"))
+    batched = sample_groups(m, TOK, prompts, seeds=[3, 4, 5], **kw)
+    for p, s, b in zip(prompts, [3, 4, 5], batched, strict=True):
+        one = sample_group(m, TOK, p, seed=s, **kw)
+        assert torch.equal(b.input_ids, one.input_ids) and b.texts == one.texts
+
+
 def test_sample_prompts_blocks_and_errors():
+
     m = tiny_random_model(vocab_size=TOK.vocab_size, seed=1)
     kw = dict(R=2, max_new_tokens=4)
     per_group = sample_prompts(m, TOK, PROMPTS, seeds=[1, 2, 3], batch_prompts=1, **kw)
