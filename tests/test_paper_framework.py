@@ -23,6 +23,7 @@ from paper_checks.registry import (
     claim,
     ordered_ids,
     run_claim,
+    verdict_from,
 )
 
 
@@ -267,6 +268,54 @@ def test_verdict_from_maps_a_missing_computation_to_inconclusive():
     assert verdict_from(False, otherwise="inconclusive") == "inconclusive"
     with pytest.raises(ValueError, match="otherwise must be one of"):
         verdict_from(False, otherwise="false")
+
+
+def _synthetic(monkeypatch, name: str, fn) -> None:
+    _load_all()
+    monkeypatch.setitem(REGISTRY, name, REGISTRY["thm4_1_i_zero_sum"].__class__(
+        name, "-", "-", "-", fn))
+
+
+def test_inconclusive_because_not_computed_reports_why_not_the_refutation(monkeypatch):
+    from paper_checks.report import _section, summary_table
+
+    def cross_check_disagrees(ctx: CheckContext) -> Outcome:
+        # the exact route says "refuted", the Monte Carlo cross-check disagreed
+        return Outcome(verdict_from(False, computed=False), {"mc_all_within_k_se": False},
+                       correction="REFUTATION TEXT", short="REFUTATION SHORT")
+
+    _synthetic(monkeypatch, "tmp_not_computed", cross_check_disagrees)
+    r = run_claim("tmp_not_computed")
+    assert r.verdict == "inconclusive" and type(r.verdict) is str
+    assert r.undecided and "cross-check did not agree" in r.undecided
+    assert "points to 'refuted'" in r.undecided
+    assert r.summary == f"undecided: {r.undecided}"
+    assert "REFUTATION" not in r.summary
+    assert r.as_dict()["undecided"] == r.undecided
+    assert "REFUTATION SHORT" not in summary_table([r])
+    sec = _section(r)
+    assert f"- **Why undecided:** {r.undecided}" in sec
+    assert "(not established):** REFUTATION TEXT" in sec
+
+
+def test_inconclusive_by_design_keeps_its_correction_as_the_reason(monkeypatch):
+    def undecidable(ctx: CheckContext) -> Outcome:
+        return Outcome(verdict_from(False, otherwise="inconclusive"), {"x": 1.0},
+                       correction="needs the paper's model", short="needs the model")
+
+    _synthetic(monkeypatch, "tmp_by_design", undecidable)
+    r = run_claim("tmp_by_design")
+    assert r.verdict == "inconclusive" and r.undecided is None
+    assert r.summary == "needs the model"
+
+
+def test_undecided_is_only_for_inconclusive_and_a_check_may_write_its_own():
+    own = Outcome(verdict_from(True, computed=False), {}, undecided="exact routes differ by 1e-3")
+    assert own.undecided == "exact routes differ by 1e-3" and own.verdict == "inconclusive"
+    assert "points to 'holds'" in Outcome(verdict_from(True, computed=False), {}).undecided
+    assert Outcome(verdict_from(True), {}).undecided is None
+    with pytest.raises(ValueError, match="undecided"):
+        Outcome("holds", {}, undecided="x")
 
 
 def test_claim_modules_use_the_one_verdict_helper():
