@@ -463,3 +463,42 @@ def test_scale_factor_is_finite_at_a_subnormal_solve_rate():
 
     for J in (1.1e-308, 5e-324, 0.3, 1.0):
         assert scale_factor("grpo", 4, J) == pytest.approx(0.75, abs=1e-15)
+
+
+# --- Sec. 7.1 effective rank: the "only if" direction ------------------------------------------
+def test_effective_rank_deficit_matches_lagrange_and_the_near_flat_closed_form_tiny_case():
+    from grpo_theory import effective_rank
+
+    # s = (2, 1): r_eff = (2 + 1)^2 / (4 + 1) = 9/5, so rank - r_eff = 1/5; Lagrange's identity:
+    # (2 - 1)^2 / 5 = 1/5; the closed form for s = 1 + delta e_1 with r = 2, delta = 1:
+    # (r - 1) delta^2 / (r + 2 delta + delta^2) = 1 / 5
+    assert 2 - effective_rank([2.0, 1.0]) == pytest.approx(0.2, abs=1e-15)
+    # r = 8, delta = 0.01: 7e-4 / (8 + 0.02 + 1e-4) = 7e-4 / 8.0201 = 8.72806...e-5 > 0
+    s = np.ones(8)
+    s[3] += 0.01
+    assert 8 - effective_rank(s) == pytest.approx(7e-4 / 8.0201, abs=1e-13)
+
+
+def test_sec7_1_effective_rank_checks_the_converse():
+    r = run_claim("sec7_1_effective_rank_definition")
+    assert r.verdict == "holds"
+    ev = r.evidence
+    assert ev["min_rank_minus_eff_rank_random_nonflat"] > 1e-12
+    assert ev["min_rank_minus_eff_rank_near_flat"] > 1e-12
+    assert ev["near_flat_r8_delta0.01_closed_form"] == pytest.approx(7e-4 / 8.0201, rel=1e-12)
+    assert "only for a flat spectrum" in r.claim and "Lagrange" in r.check
+
+
+def test_sec7_1_effective_rank_is_not_holds_when_near_flat_spectra_reach_the_rank(monkeypatch):
+    import paper_checks.claims_new as cn
+    from grpo_theory import effective_rank
+
+    def blunt(s):  # rounds a near-flat spectrum's r_eff up to its rank: "only if" broken
+        s = np.asarray(s, dtype=float)
+        nz = s[s > 1e-12 * s.max()]
+        return float(nz.size) if np.ptp(nz) <= 0.2 * nz.max() else effective_rank(s)
+
+    monkeypatch.setattr(cn, "effective_rank", blunt)
+    r = run_claim("sec7_1_effective_rank_definition")
+    assert r.verdict != "holds"
+    assert r.evidence["min_rank_minus_eff_rank_near_flat"] == 0.0
