@@ -37,6 +37,7 @@ from .bernoulli import (
     to_exact,
 )
 from .bounds import (
+    advantage_tail_event,
     baseline_tail_event,
     bernstein_bound,
     chebyshev_bound,
@@ -102,6 +103,7 @@ __all__ = [
     "remax_advantages",
     "whiten",
     "asym_grpo_advantages",
+    "advantage_tail_event",
     "baseline_tail_event",
     "bernstein_bound",
     "binom_pmf",

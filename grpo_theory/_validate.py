@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # sympy is imported only where exact/symbolic work is asked f
 
 __all__ = [
     "as_rewards",
+    "check_lengths",
     "is_torch",
     "check_group_size",
     "check_finite",
@@ -146,6 +147,50 @@ def as_rewards(rewards: Any, *, name: str = "rewards", ndim: int = 2) -> Any:
         raise ValueError(f"{name} has an empty axis: shape {shape}")
     check_finite(x, name=name)
     return x
+
+
+def check_lengths(
+    lengths: Any, *, shape: tuple[int, ...] | None = None, like: str = "rewards"
+) -> np.ndarray:
+    """Validate completion lengths ``[num_prompts, group_size]`` (token counts): the one check
+    used by the loss aggregations and the length-weighted framework estimators.
+
+    Args:
+        lengths: array-like or ``torch.Tensor`` of non-negative integers (any numeric dtype).
+        shape: when given, the shape ``lengths`` must have (that of the rewards/advantages).
+        like: name of the array ``shape`` comes from, for the mismatch message.
+
+    Returns:
+        ``[P, R]`` float64 array.
+
+    Raises:
+        TypeError: non-numeric or complex input.
+        ValueError: not 2-D, an empty axis, NaN/inf, a negative or non-integer value, or a shape
+            other than ``shape``.
+
+    >>> check_lengths([[1, 3]]).tolist()
+    [[1.0, 3.0]]
+    """
+    if is_torch(lengths):
+        if lengths.is_complex():
+            raise TypeError(f"lengths must be real, got a complex tensor ({lengths.dtype})")
+        lengths = lengths.detach().cpu().double().numpy()
+    if np.iscomplexobj(lengths):
+        raise TypeError("lengths must be real, got complex values")
+    try:
+        L = np.asarray(lengths, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"lengths must be numeric array-like, got {type(lengths)!r}") from exc
+    if L.ndim != 2:
+        raise ValueError(f"lengths must be 2-D [num_prompts, group_size], got shape {L.shape}")
+    if L.size == 0:
+        raise ValueError(f"lengths has an empty axis: shape {L.shape}")
+    check_finite(L, name="lengths")
+    if np.any(L < 0) or np.any(L != np.round(L)):
+        raise ValueError("lengths must be non-negative integers (completion token counts)")
+    if shape is not None and L.shape != tuple(shape):
+        raise ValueError(f"lengths shape {L.shape} does not match {like} shape {tuple(shape)}")
+    return L
 
 
 # --- exact numbers (sympy loaded lazily) ---------------------------------------------------------

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._validate import real_option
+from ._validate import check_lengths, real_option
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -62,19 +62,6 @@ __all__ = [
 AGGREGATION_MODES = ("sequence_sum", "token_mean", "sequence_mean", "dr_grpo", "token_sum")
 
 Mode = Literal["sequence_sum", "token_mean", "sequence_mean", "dr_grpo", "token_sum"]
-
-
-def _lengths(lengths: Any) -> np.ndarray:
-    x = lengths.detach().cpu().numpy() if hasattr(lengths, "detach") else lengths
-    L = np.asarray(x)
-    if L.ndim != 2:
-        raise ValueError(f"lengths must be 2-D [num_prompts, group_size], got shape {L.shape}")
-    if L.size == 0:
-        raise ValueError(f"lengths has an empty axis: shape {L.shape}")
-    Lf = L.astype(np.float64)
-    if not np.all(np.isfinite(Lf)) or np.any(Lf < 0) or np.any(Lf != np.round(Lf)):
-        raise ValueError("lengths must be non-negative integers (completion token counts)")
-    return Lf
 
 
 def aggregation_weights(
@@ -113,7 +100,7 @@ def aggregation_weights(
     >>> aggregation_weights([[1, 3]], mode="token_mean").tolist()
     [[0.25, 0.25]]
     """
-    L = _lengths(lengths)
+    L = check_lengths(lengths)
     P, R = L.shape
     if mode not in AGGREGATION_MODES:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose one of {AGGREGATION_MODES}")

@@ -29,13 +29,17 @@ Exact tails for Bernoulli(p) rewards (strict ``>`` everywhere, as in the paper; 
   ``R [C(R-1, b-1) p^(b-1) (1-p)^(R-b) - C(R-1, a) p^a (1-p)^(R-1-a)]`` has the single root
   ``p* = t / (1 + t)``, ``t = (C(R-1, a) / C(R-1, b-1))^(1/(b-1-a))``. Each piece is maximised
   in closed form (endpoints and ``p*``): no grid;
-* ``P(|A_1| > eps)`` for any estimator, by the enumeration of :mod:`grpo_theory.bernoulli`.
+* ``P(|A_1| > eps)`` for any estimator with an exact form, by the enumeration of
+  :mod:`grpo_theory.bernoulli`: the ONE implementation (:func:`exact_advantage_tail_bernoulli`;
+  the event itself, per (own reward, successes among the others), is
+  :func:`advantage_tail_event`, which Monte Carlo estimates use too).
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -46,7 +50,7 @@ from ._validate import (
     is_exact_number,
     to_fraction,
 )
-from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
+from .bernoulli import _freeze, advantage_value_table, binom_pmf, group_outcomes
 
 __all__ = [
     "chebyshev_bound",
@@ -55,6 +59,7 @@ __all__ = [
     "baseline_tail_event",
     "exact_baseline_tail_bernoulli",
     "sup_baseline_tail_bernoulli",
+    "advantage_tail_event",
     "exact_advantage_tail_bernoulli",
 ]
 
@@ -389,6 +394,60 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: Any) -> tuple[float, float]:
     return float(best), float(arg)
 
 
+def advantage_tail_event(
+    *,
+    R: int,
+    eps: Any,
+    estimator: str = "grpo",
+    estimator_options: dict[str, Any] | None = None,
+    **opts: Any,
+) -> np.ndarray:
+    """The binary groups in the event ``|A_1| > eps`` (strict), decided exactly: bool ``[2, R]``.
+
+    ``mask[r1, j]`` is True iff rollout 1, with own reward ``r1`` and ``j`` successes among the
+    other ``R - 1`` rollouts, has ``|A_1| > eps``: ``|a_S(j + 1)| > eps`` for ``r1 = 1`` and
+    ``|a_F(j)| > eps`` for ``r1 = 0``, with the exact values of
+    :func:`grpo_theory.bernoulli.advantage_value_table` (seed paper Thm 4.1 (iv), Eq. 20: the
+    event whose probability the Chebyshev bound controls). ``eps`` is read as an exact rational
+    (floats as their decimal repr, see the module docstring), so ties are decided exactly. The
+    one rule of the advantage-tail event: :func:`exact_advantage_tail_bernoulli` sums it against
+    the Binomial law and Monte Carlo estimates index it by (own reward, successes among the
+    others) of each sampled rollout. It does not depend on ``p``.
+
+    Args:
+        R: group size.
+        eps: threshold, ``>= 0``.
+        estimator: registry name of an estimator with an exact form (default ``"grpo"``).
+        estimator_options: estimator options as a dict (grpo_std's own ``eps`` goes here).
+        **opts: further estimator options (merged with ``estimator_options``).
+
+    Returns:
+        ``[2, R]`` bool array indexed ``[own reward, successes among the others]``.
+
+    >>> from fractions import Fraction
+    >>> advantage_tail_event(R=3, eps=Fraction(1, 3)).tolist()  # grpo: A_1 = r_1 - (r_1 + j)/3
+    [[False, False, True], [True, False, False]]
+    >>> advantage_tail_event(R=3, eps=1/3).tolist()  # 0.3333333333333333 < 1/3: ties counted
+    [[False, True, True], [True, True, False]]
+    """
+    R = check_R(R)
+    e = _check_eps(eps)
+    merged = {**(estimator_options or {}), **opts}
+    advantage_value_table(estimator, R=R, **merged)  # validates estimator, options and R
+    return np.array(_tail_event_cached(estimator, R, _freeze(merged), e), dtype=bool)
+
+
+@lru_cache(maxsize=1024)
+def _tail_event_cached(
+    estimator: str, R: int, frozen: tuple[tuple[str, Any], ...], e: Any
+) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """:func:`advantage_tail_event`'s comparisons (sympy, slow for irrational values), cached:
+    the event does not depend on ``p``, so a scan over ``p`` decides it once."""
+    s, f = advantage_value_table(estimator, R=R, **dict(frozen))
+    return (tuple(bool(abs(f[j]) > e) for j in range(R)),
+            tuple(bool(abs(s[j + 1]) > e) for j in range(R)))
+
+
 def exact_advantage_tail_bernoulli(
     *,
     R: int,
@@ -401,7 +460,9 @@ def exact_advantage_tail_bernoulli(
     """Exact ``P(|A_1| > eps)`` for i.i.d. Bernoulli(p) rewards and any registered estimator.
 
     ``= p sum_{j: |a_S(j+1)| > eps} Bin(j; R-1, p) + (1-p) sum_{j: |a_F(j)| > eps} Bin(j; R-1, p)``
-    with the exact values ``a_S, a_F`` of :func:`grpo_theory.bernoulli.advantage_value_table`.
+    with the event decided exactly by :func:`advantage_tail_event` (the exact values ``a_S, a_F``
+    of :func:`grpo_theory.bernoulli.advantage_value_table`; strict ``>``, floats read as their
+    decimal repr).
 
     Args:
         R: group size.
@@ -418,17 +479,20 @@ def exact_advantage_tail_bernoulli(
     >>> from fractions import Fraction
     >>> exact_advantage_tail_bernoulli(R=4, eps=0.3, p=Fraction(1, 2))
     1/2
+    >>> exact_advantage_tail_bernoulli(R=3, eps=Fraction(1, 3), p=0.5)  # only |A_1| = 2/3
+    0.25
     """
     R = check_R(R)
-    e = _check_eps(eps)
     q = check_p(p)
-    s, f = advantage_value_table(estimator, R=R, **{**(estimator_options or {}), **opts})
+    mask = advantage_tail_event(
+        R=R, eps=eps, estimator=estimator, estimator_options=estimator_options, **opts
+    )
     _, pmf = group_outcomes(R=R - 1, p=q) if R >= 2 else (None, [1])
     total: Any = 0
     for j in range(R):
-        if abs(s[j + 1]) > e:
+        if mask[1, j]:
             total += q * pmf[j]
-        if abs(f[j]) > e:
+        if mask[0, j]:
             total += (1 - q) * pmf[j]
     if is_exact_number(p):
         import sympy as sp

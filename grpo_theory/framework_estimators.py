@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._validate import check_finite, check_group_size, is_torch, real_option
+from ._validate import check_finite, check_group_size, check_lengths, is_torch, real_option
 from .registry import EstimatorSpec, register_estimator
 
 __all__ = [
@@ -95,15 +95,6 @@ def _like(out: np.ndarray, like: Any) -> Any:
         dtype = like.dtype if torch.is_floating_point(like) else torch.get_default_dtype()
         return torch.as_tensor(out, dtype=dtype, device=like.device)
     return out
-
-
-def _lengths(lengths: Any, shape: tuple[int, ...]) -> np.ndarray:
-    L = _to_np(lengths, "lengths", ndim=len(shape))
-    if L.shape != shape:
-        raise ValueError(f"lengths shape {L.shape} does not match rewards shape {shape}")
-    if np.any(L < 0) or np.any(L != np.round(L)):
-        raise ValueError("lengths must be non-negative integers (completion token counts)")
-    return L
 
 
 def _scaled_moments(x: np.ndarray, w: np.ndarray, ddof: int) -> tuple[float, float, float]:
@@ -166,7 +157,8 @@ def whiten(
     [[-0.57735, 1.732051]]
     """
     a = _to_np(advantages, "advantages")
-    w = np.ones_like(a) if lengths is None else _lengths(lengths, a.shape)
+    w = np.ones_like(a) if lengths is None else check_lengths(
+        lengths, shape=a.shape, like="advantages")
     eps = real_option(eps, "eps", minimum=0.0)
     if isinstance(ddof, bool) or not isinstance(ddof, int | np.integer):
         raise TypeError(f"ddof must be an int, got {type(ddof).__name__} {ddof!r}")
@@ -359,7 +351,7 @@ def opo_advantages(rewards: Array, *, lengths: Array | None = None) -> Array:
         return _like(r.copy(), rewards)
     if lengths is None:
         return _like(_centred(r), rewards)
-    L = _lengths(lengths, r.shape)
+    L = check_lengths(lengths, shape=r.shape)
     tot = L.sum(axis=1, keepdims=True)
     if np.any(tot == 0):
         bad = np.flatnonzero(tot[:, 0] == 0).tolist()

@@ -202,7 +202,15 @@ def _random_matrices(rng: np.random.Generator, n_mats: int) -> list[np.ndarray]:
     check="400 random matrices (Gaussian, and GRPO matrices diag(A) Psi with a shared score "
     "component; R in 2..16) and adversarial spectra (flat, rank 1, spike with a tiny tail, "
     "geometric, two equal) placed in random orthonormal frames: r_eff from the matrix "
-    "(grpo_theory, via QR + SVD) vs the prescribed spectrum, and 1 <= r_eff <= rank; what it is "
+    "(grpo_theory, via QR + SVD) vs the prescribed spectrum, and 1 <= r_eff <= rank; flat -> "
+    "r_eff = rank. The converse ('only for a flat spectrum'), independently: by Lagrange's "
+    "identity (the equality case of Cauchy-Schwarz) rank - r_eff = sum_{i<j} (s_i - s_j)^2 / "
+    "sum s^2 over the r nonzero values, > 0 unless all are equal; checked against r_eff on every "
+    "random spectrum with rank >= 2 (all non-flat: rank - r_eff > 0 strictly), and on near-flat "
+    "spectra s = 1 + delta e_k (r in {2,4,8,16,64}, |delta| from 0.5 down to 1e-5) against the "
+    "closed form rank - r_eff = (r-1) delta^2 / (r + 2 delta + delta^2) (to 1e-12 absolute; "
+    "strictly below means by more than 1e-12, above the float rounding of r_eff), which is second "
+    "order in delta (a near-flat spectrum is strictly below the rank, but barely). What it is "
     "not: a count of significant directions (a spike with 99% of the energy and a flat tail of "
     "99 values gives r_eff ~ 4; 1000 values at 1e-3 add ~ 1 to it).",
     section=SEC7,
@@ -210,13 +218,37 @@ def _random_matrices(rng: np.random.Generator, n_mats: int) -> list[np.ndarray]:
 def _sec7_1_eff(ctx: CheckContext) -> Outcome:
     rng = ctx.rng(711)
     lo_gap = hi_gap = -np.inf
+    min_deficit, lagrange_err = np.inf, 0.0
     for G in _random_matrices(rng, 100 if ctx.quick else 400):
         s = np.linalg.svd(G, compute_uv=False)
         r = int(np.sum(s > 1e-12 * s.max()))
         e = effective_rank(s)
         lo_gap, hi_gap = max(lo_gap, 1 - e), max(hi_gap, e - r)
+        if r >= 2:  # a single nonzero value is a flat spectrum
+            nz = s[:r] / s[0]
+            deficit = r - effective_rank(nz)
+            lagrange = float(np.sum(np.subtract.outer(nz, nz) ** 2) / 2 / np.sum(nz**2))
+            min_deficit = min(min_deficit, deficit)
+            lagrange_err = max(lagrange_err, abs(deficit - lagrange) / lagrange)
     ev: dict[str, Any] = {"max_1_minus_eff_rank_random": float(lo_gap),
-                          "max_eff_rank_minus_rank_random": float(hi_gap)}
+                          "max_eff_rank_minus_rank_random": float(hi_gap),
+                          "min_rank_minus_eff_rank_random_nonflat": float(min_deficit),
+                          "max_rel_error_rank_minus_eff_rank_vs_lagrange_identity":
+                              float(lagrange_err)}
+    near_min, near_err = np.inf, 0.0
+    for r in (2, 4, 8, 16, 64):
+        for delta in (0.5, 0.1, -0.1, 1e-2, -1e-2, 1e-3, 1e-4, 1e-5):
+            s_near = np.ones(r)
+            s_near[int(rng.integers(r))] += delta
+            deficit = r - effective_rank(s_near)
+            closed = (r - 1) * delta**2 / (r + 2 * delta + delta**2)
+            near_min = min(near_min, deficit)
+            near_err = max(near_err, abs(deficit - closed))
+            if r == 8 and delta == 1e-2:
+                ev["near_flat_r8_delta0.01_rank_minus_eff_rank"] = deficit
+                ev["near_flat_r8_delta0.01_closed_form"] = closed
+    ev["min_rank_minus_eff_rank_near_flat"] = float(near_min)
+    ev["max_abs_error_near_flat_vs_closed_form"] = float(near_err)
     route = 0.0
     n = 8
     for name, s in _adversarial_spectra(n).items():
@@ -231,10 +263,16 @@ def _sec7_1_eff(ctx: CheckContext) -> Outcome:
     ev["spike_99pct_energy_plus_99_flat_top1"] = top1_fraction(s_spike)
     ev["one_plus_1000_values_at_1e-3_eff_rank"] = effective_rank(np.r_[1.0, np.full(1000, 1e-3)])
     flat_ok = abs(ev["flat_n8_eff_rank"] - n) < 1e-9 and abs(ev["rank1_n8_eff_rank"] - 1) < 1e-9
-    ok = lo_gap <= 1e-12 and hi_gap <= 1e-9 and flat_ok
+    # the converse: every non-flat spectrum is strictly below its rank, by more than the float
+    # rounding of r_eff (~ r 2^-52 <= 1.5e-14 here; the smallest closed-form deficit is 5e-11)
+    only_flat = min_deficit > 1e-12 and near_min > 1e-12
+    ok = lo_gap <= 1e-12 and hi_gap <= 1e-9 and flat_ok and only_flat
+    # two independent formulas for rank - r_eff must agree for the converse to be computed
+    cross = route < 1e-8 and lagrange_err < 1e-9 and near_err < 1e-12
     return Outcome(
-        verdict_from(ok, computed=route < 1e-8), ev,
-        correction=None if ok else "effective rank outside [1, rank]",
+        verdict_from(ok, computed=cross), ev,
+        correction=None if ok else (
+            "effective rank outside [1, rank], or equal to the rank for a non-flat spectrum"),
     )
 
 

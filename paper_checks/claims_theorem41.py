@@ -204,11 +204,11 @@ def _tail_scan() -> tuple[dict[str, float], dict[str, float], tuple[float, ...],
                             arg_std = (R, float(p), eps, t, b)
                     if est == "grpo" and b < 1:
                         max_ratio = max(max_ratio, t / b)
-        for est, opts in (("grpo", {}), ("grpo_std", STD)):
-            t_lib = float(exact_advantage_tail_bernoulli(R=R, eps=0.3, p=0.3, estimator=est,
-                                                         estimator_options=opts))
-            routes = max(routes, abs(t_lib - advantage_tail(est, R=R, p=0.3, threshold=0.3,
-                                                            **opts)))
+                    # second route on the whole scan, ties included (grpo R=2, eps=0.5:
+                    # |A| = 1/2; grpo_std R=4, k=3: a_S = 1/2), decided exactly by the library
+                    t_lib = float(exact_advantage_tail_bernoulli(
+                        R=R, eps=eps, p=float(p), estimator=est, estimator_options=opts))
+                    routes = max(routes, abs(t_lib - t))
     return worst, {"max_tail_over_bound_grpo_nonvacuous": max_ratio}, arg_std, routes
 
 

@@ -16,7 +16,9 @@ Verdicts (:data:`VERDICTS`):
 * ``inconclusive``: the statement cannot be decided by the computation available here, or a
   computation the verdict rests on failed or is missing (:func:`verdict_from` with
   ``computed=False``; a check that raises is recorded as ``inconclusive`` by :func:`run_claim`,
-  with the error as its evidence).
+  with the error as its evidence). In the second case ``Outcome.undecided`` says so (and which
+  verdict the computation alone points to), and the summary and the report give that reason,
+  not the correction written for the refuted case.
 
 Claims belong to a paper (:data:`PAPERS`): ``"seed"`` (arXiv 2606.29238, the default) or
 ``"fade"`` (arXiv 2607.01490, abstract only; ids prefixed ``fade_``).
@@ -37,6 +39,7 @@ from paper_values import PAPER_ID as SEED_PAPER_ID
 
 __all__ = [
     "VERDICTS",
+    "Verdict",
     "Claim",
     "CheckContext",
     "ClaimResult",
@@ -77,6 +80,41 @@ PAPERS: dict[str, tuple[str, str]] = {
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
 
 
+class Verdict(str):
+    """A verdict string as :func:`verdict_from` returns it, carrying why it is what it is.
+
+    Equal to (and JSON-encoded as) the plain string; :class:`Outcome` stores the plain string and
+    reads the two attributes:
+
+    Attributes:
+        incomplete: True when the verdict is ``"inconclusive"`` because ``computed=False`` (a
+            computation the verdict rests on did not complete, or a cross-check did not agree).
+        indicated: the verdict the computation alone gives (``agrees`` or ``otherwise``), which
+            ``computed=False`` withheld; equal to the verdict otherwise.
+    """
+
+    incomplete: bool
+    indicated: str
+
+    def __new__(cls, value: str, *, incomplete: bool = False, indicated: str | None = None
+                ) -> Verdict:
+        if value not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {value!r}")
+        obj = super().__new__(cls, value)
+        obj.incomplete = bool(incomplete)
+        obj.indicated = value if indicated is None else indicated
+        return obj
+
+
+def _incomplete_reason(indicated: str) -> str:
+    """The default ``Outcome.undecided`` of a verdict withheld by ``computed=False``."""
+    return (
+        "a computation the verdict rests on did not complete or its cross-check did not agree "
+        f"(see the evidence), so no verdict is given; the computation alone points to "
+        f"'{indicated}'"
+    )
+
+
 @dataclass(frozen=True)
 class CheckContext:
     """What a check may use: a seed (for its own ``np.random.Generator``) and the quick flag."""
@@ -100,10 +138,21 @@ class Outcome:
     plot: PlotFn | None = None
     plot_title: str | None = None
     short: str | None = None  # one-line form of the correction/conditions for summary tables
+    #: Why the verdict is ``inconclusive`` when a computation it rests on did not complete or a
+    #: cross-check did not agree. Filled in from a :class:`Verdict` of ``verdict_from(...,
+    #: computed=False)`` unless the check writes its own; the summary and the report show it
+    #: instead of ``short``/``correction`` (which describe the refuted case).
+    undecided: str | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if getattr(self.verdict, "incomplete", False) and not self.undecided:
+            self.undecided = _incomplete_reason(self.verdict.indicated)  # type: ignore[attr-defined]
+        self.verdict = str.__str__(self.verdict)  # the plain string from here on
+        if self.undecided and self.verdict != "inconclusive":
+            raise ValueError(f"undecided is the reason of an inconclusive verdict, not of "
+                             f"{self.verdict!r}")
         if self.verdict == "refuted" and not self.correction:
             raise ValueError("a refuted claim needs a correction (counterexample or correct value)")
         if self.verdict == "holds-with-conditions" and not self.conditions:
@@ -143,12 +192,16 @@ class ClaimResult:
     plot_title: str | None = None
     short: str | None = None
     paper: str = "seed"
+    undecided: str | None = None
 
     @property
     def summary(self) -> str | None:
-        """The one-line form for summary tables: the check's ``short`` where it wrote one, else
-        the full correction (refuted, inconclusive) or conditions (holds-with-conditions),
+        """The one-line form for summary tables: for a verdict withheld because a computation did
+        not complete (``undecided``), that reason; else the check's ``short`` where it wrote one,
+        else the full correction (refuted, inconclusive) or conditions (holds-with-conditions),
         never cut; ``None`` for a plain ``holds``."""
+        if self.verdict == "inconclusive" and self.undecided:
+            return f"undecided: {self.undecided}"
         if self.short:
             return self.short
         if self.verdict in ("refuted", "inconclusive"):
@@ -170,6 +223,7 @@ class ClaimResult:
             "correction": self.correction,
             "conditions": self.conditions,
             "short": self.short,
+            "undecided": self.undecided,
             "paper": self.paper,
             "figure": self.figure,
             "seconds": round(self.seconds, 4),
@@ -240,7 +294,8 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
         out = c.fn(CheckContext(seed=seed, quick=quick))
     except Exception as exc:  # noqa: BLE001 - any failure of a computation -> inconclusive
         out = Outcome("inconclusive", {"computation_failed": f"{type(exc).__name__}: {exc}"},
-                      short=f"the check's computation failed ({type(exc).__name__})")
+                      short=f"the check's computation failed ({type(exc).__name__})",
+                      undecided=f"the check's computation failed ({type(exc).__name__}: {exc})")
     dt = time.perf_counter() - t0
     _check_evidence(c.id, out.evidence)
     ev = to_jsonable(out.evidence)
@@ -259,6 +314,7 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
         plot_title=out.plot_title,
         short=out.short,
         paper=c.paper,
+        undecided=out.undecided,
     )
 
 
@@ -309,8 +365,12 @@ def run_claims(
 
 def verdict_from(
     ok: bool, *, computed: bool = True, otherwise: str = "refuted", agrees: str = "holds"
-) -> str:
+) -> Verdict:
     """The one rule from a computed boolean to a verdict.
+
+    Returns a :class:`Verdict` (a ``str``): with ``computed=False`` it is ``"inconclusive"`` with
+    ``incomplete=True`` and ``indicated`` the verdict ``ok`` gives, which :class:`Outcome` turns
+    into its ``undecided`` reason.
 
     Args:
         ok: the computation agrees with the statement.
@@ -328,9 +388,10 @@ def verdict_from(
     for name, v in (("otherwise", otherwise), ("agrees", agrees)):
         if v not in VERDICTS:
             raise ValueError(f"{name} must be one of {VERDICTS}, got {v!r}")
+    indicated = agrees if ok else otherwise
     if not computed:
-        return "inconclusive"
-    return agrees if ok else otherwise
+        return Verdict("inconclusive", incomplete=True, indicated=indicated)
+    return Verdict(indicated)
 
 
 #: Claim modules in paper order (this also orders claims that share a section).

@@ -3,8 +3,8 @@
 ``run_audit(out_dir, seed=0, quick=False)`` writes:
 
 * ``claims.json``: a list of objects with ``id``, ``location``, ``claim``, ``check``, ``variants``,
-  ``verdict``, ``evidence`` (named numbers), ``correction``, ``conditions``, ``figure``,
-  ``seconds``;
+  ``verdict``, ``evidence`` (named numbers), ``correction``, ``conditions``, ``short``,
+  ``undecided``, ``paper``, ``figure``, ``seconds``;
 * ``REPORT.md``: the verdict legend, a summary table (claim, location, verdict, the check's short
   correction or conditions, never cut), the count by verdict, the run's metadata, one section per
   claim with its evidence (and figure), and (seed paper) the regenerated tables (App. A.2 side by
@@ -108,7 +108,12 @@ def _section(r: ClaimResult) -> str:
     out.append(f"- **Verdict:** {r.verdict}")
     if r.conditions and r.verdict == "holds-with-conditions":
         out.append(f"- **Conditions:** {r.conditions}")
-    if r.correction and r.verdict in ("refuted", "inconclusive"):
+    if r.verdict == "inconclusive" and r.undecided:
+        out.append(f"- **Why undecided:** {r.undecided}")
+        if r.correction:
+            out.append("- **Correction the computation alone points to (not established):** "
+                       f"{r.correction}")
+    elif r.correction and r.verdict in ("refuted", "inconclusive"):
         label = "Correction" if r.verdict == "refuted" else "Why undecided / what would decide"
         out.append(f"- **{label}:** {r.correction}")
     out += ["", "| evidence | value |", "|---|---|"]

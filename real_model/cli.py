@@ -154,6 +154,13 @@ def _train(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         cache_dir=args.cache_dir,
     )
+    if res.get("note"):
+        print(f"note: {res['note']}")
+        print(
+            f"wrote {args.out}/results.json, table.md, train.png ({res['steps_done']} of the "
+            f"{res['steps_on_disk']} steps on disk; steps.jsonl and the checkpoint unchanged)"
+        )
+        return 0
     print(
         f"wrote {args.out}/steps.jsonl, results.json, table.md, train.png "
         f"({res['steps_done']} steps)"

@@ -27,7 +27,11 @@ The cache folder is, in order: ``cache_dir`` (``--cache-dir``), the folder recor
 ``OUT`` path: never inside ``OUT``, so an ``--out`` inside a repository does not collect
 checkpoints. A rerun with the same configuration loads the checkpoint, drops step records newer
 than it, restores from it any step record the JSONL lost (a truncated last line), and continues;
-since every step is seeded by its index, the resumed run reproduces the uninterrupted one.
+since every step is seeded by its index, the resumed run reproduces the uninterrupted one. A rerun
+with fewer ``steps`` than the checkpoint has trained trains nothing and reports exactly the steps
+``< steps`` (``results.json``, ``table.md``, ``train.png``); the later steps stay on disk untouched
+(``steps.jsonl`` and the checkpoint are not rewritten), and ``results.json["note"]`` (printed by
+the CLI, also under the table) says so; ``steps_on_disk`` counts what ``OUT`` holds.
 Step records and the checkpoint carry the configuration; a mismatch is refused by name.
 """
 
@@ -244,9 +248,11 @@ def run_train(
                 "already trained; pass --overwrite to start again"
             )
         kept = [have.get(s, saved.get(s)) for s in range(start)]
+    est = cfg.estimators[0]
+    if start > cfg.steps:  # an earlier, longer run: report the requested steps, touch nothing
+        return _report_fewer_steps(out, cfg, loaded, est, ckpt, kept, done, start)
     rewrite_jsonl(jsonl, kept)
     records_so_far: list[dict[str, Any]] = list(kept)
-    est = cfg.estimators[0]
     reward = binary_reward if reward_fn is None else reward_fn
     for s in tqdm(
         range(start, cfg.steps),
@@ -334,6 +340,48 @@ def run_train(
             )
             tmp.replace(ckpt)
     records = read_jsonl(jsonl)
+    return _write_results(out, cfg, loaded, est, ckpt, records, steps_on_disk=len(records),
+                          checkpoint_steps=cfg.steps)
+
+
+def _report_fewer_steps(
+    out: Path,
+    cfg: TrainConfig,
+    loaded: Any,
+    est: str,
+    ckpt: Path,
+    kept: list[dict[str, Any]],
+    done: list[dict[str, Any]],
+    start: int,
+) -> dict[str, Any]:
+    """A rerun with ``--steps`` below the ``start`` steps its checkpoint has trained: summarise
+    exactly the steps ``< cfg.steps`` (from the JSONL, else the checkpoint's copy) and leave
+    ``steps.jsonl`` and the checkpoint as they are (nothing trained, nothing truncated)."""
+    on_disk = len({int(r["step"]) for r in done} | set(range(start)))
+    note = (
+        f"{out} already holds a run of {start} trained steps (checkpoint {ckpt}); this run "
+        f"reports steps 0..{cfg.steps - 1} (--steps {cfg.steps}) and trains nothing; steps "
+        f"{cfg.steps}..{on_disk - 1} are left untouched on disk (steps.jsonl, checkpoint): rerun "
+        f"with --steps {on_disk} or more to report them"
+    )
+    return _write_results(out, cfg, loaded, est, ckpt, kept[: cfg.steps], steps_on_disk=on_disk,
+                          checkpoint_steps=start, note=note)
+
+
+def _write_results(
+    out: Path,
+    cfg: TrainConfig,
+    loaded: Any,
+    est: str,
+    ckpt: Path,
+    records: list[dict[str, Any]],
+    *,
+    steps_on_disk: int,
+    checkpoint_steps: int,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """Write ``results.json``, ``table.md`` and ``train.png`` for ``records`` (the reported
+    steps); ``steps_on_disk`` and ``checkpoint_steps`` say what ``OUT`` and the checkpoint hold."""
     result = {
         "experiment": "real_train",
         "config": asdict(cfg),
@@ -341,11 +389,17 @@ def run_train(
         "environment": environment(getattr(loaded, "device", None)),
         "estimator": est,
         "steps_done": len(records),
+        "steps_on_disk": steps_on_disk,
         "steps": [{k: v for k, v in r.items()} for r in records],
         "checkpoint": str(ckpt),
+        "checkpoint_steps_done": checkpoint_steps,
+        "note": note,
     }
     write_json(out / "results.json", result)
-    (out / "table.md").write_text(_table(records, cfg.R_values), encoding="utf-8")
+    table = _table(records, cfg.R_values)
+    if note:
+        table += f"\nNote: {note}.\n"
+    (out / "table.md").write_text(table, encoding="utf-8")
     _figure(out / "train.png", records, cfg.R_values)
     return result
 

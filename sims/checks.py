@@ -27,6 +27,7 @@ import numpy as np
 
 from grpo_theory import binom_pmf, compute_advantages, estimator_spec, spectral_metrics
 from grpo_theory.bounds import (
+    advantage_tail_event,
     baseline_tail_event,
     chebyshev_bound,
     exact_baseline_tail_bernoulli,
@@ -79,6 +80,37 @@ def sampled_baseline_tail_event(rewards: np.ndarray, *, eps: float, p: float) ->
     R = rewards.shape[1]
     counts = np.rint(rewards.sum(axis=1)).astype(np.int64)
     return baseline_tail_event(R=R, eps=eps, p=p)[counts]
+
+
+def sampled_advantage_tail_event(
+    rewards: np.ndarray, *, eps: float, estimator: str, opts: dict[str, Any] | None = None
+) -> np.ndarray:
+    """``[n, R]`` bool: ``|A_i| > eps`` for each rollout of each sampled binary group, decided
+    exactly by :func:`grpo_theory.bounds.advantage_tail_event` (the event of the exact tail
+    :func:`sims.exact.bernoulli_tail`), indexed by (own reward, successes among the others).
+
+    Args:
+        rewards: ``[n, R]`` binary rewards (0/1).
+        eps: threshold, ``>= 0`` (read as its decimal repr, as in the exact tail).
+        estimator: registry name with an exact form.
+        opts: estimator options (default: the registered ``check_options``).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must be [n, R], got shape {rewards.shape}")
+    if not np.all((rewards == 0.0) | (rewards == 1.0)):
+        raise ValueError("rewards must be binary (0/1) for the exact advantage-tail event")
+    R = rewards.shape[1]
+    mask = advantage_tail_event(
+        R=R, eps=eps, estimator=estimator, estimator_options=estimator_options(estimator, opts)
+    )
+    own = rewards.astype(np.int64)
+    others = own.sum(axis=1, keepdims=True) - own
+    return mask[own, others]
+
+
+#: A float ``|A| - eps`` within this of 0 is a tie the float comparison cannot be trusted on.
+_TIE_TOL = 1e-9
 
 
 # --- Theorem 4.1 -------------------------------------------------------------------------------
@@ -203,29 +235,43 @@ def _tail_checks(
     opts: dict[str, Any] | None,
     baseline: bool = True,
 ) -> list[CheckResult]:
+    """Tail checks for binary rewards: each sampled rollout is classified by the exact event
+    (:func:`sampled_advantage_tail_event`), so estimate and exact value estimate the same event
+    at ties too. The float advantages ``A`` are compared with that event off the ties
+    (``details["float_event_mismatch_off_ties"]``, 0 when the float estimator agrees;
+    ``details["n_ties"]``: sampled rollouts with ``||A| - eps| <= 1e-9``). An estimator without
+    an exact form gets no advantage-tail row (no exact value, no verdict)."""
     n = A.shape[0]
     sigma2 = p * (1 - p)
+    has_exact = estimator_spec(estimator).has_exact
     out = []
     for eps in eps_values:
-        exact = bernoulli_tail(estimator, R=R, p=p, eps=eps, opts=opts)
-        m, se = _mean_se((np.abs(A) > eps).mean(1))
-        cheb = float(chebyshev_bound(R=R, eps=eps, sigma2=sigma2))
-        out.append(
-            make_check(
-                f"thm4.1(iv) P(|A_i|>{eps:g}) {estimator} R={R} p={p:.3g}",
-                estimate=m,
-                exact=exact,
-                se=se,
-                n=n,
-                k=k,
-                details={
-                    "chebyshev_bound": cheb,
-                    "bound_holds": bool(exact <= cheb + 1e-12),
-                    "bound_vacuous": bool(cheb >= 1.0),
-                    "eps": eps,
-                },
+        if has_exact:
+            exact = bernoulli_tail(estimator, R=R, p=p, eps=eps, opts=opts)
+            hit = sampled_advantage_tail_event(rewards, eps=eps, estimator=estimator, opts=opts)
+            m, se = _mean_se(hit.mean(1))
+            gap = np.abs(A) - eps
+            ties = np.abs(gap) <= _TIE_TOL
+            mismatch = int(np.count_nonzero(((gap > 0) != hit) & ~ties))
+            cheb = float(chebyshev_bound(R=R, eps=eps, sigma2=sigma2))
+            out.append(
+                make_check(
+                    f"thm4.1(iv) P(|A_i|>{eps:g}) {estimator} R={R} p={p:.3g}",
+                    estimate=m,
+                    exact=exact,
+                    se=se,
+                    n=n,
+                    k=k,
+                    details={
+                        "chebyshev_bound": cheb,
+                        "bound_holds": bool(exact <= cheb + 1e-12),
+                        "bound_vacuous": bool(cheb >= 1.0),
+                        "eps": eps,
+                        "n_ties": int(np.count_nonzero(ties)),
+                        "float_event_mismatch_off_ties": mismatch,
+                    },
+                )
             )
-        )
         if baseline:
             ex_b = exact_baseline_tail_bernoulli(R=R, eps=eps, p=p)
             m, se = _mean_se(sampled_baseline_tail_event(rewards, eps=eps, p=p).astype(float))

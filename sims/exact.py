@@ -9,6 +9,9 @@ group statistic is a finite sum over (own reward, number of successes among the 
 advantage values of each configuration are computed with :func:`grpo_theory.compute_advantages`
 itself (nothing is re-implemented), which makes these expectations exact up to float rounding
 for every estimator, linear or not (``grpo_std``, ``asym_grpo``, ``power_alpha``, ``fade``).
+Tails are the exception: whether ``|A_1| > eps`` holds at a tie cannot be read off a float, so
+:func:`bernoulli_tail` is :func:`grpo_theory.bounds.exact_advantage_tail_bernoulli` (the event
+decided on the exact advantage values).
 
 Because rollouts are exchangeable, ``E[g_hat] = E[(1/R) sum_i A_i psi_i] = E[A_1 psi_1]`` and
 ``E[A_1 psi_1] = sum_o pi_o psi_o E[A_1 | o]`` (seed paper Eq. 19 with the expectation taken
@@ -23,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from grpo_theory import binom_pmf, compute_advantages
-from grpo_theory.registry import RegistryView
+from grpo_theory.bounds import exact_advantage_tail_bernoulli
+from grpo_theory.registry import RegistryView, estimator_names, estimator_spec
 
 __all__ = [
     "ESTIMATOR_SPECS",
@@ -148,12 +152,43 @@ def bernoulli_advantage_moments(
 def bernoulli_tail(
     estimator: str, *, R: int, p: float, eps: float, opts: dict[str, Any] | None = None
 ) -> float:
-    """Exact ``P(|A_1| > eps)`` (strict) for i.i.d. Bernoulli(p) rewards."""
+    """Exact ``P(|A_1| > eps)`` (strict) for i.i.d. Bernoulli(p) rewards (Thm 4.1 (iv)).
+
+    :func:`grpo_theory.bounds.exact_advantage_tail_bernoulli` (the one implementation) with this
+    module's options: the event ``|A_1| > eps`` is decided exactly by
+    :func:`grpo_theory.bounds.advantage_tail_event` (exact advantage values; ``eps`` read as its
+    decimal repr, so ``eps = 1/3`` is ``0.3333333333333333 < 1/3``), the same event the Monte
+    Carlo side (:func:`sims.checks.sampled_advantage_tail_event`) counts. There is no float
+    fallback: every per-group estimator of the registry has an exact form (batch-coupled ones are
+    not per-group); an estimator without one raises ``ValueError``.
+
+    Args:
+        estimator: registry name with an exact form.
+        R: group size, ``>= 2``.
+        p: success probability in ``[0, 1]``.
+        eps: threshold, ``>= 0``.
+        opts: estimator options (default :data:`ESTIMATOR_SPECS`).
+
+    Returns:
+        The probability (float).
+    """
     _check_R_p(R, p)
-    T = own_reward_table(estimator, R=R, opts=opts)
-    wk = binom_pmf(np.arange(R), R - 1, p)
-    pr = np.array([1.0 - p, p])
-    return float(pr @ (np.abs(T) > eps).astype(np.float64) @ wk)
+    _require_exact(estimator)
+    return float(
+        exact_advantage_tail_bernoulli(
+            R=R, eps=eps, p=p, estimator=estimator,
+            estimator_options=estimator_options(estimator, opts),
+        )
+    )
+
+
+def _require_exact(estimator: str) -> None:
+    if not estimator_spec(estimator).has_exact:
+        raise ValueError(
+            f"estimator {estimator!r} has no exact form, so the event |A_1| > eps cannot be "
+            "decided exactly (ties); the advantage tail is defined here for estimators with an "
+            f"exact form only: {list(estimator_names(exact=True))}"
+        )
 
 
 def expected_gradient_bernoulli(

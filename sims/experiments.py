@@ -408,7 +408,7 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
         hoeffding_bound,
     )
 
-    from .checks import check_tails, sampled_baseline_tail_event
+    from .checks import check_tails, sampled_advantage_tail_event, sampled_baseline_tail_event
     from .exact import bernoulli_tail
 
     t0 = time.perf_counter()
@@ -425,7 +425,6 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     curves = []
     for R in Rs:
         rew = (rng.random((n, R)) < p).astype(np.float64)
-        A = rew - rew.mean(1, keepdims=True)
         curves.append(
             {
                 "R": R,
@@ -434,7 +433,10 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
                 "exact_adv_tail": [
                     bernoulli_tail("grpo", R=R, p=p, eps=float(e)) for e in eps_grid
                 ],
-                "mc_adv_tail": [float((np.abs(A) > e).mean()) for e in eps_grid],
+                "mc_adv_tail": [
+                    float(sampled_advantage_tail_event(rew, eps=float(e), estimator="grpo").mean())
+                    for e in eps_grid
+                ],
                 "exact_base_tail": [
                     exact_baseline_tail_bernoulli(R=R, eps=float(e), p=p) for e in eps_grid
                 ],

@@ -23,6 +23,7 @@ from paper_checks.registry import (
     claim,
     ordered_ids,
     run_claim,
+    verdict_from,
 )
 
 
@@ -269,6 +270,54 @@ def test_verdict_from_maps_a_missing_computation_to_inconclusive():
         verdict_from(False, otherwise="false")
 
 
+def _synthetic(monkeypatch, name: str, fn) -> None:
+    _load_all()
+    monkeypatch.setitem(REGISTRY, name, REGISTRY["thm4_1_i_zero_sum"].__class__(
+        name, "-", "-", "-", fn))
+
+
+def test_inconclusive_because_not_computed_reports_why_not_the_refutation(monkeypatch):
+    from paper_checks.report import _section, summary_table
+
+    def cross_check_disagrees(ctx: CheckContext) -> Outcome:
+        # the exact route says "refuted", the Monte Carlo cross-check disagreed
+        return Outcome(verdict_from(False, computed=False), {"mc_all_within_k_se": False},
+                       correction="REFUTATION TEXT", short="REFUTATION SHORT")
+
+    _synthetic(monkeypatch, "tmp_not_computed", cross_check_disagrees)
+    r = run_claim("tmp_not_computed")
+    assert r.verdict == "inconclusive" and type(r.verdict) is str
+    assert r.undecided and "cross-check did not agree" in r.undecided
+    assert "points to 'refuted'" in r.undecided
+    assert r.summary == f"undecided: {r.undecided}"
+    assert "REFUTATION" not in r.summary
+    assert r.as_dict()["undecided"] == r.undecided
+    assert "REFUTATION SHORT" not in summary_table([r])
+    sec = _section(r)
+    assert f"- **Why undecided:** {r.undecided}" in sec
+    assert "(not established):** REFUTATION TEXT" in sec
+
+
+def test_inconclusive_by_design_keeps_its_correction_as_the_reason(monkeypatch):
+    def undecidable(ctx: CheckContext) -> Outcome:
+        return Outcome(verdict_from(False, otherwise="inconclusive"), {"x": 1.0},
+                       correction="needs the paper's model", short="needs the model")
+
+    _synthetic(monkeypatch, "tmp_by_design", undecidable)
+    r = run_claim("tmp_by_design")
+    assert r.verdict == "inconclusive" and r.undecided is None
+    assert r.summary == "needs the model"
+
+
+def test_undecided_is_only_for_inconclusive_and_a_check_may_write_its_own():
+    own = Outcome(verdict_from(True, computed=False), {}, undecided="exact routes differ by 1e-3")
+    assert own.undecided == "exact routes differ by 1e-3" and own.verdict == "inconclusive"
+    assert "points to 'holds'" in Outcome(verdict_from(True, computed=False), {}).undecided
+    assert Outcome(verdict_from(True), {}).undecided is None
+    with pytest.raises(ValueError, match="undecided"):
+        Outcome("holds", {}, undecided="x")
+
+
 def test_claim_modules_use_the_one_verdict_helper():
     import pathlib
     import re
@@ -414,3 +463,42 @@ def test_scale_factor_is_finite_at_a_subnormal_solve_rate():
 
     for J in (1.1e-308, 5e-324, 0.3, 1.0):
         assert scale_factor("grpo", 4, J) == pytest.approx(0.75, abs=1e-15)
+
+
+# --- Sec. 7.1 effective rank: the "only if" direction ------------------------------------------
+def test_effective_rank_deficit_matches_lagrange_and_the_near_flat_closed_form_tiny_case():
+    from grpo_theory import effective_rank
+
+    # s = (2, 1): r_eff = (2 + 1)^2 / (4 + 1) = 9/5, so rank - r_eff = 1/5; Lagrange's identity:
+    # (2 - 1)^2 / 5 = 1/5; the closed form for s = 1 + delta e_1 with r = 2, delta = 1:
+    # (r - 1) delta^2 / (r + 2 delta + delta^2) = 1 / 5
+    assert 2 - effective_rank([2.0, 1.0]) == pytest.approx(0.2, abs=1e-15)
+    # r = 8, delta = 0.01: 7e-4 / (8 + 0.02 + 1e-4) = 7e-4 / 8.0201 = 8.72806...e-5 > 0
+    s = np.ones(8)
+    s[3] += 0.01
+    assert 8 - effective_rank(s) == pytest.approx(7e-4 / 8.0201, abs=1e-13)
+
+
+def test_sec7_1_effective_rank_checks_the_converse():
+    r = run_claim("sec7_1_effective_rank_definition")
+    assert r.verdict == "holds"
+    ev = r.evidence
+    assert ev["min_rank_minus_eff_rank_random_nonflat"] > 1e-12
+    assert ev["min_rank_minus_eff_rank_near_flat"] > 1e-12
+    assert ev["near_flat_r8_delta0.01_closed_form"] == pytest.approx(7e-4 / 8.0201, rel=1e-12)
+    assert "only for a flat spectrum" in r.claim and "Lagrange" in r.check
+
+
+def test_sec7_1_effective_rank_is_not_holds_when_near_flat_spectra_reach_the_rank(monkeypatch):
+    import paper_checks.claims_new as cn
+    from grpo_theory import effective_rank
+
+    def blunt(s):  # rounds a near-flat spectrum's r_eff up to its rank: "only if" broken
+        s = np.asarray(s, dtype=float)
+        nz = s[s > 1e-12 * s.max()]
+        return float(nz.size) if np.ptp(nz) <= 0.2 * nz.max() else effective_rank(s)
+
+    monkeypatch.setattr(cn, "effective_rank", blunt)
+    r = run_claim("sec7_1_effective_rank_definition")
+    assert r.verdict != "holds"
+    assert r.evidence["min_rank_minus_eff_rank_near_flat"] == 0.0

@@ -237,6 +237,44 @@ def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> N
     assert (tmp_path / "cache_b" / "checkpoint.pt").is_file() and (b / "train.png").is_file()
 
 
+def test_run_train_rerun_with_fewer_steps_reports_them_and_leaves_later_steps_on_disk(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from real_model.train import TrainConfig, run_train
+
+    kw = dict(R_values=(2,), max_new_tokens=3, shots=1, prompts_per_step=1, lr=1e-2,
+              stop_strings=("\n",))
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    full = run_train(out, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
+                     reward_fn=_odd_reward, cache_dir=cache)
+    jsonl = (out / "steps.jsonl").read_bytes()
+    ckpt = hashlib.sha256((cache / "checkpoint.pt").read_bytes()).hexdigest()
+
+    res = run_train(out, TrainConfig(steps=1, **kw), loaded=_tiny_loaded(), progress=False,
+                    reward_fn=_odd_reward)
+    assert res["steps_done"] == 1 and [r["step"] for r in res["steps"]] == [0]
+    assert res["steps"][0] == full["steps"][0]
+    assert res["steps_on_disk"] == 2 and res["checkpoint_steps_done"] == 2
+    assert "steps 1..1 are left untouched on disk" in res["note"]
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["steps_done"] == 1 and saved["note"] == res["note"]
+    table = (out / "table.md").read_text()
+    assert "| 0 |" in table and "| 1 |" not in table and "left untouched" in table
+    # nothing on disk was truncated or retrained
+    assert (out / "steps.jsonl").read_bytes() == jsonl
+    assert hashlib.sha256((cache / "checkpoint.pt").read_bytes()).hexdigest() == ckpt
+
+    again = run_train(out, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
+                      reward_fn=_odd_reward)
+    assert again["steps"] == full["steps"] and again["note"] is None  # the records as written
+    assert again["steps_on_disk"] == 2
+
+
 def test_compare_toy_rows_and_outputs(tmp_path: Path) -> None:
     import matplotlib
 

@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 
 from grpo_theory import compute_advantages, isotropic_effective_rank_binary
 from grpo_theory.bernoulli import exact_advantage_moments
-from grpo_theory.bounds import exact_baseline_tail_bernoulli
+from grpo_theory.bounds import (
+    advantage_tail_event,
+    exact_advantage_tail_bernoulli,
+    exact_baseline_tail_bernoulli,
+)
 from sims import checks
 from sims._stats import Z_THRESHOLD, discrete_mean_sd
 from sims.bandit import SoftmaxBandit
@@ -110,6 +114,81 @@ def test_sampled_baseline_event_is_the_exact_tails_event(R: int, p: float, eps: 
     pmf = np.array([math.comb(R, int(j)) * p**j * (1 - p) ** (R - j) for j in k])
     ref = float(exact_baseline_tail_bernoulli(R=R, eps=eps, p=p))
     assert float(pmf @ hit) == pytest.approx(ref, abs=1e-12)
+
+
+def test_advantage_tail_at_a_tie_is_the_exact_event_R3_half() -> None:
+    # grpo, R = 3: A_1 = r_1 - (r_1 + j)/3, j = successes among the 2 others ~ Bin(2, 1/2):
+    #   r_1 = 1: j = 0, 1, 2 -> 2/3, 1/3, 0;   r_1 = 0: j = 0, 1, 2 -> 0, -1/3, -2/3.
+    # P(r_1, j) = 1/2 * C(2, j)/4, so P(|A_1| = 0) = P(|A_1| = 2/3) = 1/4, P(|A_1| = 1/3) = 1/2.
+    # eps = 1/3 exactly: only |A_1| = 2/3 counts -> 1/4.
+    # eps = float 1/3 = 0.3333333333333333 (its decimal, below 1/3): 1/3 and 2/3 count -> 3/4.
+    # (The former float table gave 1/2: it counted 1 - 2/3 = 0.33333333333333337 but not -1/3.)
+    assert bernoulli_tail("grpo", R=3, p=0.5, eps=1 / 3) == 0.75
+    assert exact_advantage_tail_bernoulli(R=3, eps=Fraction(1, 3), p=0.5) == 0.25
+    assert advantage_tail_event(R=3, eps=Fraction(1, 3)).tolist() == [
+        [False, False, True], [True, False, False]]
+    assert advantage_tail_event(R=3, eps=1 / 3).tolist() == [
+        [False, True, True], [True, True, False]]
+
+
+@pytest.mark.parametrize(
+    ("estimator", "R", "eps"),
+    [("grpo", 3, 1 / 3), ("grpo", 4, 0.25), ("grpo", 4, 0.5), ("rloo", 3, 0.5),
+     ("dr_grpo", 3, 1 / 3), ("grpo_std", 4, 0.5), ("fade", 3, 0.3)],
+)
+def test_sampled_advantage_event_over_all_groups_reproduces_the_exact_tail_at_ties(
+    estimator: str, R: int, eps: float
+) -> None:
+    # every binary group of size R, weighted by its probability: the sampled event's weighted
+    # mean over rollouts is the exact tail (the same event, ties included)
+    p = 0.37
+    rows = np.array(list(itertools.product([0.0, 1.0], repeat=R)))
+    w = np.prod(np.where(rows == 1, p, 1 - p), axis=1)
+    hit = checks.sampled_advantage_tail_event(rows, eps=eps, estimator=estimator)
+    assert float(w @ hit.mean(1)) == pytest.approx(
+        bernoulli_tail(estimator, R=R, p=p, eps=eps), abs=1e-12)
+    # per rollout it is the exact rule |A| > eps on the exact values (eps read as its decimal)
+    from grpo_theory import advantage_values
+
+    opts = ESTIMATOR_SPECS[estimator]
+    e = Fraction(repr(eps))
+    for row, h in zip(rows, hit, strict=True):
+        k = int(row.sum())
+        s_, f_ = advantage_values(estimator, R=R, k=k, **opts)
+        want = [bool(abs(s_ if r == 1 else f_) > e) for r in row]
+        assert h.tolist() == want
+
+
+def test_tail_check_at_a_tie_counts_the_exact_event_and_float_agrees_off_ties() -> None:
+    # R = 3, p = 1/2, eps = 1/3: exact tail 3/4 (hand-checked above); seeded, |z| <= k = 4
+    res = checks.check_tails(estimator="grpo", R=3, p=0.5, eps_values=(1 / 3,), n_groups=20_000,
+                             rng=np.random.default_rng(3))
+    adv = res[0]
+    assert adv.exact == 0.75 and adv.passed and abs(adv.estimate - 0.75) <= K_SE * adv.se
+    assert adv.details["n_ties"] > 0
+    assert adv.details["float_event_mismatch_off_ties"] == 0
+
+
+def test_sampled_advantage_event_rejects_non_binary_rewards() -> None:
+    with pytest.raises(ValueError, match="binary"):
+        checks.sampled_advantage_tail_event(np.array([[0.5, 1.0]]), eps=0.1, estimator="grpo")
+
+
+def test_advantage_tail_needs_an_exact_form_and_the_tail_check_skips_without_one() -> None:
+    from grpo_theory import registry
+    from grpo_theory.registry import EstimatorSpec, register_estimator
+
+    register_estimator(EstimatorSpec(
+        name="test_float_only_grpo", fn=lambda rewards: compute_advantages("grpo", rewards),
+        source="test only"))
+    try:
+        with pytest.raises(ValueError, match="no exact form"):
+            bernoulli_tail("test_float_only_grpo", R=3, p=0.5, eps=0.2)
+        res = checks.check_tails(estimator="test_float_only_grpo", R=3, p=0.5, eps_values=(0.2,),
+                                 n_groups=100, rng=np.random.default_rng(0))
+        assert [r.name.split()[0] for r in res] == ["appA.2"]  # baseline row only
+    finally:
+        del registry._REGISTRY["test_float_only_grpo"]
 
 
 @pytest.mark.parametrize("estimator", ["grpo_std", "fade", "rloo", "power_alpha"])

@@ -97,6 +97,44 @@ def test_aggregation_bad_input() -> None:
     assert aggregation_weights([[0, 2]], mode="sequence_mean").tolist() == [[0.0, 0.25]]
 
 
+@pytest.mark.parametrize(
+    ("bad", "err", "match"),
+    [
+        ([1, 2], ValueError, r"lengths must be 2-D \[num_prompts, group_size\], got shape \(2,\)"),
+        ([[]], ValueError, r"lengths has an empty axis: shape \(1, 0\)"),
+        ([[float("nan"), 2]], ValueError, r"lengths contains a non-finite value \(nan\)"),
+        ([[1.5, 2]], ValueError, r"lengths must be non-negative integers \(completion token"),
+        ([[-1, 2]], ValueError, r"lengths must be non-negative integers"),
+        ([[1 + 1j, 2]], TypeError, "lengths must be real"),
+        ([["a", "b"]], TypeError, "lengths must be numeric array-like"),
+        ([[1, 2, 3]], ValueError,
+         r"lengths shape \(1, 3\) does not match (rewards|advantages) shape \(1, 2\)"),
+    ],
+)
+def test_one_lengths_validator_gives_the_same_error_everywhere(bad, err, match) -> None:
+    from grpo_theory import whiten
+    from grpo_theory._validate import check_lengths
+
+    calls = [lambda: check_lengths(bad, shape=(1, 2)),
+             lambda: compute_advantages("opo", [[1.0, 0.0]], lengths=bad),
+             lambda: whiten([[1.0, 0.0]], lengths=bad)]
+    if "does not match" not in match:  # aggregation has no rewards to match
+        calls.append(lambda: aggregation_weights(bad, mode="token_mean"))
+    msgs = set()
+    for call in calls:
+        with pytest.raises(err, match=match) as info:
+            call()
+        msgs.add(str(info.value).replace("advantages shape", "rewards shape"))
+    assert len(msgs) == 1, msgs
+
+
+def test_check_lengths_accepts_integer_tensors_and_returns_float64() -> None:
+    from grpo_theory._validate import check_lengths
+
+    out = check_lengths(torch.tensor([[0, 3]]), shape=(1, 2))
+    assert out.dtype == np.float64 and out.tolist() == [[0.0, 3.0]]
+
+
 # --- mass ----------------------------------------------------------------------------------------
 @settings(max_examples=40, deadline=None)
 @given(
