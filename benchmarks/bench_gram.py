@@ -6,7 +6,10 @@ On the SAME batch (seeded random token ids; the first quarter of each row is the
 * (a) ``plain``: one batched forward + ``loss.backward()`` of ``sum_i sum_t w_it log pi``;
 * (b) ``exact``: ``trajectory_gram(..., method="exact")`` (one forward + backward, per-layer
   Grams);
-* (c) ``naive``: ``trajectory_gram(..., method="naive")`` (R backward passes, stored gradients).
+* (c) ``naive``: ``trajectory_gram(..., method="naive")`` (R backward passes, stored gradients);
+* (b') ``exact-triton``: ``trajectory_gram(..., linear_method="triton")`` (every Linear weight by
+  the fused Triton kernel of ``real_model._gram_triton``); in the default ``--modes`` only when
+  triton is installed and ``--device`` is CUDA.
 
 It prints the ratios (b)/(a), (c)/(a) and the relative error ``max|K_b - K_c| / max|K_c|``, and
 where the exact mode's time goes (per-module Gram work vs. forward/backward). Peak memory is the
@@ -21,6 +24,8 @@ the 4-layer float32 variant used for the float32 error)::
         --dtype bfloat16 --R 16 --tokens 512 --repeat 3 --json bench_nemotron.json
     python benchmarks/bench_gram.py --config nemotron-mini-4b --random-init --device cuda \
         --layers 4 --vocab 32000 --dtype float32 --R 8 --tokens 256 --repeat 3
+
+With triton installed (``pip install -e '.[triton]'``) both commands add the row (b').
 
 Outputs: a Markdown table on stdout, plus ``--json PATH`` / ``--md PATH`` / ``--png PATH``.
 """
@@ -65,7 +70,14 @@ NEMOTRON_MINI_4B: dict[str, Any] = {
     "initializer_range": 0.0134,
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODES = ("plain", "exact", "naive")
+MODES = ("plain", "exact", "exact-triton", "naive")
+EXACT_MODES = ("exact", "exact-triton")
+
+
+def default_modes(device: str) -> list[str]:
+    """All modes; ``exact-triton`` only where it can run (triton installed, a CUDA device)."""
+    triton_ok = device.startswith("cuda") and importlib.util.find_spec("triton") is not None
+    return [m for m in MODES if m != "exact-triton" or triton_ok]
 
 
 def _dtype(name: str):
@@ -144,6 +156,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     from real_model import _gram_modules as gm
+    from real_model import _gram_triton as gt
     from real_model.gram import token_logprobs, trajectory_gram
 
     cuda = args.device.startswith("cuda")
@@ -155,10 +168,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     # where the exact mode's time goes: wrap the per-module Gram helpers with timers
     spent: dict[str, float] = {}
-    for name in ("linear_weight_gram_identity", "linear_weight_gram_per_sample",
-                 "linear_weight_rows", "bias_gram", "embedding_rows_gram",
-                 "generic_per_sample_grads"):
-        fn = getattr(gm, name)
+    for mod, name in [(gm, n) for n in ("linear_weight_gram_identity",
+                                        "linear_weight_gram_per_sample", "linear_weight_rows",
+                                        "bias_gram", "embedding_rows_gram",
+                                        "generic_per_sample_grads")] + [
+                          (gt, "linear_weight_gram_triton")]:
+        fn = getattr(mod, name)
 
         def timed(*a, _fn=fn, _name=name, **k):
             sync()
@@ -168,7 +183,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - s
             return out
 
-        setattr(gm, name, timed)
+        setattr(mod, name, timed)
+    linear_method = "triton" if args.mode == "exact-triton" else args.linear_method
 
     def run() -> Any:
         if args.mode == "plain":
@@ -176,8 +192,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             loss = (token_logprobs(model, ids, am) * cm.to(torch.float32)).sum()
             loss.backward()
             return None
-        return trajectory_gram(model, ids, am, cm, method=args.mode,
-                               linear_method=args.linear_method,
+        return trajectory_gram(model, ids, am, cm,
+                               method="exact" if args.mode in EXACT_MODES else args.mode,
+                               linear_method=linear_method,
                                gram_precision=args.gram_precision, naive_stored=stored,
                                chunk_size=args.chunk_size or None)
 
@@ -188,10 +205,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         free = torch.cuda.mem_get_info()[0]
         stored = max(1, min(args.R, int(0.5 * free // per_psi) - 1))
 
-    # warm-up on a 2-row, 16-token slice (kernels, allocator); not timed
-    small = argparse.Namespace(**{**vars(args), "R": min(2, args.R), "tokens": 16})
+    # warm-up on a 2-row, 16-token slice (kernels, allocator); not timed. The Triton mode warms
+    # up with all R rows: its kernels are compiled per row count (R_PAD) and dtype
+    warm_rows = args.R if linear_method == "triton" else min(2, args.R)
+    small = argparse.Namespace(**{**vars(args), "R": warm_rows, "tokens": 16})
     w_ids, w_am, w_cm = make_batch(model.config.vocab_size, small)
-    trajectory_gram(model, w_ids, w_am, w_cm, method="exact")
+    trajectory_gram(model, w_ids, w_am, w_cm, method="exact", linear_method=linear_method)
     model.zero_grad(set_to_none=True)
     spent.clear()
     rss_after_load = _rss_mib()
@@ -259,16 +278,19 @@ def summarise(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> d
                                      for m, r in results.items()}}
     base = results.get("plain", {}).get("time_s")
     cbase = results.get("plain", {}).get("cpu_time_s")
-    for m in ("exact", "naive"):
+    for m in (*EXACT_MODES, "naive"):
         if base and m in results:
-            out[f"ratio_{m}_over_plain"] = results[m]["time_s"] / base
-            out[f"cpu_ratio_{m}_over_plain"] = results[m]["cpu_time_s"] / cbase
-    if "exact" in results and "naive" in results:
-        Kb = torch.tensor(results["exact"]["K"], dtype=torch.float64)
-        Kc = torch.tensor(results["naive"]["K"], dtype=torch.float64)
-        out["rel_err_exact_vs_naive"] = float((Kb - Kc).abs().max() / Kc.abs().max())
-    if "exact" in results:
-        out["K_exact"] = results["exact"]["K"]
+            key = m.replace("-", "_")
+            out[f"ratio_{key}_over_plain"] = results[m]["time_s"] / base
+            out[f"cpu_ratio_{key}_over_plain"] = results[m]["cpu_time_s"] / cbase
+    for m in EXACT_MODES:
+        key = m.replace("-", "_")
+        if m in results and "naive" in results:
+            Kb = torch.tensor(results[m]["K"], dtype=torch.float64)
+            Kc = torch.tensor(results["naive"]["K"], dtype=torch.float64)
+            out[f"rel_err_{key}_vs_naive"] = float((Kb - Kc).abs().max() / Kc.abs().max())
+        if m in results:
+            out[f"K_{key}"] = results[m]["K"]
     return out
 
 
@@ -285,7 +307,10 @@ def markdown(s: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     label = {"plain": "(a) plain forward+backward", "exact": "(b) exact Gram",
+             "exact-triton": "(b') exact Gram, linear_method=triton",
              "naive": "(c) naive Gram (R backward passes)"}
+    if s.get("linear_method", "auto") != "auto":
+        label["exact"] += f", linear_method={s['linear_method']}"
     base = modes.get("plain", {}).get("time_s")
     cbase = modes.get("plain", {}).get("cpu_time_s")
     for m in MODES:
@@ -296,16 +321,19 @@ def markdown(s: dict[str, Any]) -> str:
         cratio = f"{r['cpu_time_s'] / cbase:.2f}" if cbase else "-"
         lines.append(f"| {label[m]} | {r['time_s']:.2f} | {ratio} | {r['cpu_time_s']:.2f} | "
                      f"{cratio} | {r['peak_mem_mib']:.0f} | {r['mem_after_load_mib']:.0f} |")
-    if "rel_err_exact_vs_naive" in s:
-        err = s["rel_err_exact_vs_naive"]
-        lines += ["", f"relative error max|K_b - K_c| / max|K_c| = {err:.3e}"]
-    if "exact" in modes and modes["exact"]["gram_helpers_s"]:
-        h = modes["exact"]["gram_helpers_s"]
-        tot = sum(h.values())
-        parts = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(h.items(), key=lambda kv: -kv[1]))
-        lines += ["", f"exact mode: {tot:.2f} s of {modes['exact']['time_s']:.2f} s in per-module "
-                      f"Gram work ({parts}); the rest is the forward and the input-gradient "
-                      "backward."]
+    for m, b in (("exact", "b"), ("exact-triton", "b'")):
+        err = s.get(f"rel_err_{m.replace('-', '_')}_vs_naive")
+        if err is not None:
+            lines += ["", f"relative error ({b}) vs (c): max|K_{b} - K_c| / max|K_c| = {err:.3e}"]
+    for m in EXACT_MODES:
+        if m in modes and modes[m]["gram_helpers_s"]:
+            h = modes[m]["gram_helpers_s"]
+            tot = sum(h.values())
+            parts = ", ".join(f"{k} {v:.2f} s"
+                              for k, v in sorted(h.items(), key=lambda kv: -kv[1]))
+            lines += ["", f"{m} mode: {tot:.2f} s of {modes[m]['time_s']:.2f} s in per-module "
+                          f"Gram work ({parts}); the rest is the forward and the input-gradient "
+                          "backward."]
     return "\n".join(lines)
 
 
@@ -334,14 +362,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="timed runs per mode (min is reported)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     p.add_argument("--linear-method", default="auto",
-                   choices=["auto", "measured", "identity", "per_sample"])
+                   choices=["auto", "measured", "identity", "per_sample", "triton"],
+                   help="Linear method of the (b) row (the (b') row always uses triton)")
     p.add_argument("--chunk-size", type=int, default=0,
                    help="entries per temporary block (0: the library default)")
     p.add_argument("--gram-precision", default="auto", choices=["auto", "float64", "float32"])
     p.add_argument("--naive-stored", type=int, default=0,
                    help="naive mode: flat gradients held at once (0: all R on CPU, what half the "
                         "free GPU memory holds on CUDA)")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=None,
+                   help=f"comma-separated subset of {MODES} (default: all; exact-triton only "
+                        "with triton installed and a CUDA device)")
     p.add_argument("--json", default=None)
     p.add_argument("--md", default=None)
     p.add_argument("--png", default=None)
@@ -353,9 +384,19 @@ def main(argv: list[str] | None = None) -> int:
         args.mode = args.worker
         Path(args.worker_out).write_text(json.dumps(worker(args)))
         return 0
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.modes is None:
+        modes = default_modes(args.device)
+    else:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if bad := [m for m in modes if m not in MODES]:
         raise SystemExit(f"unknown modes {bad}; choose from {MODES}")
+    if "exact-triton" in modes or args.linear_method == "triton":
+        from real_model import _gram_triton
+
+        try:
+            _gram_triton.require(__import__("torch").device(args.device))
+        except (ImportError, ValueError) as exc:
+            raise SystemExit(f"the Triton mode cannot run here: {exc}") from exc
     results: dict[str, dict[str, Any]] = {}
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
     with tempfile.TemporaryDirectory() as tmp:

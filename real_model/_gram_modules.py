@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from real_model import _gram_triton
+
 __all__ = [
     "Scratch",
     "CPU_CHUNK_SIZE",
@@ -256,7 +258,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-LINEAR_METHODS = ("auto", "measured", "identity", "per_sample")
+LINEAR_METHODS = ("auto", "measured", "identity", "per_sample", "triton")
 
 
 def linear_weight_gram(
@@ -280,6 +282,10 @@ def linear_weight_gram(
       only by rounding, but a timing can differ between processes: runs that must resume
       bit-identically use ``"auto"`` or pin the method.
     * ``"identity"`` / ``"per_sample"``: that method.
+    * ``"triton"``: the fused Triton kernel (:mod:`real_model._gram_triton`; CUDA, or the CPU
+      interpreter with ``TRITON_INTERPRET=1``): per-sample gradient tiles and their Gram formed
+      in registers, never written to memory; ``product_dtype`` does not apply (tile Grams in
+      float32, float64 for float64 inputs; summed over tiles in float64).
     """
     R, T, d_in = a.shape
     d_out = delta.shape[-1]
@@ -307,6 +313,8 @@ def linear_weight_gram(
     elif method == "per_sample":
         linear_weight_gram_per_sample(K, a, delta, chunk_size=chunk_size, scratch=scratch,
                                       product_dtype=product_dtype)
+    elif method == "triton":
+        _gram_triton.linear_weight_gram_triton(K, a, delta)
     else:
         raise ValueError(f"linear method must be one of {LINEAR_METHODS}, got {method!r}")
     return method

@@ -54,12 +54,13 @@ import torch
 from torch import nn
 
 from real_model import _gram_modules as gm
+from real_model import _gram_triton
 from real_model._gram_plan import Plan
 
 __all__ = ["trajectory_gram", "token_logprobs", "trainable_parameters"]
 
 Method = Literal["exact", "naive"]
-LinearMethod = Literal["auto", "measured", "identity", "per_sample"]
+LinearMethod = Literal["auto", "measured", "identity", "per_sample", "triton"]
 GramPrecision = Literal["auto", "float64", "float32"]
 
 
@@ -190,7 +191,11 @@ def trajectory_gram(
         linear_method: ``"auto"`` (default: the cheaper of the two by multiply-add count;
             deterministic), ``"measured"`` (by a cached one-off timing of both where the counts
             are within a factor 4; fastest, but the choice may differ between processes),
-            ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only).
+            ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only), or
+            ``"triton"``: every Linear weight by the fused Triton kernel of
+            ``real_model._gram_triton`` (opt-in; needs ``pip install triton`` and a CUDA device,
+            or ``TRITON_INTERPRET=1`` to run it on CPU for correctness checks; not yet
+            measured on a GPU, see ``docs/real_model_gram.md``).
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
             (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
             float64, except float32 when every trainable parameter is bfloat16/float16, whose
@@ -204,7 +209,9 @@ def trajectory_gram(
 
     Raises:
         ValueError: malformed inputs, no trainable parameter, or a parameter the exact mode cannot
-            attribute per rollout (the message names the module type).
+            attribute per rollout (the message names the module type); ``linear_method="triton"``
+            on a non-CUDA device without ``TRITON_INTERPRET=1``.
+        ImportError: ``linear_method="triton"`` (exact mode) without triton installed.
     """
     if method not in ("exact", "naive"):
         raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
@@ -221,6 +228,8 @@ def trajectory_gram(
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     w = _check_inputs(input_ids, attention_mask, completion_mask)
+    if method == "exact" and linear_method == "triton":
+        _gram_triton.require(input_ids.device)  # before the forward: clear, early errors
     if not trainable_parameters(model):
         raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
     if method == "naive":
