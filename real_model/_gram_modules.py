@@ -65,6 +65,14 @@ re-allocating huge blocks per layer costs (measured on the SmolLM2 benchmark).""
 
 _GPU_CHUNK_MIN, _GPU_CHUNK_MAX = 1 << 22, 1 << 28
 CPU_SLAB_BYTES = 1 << 20
+"""float64 column slab of :func:`flat_gram` on single-threaded CPU (cache-sized)."""
+CPU_SLAB_BYTES_THREADED = 1 << 24
+"""float64 column slab of :func:`flat_gram` on multi-threaded CPU: 16x fewer parallel regions
+than :data:`CPU_SLAB_BYTES` (each costs a thread barrier, which a loaded machine makes expensive).
+Measured on [8, 2^24] float32 rows, quiet 2-core machine, 2 threads: 0.155 s, against 0.165 s with
+1 MiB slabs and 0.31 s for one float64 copy + one GEMM; in the SmolLM2 benchmark (R=8, T=256)
+exact / plain went from 1.16x (one copy + GEMM) to 1.09x. Single-threaded, 1 MiB slabs measured
+1.09x there and 16 MiB ones 1.13x."""
 
 
 def default_chunk_size(device: torch.device) -> int:
@@ -133,13 +141,15 @@ def flat_gram(
         K.addmm_(flat, flat.T)
         return
     R, n = flat.shape
-    # single-threaded CPU: widen to float64 in cache-sized column slabs (R x slab float64 = 1 MiB),
-    # so the rows are read once from memory instead of written and re-read as a full float64 copy
-    # (1.7x faster on [8, 2^20] rows). With several threads, thousands of small parallel regions
-    # cost more than they save (20x slower with 2 threads on a loaded machine), and on a GPU
-    # fewer, larger kernels win: one copy, one GEMM there.
-    sliced = flat.device.type == "cpu" and torch.get_num_threads() == 1
-    slab = min(n, max(1024, CPU_SLAB_BYTES // (8 * R))) if sliced else n
+    # CPU: widen to float64 in column slabs, so the rows are read once from memory instead of
+    # written and re-read as a full float64 copy (2x faster); cache-sized single-threaded, larger
+    # with several threads (see CPU_SLAB_BYTES_THREADED). On a GPU fewer, larger kernels win: one
+    # copy, one GEMM there.
+    if flat.device.type == "cpu":
+        slab_bytes = CPU_SLAB_BYTES if torch.get_num_threads() == 1 else CPU_SLAB_BYTES_THREADED
+        slab = min(n, max(1024, slab_bytes // (8 * R)))
+    else:
+        slab = n
     if scratch is None:
         buf = torch.empty(R * slab, dtype=torch.float64, device=flat.device)
     else:

@@ -139,19 +139,22 @@ def test_bf16_model_exact_is_as_close_to_float64_truth_as_naive(name):
     assert err_exact <= 1.5 * err_naive + 1e-3
 
 
-def test_flat_gram_slabs_and_single_block_agree():
-    """float32 rows widened to float64 in slabs (single-threaded CPU) or in one block: the same
-    float64 products, summed in another order."""
+def test_flat_gram_slabs_and_single_block_agree(monkeypatch):
+    """float32 rows widened to float64 in column slabs (13 slabs of 4096 columns, the last one
+    ragged; 1 and 2 threads) or in one block: the same float64 products, summed in another order."""
     x = torch.randn(3, 50_000, generator=torch.Generator().manual_seed(5))
     ref = x.double() @ x.double().T
     threads = torch.get_num_threads()
     out = {}
     try:
-        for n in (1, 2):
-            torch.set_num_threads(n)
-            K = torch.zeros(3, 3, dtype=torch.float64)
-            gm.flat_gram(K, x, gm.Scratch())
-            out[n] = K
+        for slab_bytes in (8 * 3 * 4096, 1 << 30):
+            monkeypatch.setattr(gm, "CPU_SLAB_BYTES", slab_bytes)
+            monkeypatch.setattr(gm, "CPU_SLAB_BYTES_THREADED", slab_bytes)
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                K = torch.zeros(3, 3, dtype=torch.float64)
+                gm.flat_gram(K, x, gm.Scratch())
+                out[slab_bytes, n] = K
     finally:
         torch.set_num_threads(threads)
     for K in out.values():
