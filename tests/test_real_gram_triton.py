@@ -30,6 +30,7 @@ import sys
 
 import pytest
 import torch
+from test_real_gram_precision import _layer, _truth
 
 from real_model import _gram_triton as gt
 
@@ -43,19 +44,6 @@ needs_triton = pytest.mark.skipif(
 def interpret(monkeypatch):
     """Run Triton kernels on CPU with the interpreter for this test."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def _layer(R: int, T: int, d_in: int, d_out: int, dtype: torch.dtype, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(R, T, d_in, generator=g, dtype=torch.float64)
-    d = torch.randn(R, T, d_out, generator=g, dtype=torch.float64)
-    return a.to(dtype), d.to(dtype)
-
-
-def _truth(a: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """float64 ``sum_{o,k} dW_i[o,k] dW_j[o,k]`` from explicit per-sample gradients."""
-    dW = torch.einsum("rto,rti->roi", d.double(), a.double()).reshape(a.shape[0], -1)
-    return dW @ dW.T
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
