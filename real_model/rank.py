@@ -176,6 +176,31 @@ def prompt_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
+def sample_problem_groups(
+    model: Any,
+    tokenizer: Any,
+    cfg: RankConfig,
+    problems: list[Problem],
+    shots: list[Problem],
+    idxs: list[int],
+    *,
+    R: int,
+    batch_prompts: int,
+) -> list[Any]:
+    """Groups of ``R`` completions for ``problems[i]``, ``i in idxs``, with ``cfg``'s prompt and
+    sampling options and the per-prompt seeds :func:`prompt_seed` ``(cfg.seed, i)``, sampled
+    ``batch_prompts`` prompts at a time (:func:`real_model.rollouts.sample_prompts`)."""
+    from .rollouts import build_prompt, sample_prompts
+
+    prompts = [build_prompt(problems[i].question, style=cfg.prompt_style, shots=shots,
+                            tokenizer=tokenizer) for i in idxs]
+    return sample_prompts(model, tokenizer, prompts, R=R,
+                          seeds=[prompt_seed(cfg.seed, i) for i in idxs],
+                          batch_prompts=batch_prompts, max_new_tokens=cfg.max_new_tokens,
+                          temperature=cfg.temperature, top_p=cfg.top_p,
+                          stop_strings=cfg.stop_strings)
+
+
 def load_problems(cfg: RankConfig, n: int) -> tuple[list[Problem], list[Problem]]:
     """``n`` problems and ``cfg.shots`` worked few-shot examples (generated, disjoint seeds)."""
     shots = generate_problems(
@@ -228,8 +253,6 @@ def run_rank(
 
     from .geometry import group_gram, nested_group_geometry
     from .loading import load_model
-    from .rollouts import build_prompt, sample_prompts
-
     cfg.validate()  # before any file is written or the model is loaded
     problems, shots = load_problems(cfg, cfg.prompts)
     out = Path(out_dir)
@@ -259,22 +282,8 @@ def run_rank(
             # partly written block in full, so every group sees the same batch as uninterrupted
             block = range((i // B) * B, min((i // B + 1) * B, cfg.prompts))
             t0 = time.perf_counter()
-            groups = sample_prompts(
-                loaded.model,
-                loaded.tokenizer,
-                [
-                    build_prompt(problems[j].question, style=cfg.prompt_style, shots=shots,
-                                 tokenizer=loaded.tokenizer)
-                    for j in block
-                ],
-                R=R_max,
-                seeds=[prompt_seed(cfg.seed, j) for j in block],
-                batch_prompts=B,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                stop_strings=cfg.stop_strings,
-            )
+            groups = sample_problem_groups(loaded.model, loaded.tokenizer, cfg, problems, shots,
+                                           list(block), R=R_max, batch_prompts=B)
             sample_s = (time.perf_counter() - t0) / len(block)  # per group, block average
             sampled = dict(zip(block, groups, strict=True))
         batch = sampled.pop(i)

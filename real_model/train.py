@@ -57,7 +57,7 @@ from ._io import (
     rewrite_jsonl,
     write_json,
 )
-from .rank import RankConfig, check_record_configs, load_problems, prompt_seed
+from .rank import RankConfig, check_record_configs, load_problems, sample_problem_groups
 
 __all__ = [
     "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
@@ -202,7 +202,6 @@ def run_train(
     from .data import binary_reward
     from .geometry import group_gram, nested_group_geometry, rollout_weights
     from .loading import load_model
-    from .rollouts import build_prompt, sample_prompts
 
     cfg.validate()  # before any file is written or the model is loaded
     R_train = cfg.train_R or max(cfg.R_values)
@@ -266,22 +265,8 @@ def run_train(
         rewards_all, geos, loss_total = [], [], 0.0
         idxs = [s * cfg.prompts_per_step + j for j in range(cfg.prompts_per_step)]
         # the step's groups in blocks of rollout_batch prompts: a fixed function of the step
-        batches = sample_prompts(
-            model,
-            loaded.tokenizer,
-            [
-                build_prompt(problems[idx].question, style=cfg.prompt_style, shots=shots,
-                             tokenizer=loaded.tokenizer)
-                for idx in idxs
-            ],
-            R=R_train,
-            seeds=[prompt_seed(cfg.seed, idx) for idx in idxs],
-            batch_prompts=cfg.rollout_batch,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            stop_strings=cfg.stop_strings,
-        )
+        batches = sample_problem_groups(model, loaded.tokenizer, cfg, problems, shots, idxs,
+                                        R=R_train, batch_prompts=cfg.rollout_batch)
         for idx, batch in zip(idxs, batches, strict=True):
             prob = problems[idx]
             r = np.array([reward(t, prob.answer) for t in batch.texts])
