@@ -111,6 +111,14 @@ def _top_p_filter(probs: Any, top_p: float) -> Any:
     return out / out.sum(dim=-1, keepdim=True)
 
 
+def _sampling_probs(logits: Any, temperature: float, top_p: float) -> Any:
+    """``softmax(logits / temperature)``, nucleus-truncated to ``top_p`` when ``top_p < 1``."""
+    import torch
+
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return _top_p_filter(probs, top_p) if top_p < 1 else probs
+
+
 def sample_group(
     model: Any,
     tokenizer: Any,
@@ -180,10 +188,8 @@ def sample_group(
             if temperature == 0:
                 nxt = logits.argmax(dim=-1)
             else:
-                probs = torch.softmax(logits / temperature, dim=-1)
-                if top_p < 1:
-                    probs = _top_p_filter(probs, top_p)
-                nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+                nxt = torch.multinomial(_sampling_probs(logits, temperature, top_p), 1,
+                                        generator=gen).squeeze(-1)
             nxt = torch.where(torch.from_numpy(active).to(device), nxt, torch.full_like(nxt, pad))
             new[:, t] = nxt
             ids_now = new[:, : t + 1].tolist()
@@ -342,9 +348,7 @@ def sample_groups(
                 if temperature == 0:
                     pick = lg.argmax(dim=-1)
                 else:
-                    probs = torch.softmax(lg / temperature, dim=-1)
-                    if top_p < 1:
-                        probs = _top_p_filter(probs, top_p)
+                    probs = _sampling_probs(lg, temperature, top_p)
                     if not inb.all():  # rows dropped from the batch (finished): a placeholder
                         # distribution, so the group's draw is one multinomial over R rows as in
                         # sample_group (each row's sample depends on its own probabilities only)
