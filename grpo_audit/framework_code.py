@@ -429,6 +429,19 @@ def _load_trl(tree: SourceTree, dtype: str) -> FrameworkCode:
         s.get_off_policy_mask = gl["get_off_policy_mask"]
         return s
 
+    def _loss_inputs(logp: Any, mask: Any, A: Any, **extra: Any) -> dict[str, Any]:
+        """The batch dict TRL's ``_compute_loss`` reads: dummy one-token prompts, the completion
+        mask and advantages, plus ``extra`` entries."""
+        B, T = logp.shape
+        return {
+            "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+            "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+            "completion_ids": torch.zeros(B, T, dtype=torch.long),
+            "completion_mask": mask,
+            "advantages": A,
+            **extra,
+        }
+
     def grpo_loss(
         lengths: np.ndarray,
         advantages: np.ndarray,
@@ -451,15 +464,7 @@ def _load_trl(tree: SourceTree, dtype: str) -> FrameworkCode:
                 epsilon_high=eh,
                 max_completion_length=max_completion_length or logp.shape[1],
             )
-            B = logp.shape[0]
-            inputs = {
-                "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
-                "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-                "completion_ids": torch.zeros(B, logp.shape[1], dtype=torch.long),
-                "completion_mask": mask,
-                "advantages": A,
-                "num_items_in_batch": mask.sum(),
-            }
+            inputs = _loss_inputs(logp, mask, A, num_items_in_batch=mask.sum())
             return gl["_compute_loss"](s, None, inputs)
 
         return _loss_weights(f, lengths, advantages, width)
@@ -469,15 +474,7 @@ def _load_trl(tree: SourceTree, dtype: str) -> FrameworkCode:
 
         def f(logp: Any, mask: Any, A: Any) -> Any:
             s = _stub(logp)
-            B = logp.shape[0]
-            inputs = {
-                "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
-                "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-                "completion_ids": torch.zeros(B, logp.shape[1], dtype=torch.long),
-                "completion_mask": mask,
-                "advantages": A,
-                "old_logps": (logp.detach() * mask).sum(1),
-            }
+            inputs = _loss_inputs(logp, mask, A, old_logps=(logp.detach() * mask).sum(1))
             return rl["_compute_loss"](s, None, inputs)
 
         return _loss_weights(f, lengths, advantages, width)
