@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,12 @@ __all__ = [
 ]
 
 LINEAR_METHODS = gm.LINEAR_METHODS
+
+
+def _in_backward() -> bool:
+    """Whether autograd is running a backward on this thread (checkpoint recomputation)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
 
 
 class GramCaptureError(ValueError):
@@ -268,12 +275,15 @@ class GramCapture:
         self._handles: list[Any] = []
         self._trl: tuple[Any, Any] | None = None
         self._busy = False
+        self._exited = False
+        self._live = 0  # tapped calls whose graph is alive
+        self._attr = f"_gram_capture_call_{id(self)}"
         self.roots: list[torch.Tensor] = []
 
     # ----------------------------------------------------------------- context
     def __enter__(self) -> GramCapture:
-        if self._handles:
-            raise RuntimeError("this GramCapture is already active")
+        if self._handles or self._exited:
+            raise RuntimeError("a GramCapture serves one forward + backward: make a new one")
         for name, (mod, _, _) in self.plan.modules.items():
             self._handles.append(mod.register_forward_pre_hook(
                 functools.partial(self._pre, name), with_kwargs=True))
@@ -283,14 +293,32 @@ class GramCapture:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self._open.clear()
+        """Restore TRL's function; remove the hooks once no tapped graph is alive.
+
+        A graph whose taps saved their inputs under non-reentrant checkpointing is recomputed in
+        its backward, and the recomputation must tap the same inputs again (checkpointing checks
+        that it saves what the forward saved). So while such a graph lives, the hooks stay,
+        tapping only inside a backward; they go when its last tap is freed (weak finalizers).
+        """
+        self._exited = True
         if self._trl is not None:
             utils, original = self._trl
             utils._ChunkedLogProbFunction = original
             self._trl = None
+        if self._live == 0:
+            self._remove_hooks()
+
+    def _remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._open.clear()
+
+    def _release(self) -> None:
+        """Finalizer of one tapped call: its graph is gone."""
+        self._live -= 1
+        if self._exited and self._live == 0:
+            self._remove_hooks()
 
     @property
     def chunk(self) -> int:
@@ -389,17 +417,22 @@ class GramCapture:
 
     def _pre(self, name: str, mod: nn.Module, args: tuple, kwargs: dict) -> Any:
         """Forward pre-hook: open a call record; tap the floating input (see module doc)."""
-        if self._busy or self.failed or not torch.is_grad_enabled():
+        # the decision to tap must not depend on state that changes between a checkpointed
+        # forward and its recomputation (e.g. ``failed``): both must save the same tensors
+        if self._busy or not torch.is_grad_enabled() or (self._exited and not _in_backward()):
             return None
         kind = self.plan.modules[name][1]
         call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
         if call is None:
             return None
-        self._open[name].append(call)
         if kind == "embedding":
+            self._open[name].append(call)
             return None
         # outside the guard: checkpointing's early stop may raise through here, as it must
         tapped = _InputTap.apply(self.anchor, args[call.slot], call, self)
+        setattr(tapped, self._attr, call)  # the forward hook finds its call on its input
+        self._live += 1
+        weakref.finalize(call, self._release)
         return (*args[: call.slot], tapped, *args[call.slot + 1:]), kwargs
 
     def _open_call(self, name: str, kind: str, args: tuple, kwargs: dict) -> _Call:
@@ -432,10 +465,12 @@ class GramCapture:
             return None
         if isinstance(out, torch.Tensor) and out.requires_grad:
             self.called[name] += 1
-        stack = self._open.get(name)
-        if not stack:
-            return None
-        call = stack.pop()
+        call = next((c for v in args if (c := getattr(v, self._attr, None)) is not None), None)
+        if call is None:
+            stack = self._open.get(name)
+            if not stack or self.plan.modules[name][1] != "embedding":
+                return None
+            call = stack.pop()
         if self.failed:
             return None
         if not isinstance(out, torch.Tensor):

@@ -142,6 +142,35 @@ def test_gradient_checkpointing_counts_each_module_once(reentrant):
         assert torch.equal(g, p.grad)
 
 
+@pytest.mark.parametrize("reentrant", [None, False])
+def test_backward_after_leaving_the_context_still_works(reentrant):
+    """The hooks stay while a tapped graph lives (a non-reentrant recomputation must save what
+    the forward saved), tapping only inside a backward; they go when the graph is freed."""
+    model = llama(tied=False, seed=17)
+    ids, am, cm = batch(R=3, T=8)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    if reentrant is not None:
+        model.train()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    def hooks():
+        return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+
+    before = hooks()  # HF's checkpointing adds one (enable_input_require_grads)
+    with GramCapture(model) as cap:
+        loss = (token_logprobs(model, ids, am) * cm).sum()
+    token_logprobs(model, ids[:1], am[:1])  # after the context: not tapped, not an error
+    loss.backward()
+    assert cap.ok and rel_err(cap.result(), K_ref) <= RTOL
+    del loss
+    import gc
+
+    gc.collect()
+    assert hooks() == before
+
+
 def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
     ids, am, cm = batch(R=3)
     with GramCapture(untied) as cap:

@@ -163,7 +163,10 @@ def test_plan_passes_hand_checked():
 
 def test_pass_bytes_per_row_hand_checked():
     model = llama(tied=False, seed=8)  # L=2, d=16, f=24, H=4, float64
-    assert pass_bytes_per_row(model, 10) == 2 * 10 * (24 * 16 + 6 * 24 + 3 * 4 * 10) * 8
+    model.config._attn_implementation = "sdpa"
+    assert pass_bytes_per_row(model, 10) == 2 * 10 * (20 * 16 + 5 * 24) * 8
+    model.config._attn_implementation = "eager"  # + the [H, T, T] scores and probabilities
+    assert pass_bytes_per_row(model, 10) == 2 * 10 * (20 * 16 + 5 * 24 + 2 * 4 * 10) * 8
 
 
 def test_rows_gram_rejects_bad_input():
@@ -212,3 +215,22 @@ def test_no_rows_by_tokens_by_vocab_tensor_in_a_pass():
         token_logprobs(model, ids, am)
     assert full.largest >= R * (T - 1) * V  # the recorder sees the full-logits route's tensor
     assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL
+
+
+def test_rows_gram_under_reentrant_checkpointing_keeps_the_hosts_grads():
+    """``autograd.grad`` cannot run through reentrant checkpointing: the pass then runs a full
+    ``.backward()`` and restores every ``.grad`` the host had."""
+    import warnings
+
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0, seed=10)
+    ids, am, cm = batch(R=3, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 0.5)
+        K = rows_gram(model, ids, am, cm)
+    assert rel_err(K, K_ref) <= RTOL
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in model.parameters())
