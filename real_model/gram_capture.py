@@ -284,12 +284,12 @@ class GramCapture:
     def __enter__(self) -> GramCapture:
         if self._handles or self._exited:
             raise RuntimeError("a GramCapture serves one forward + backward: make a new one")
+        self._install_trl_intercept()  # first: it may refuse (another capture around TRL)
         for name, (mod, _, _) in self.plan.modules.items():
             self._handles.append(mod.register_forward_pre_hook(
                 functools.partial(self._pre, name), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(
                 functools.partial(self._post, name), with_kwargs=True))
-        self._install_trl_intercept()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -369,6 +369,7 @@ class GramCapture:
         Raises:
             GramCaptureError: with every problem of :meth:`problems`, or on a non-finite ``K``.
         """
+        self.roots = []  # the backward is over: drop the embedding outputs (and their hooks)
         probs = self.problems()
         if probs:
             raise GramCaptureError("; ".join(probs))
