@@ -73,6 +73,8 @@ __all__ = [
     "causal_lm_parts",
     "CausalLMParts",
     "pass_bytes_per_row",
+    "pass_fixed_bytes",
+    "plan_passes",
     "default_memory_budget",
 ]
 
@@ -564,7 +566,7 @@ def default_memory_budget(device: torch.device) -> int:
     return 8 << 30
 
 
-def _plan_passes(sizes: list[int], max_rows: int) -> list[list[int]]:
+def plan_passes(sizes: list[int], max_rows: int) -> list[list[int]]:
     """Group consecutive blocks (by index) so that each group holds at most ``max_rows`` rows;
     a block larger than that is a group of its own (a block is never split)."""
     passes: list[list[int]] = []
@@ -639,7 +641,7 @@ def rows_gram(
         memory_budget_bytes)
     per_row = pass_bytes_per_row(model, T)
     max_rows = max(1, (budget - pass_fixed_bytes(chunk_size, input_ids.device)) // per_row)
-    passes = [[0]] if blocks is None else _plan_passes([len(g) for g in groups], max_rows)
+    passes = [[0]] if blocks is None else plan_passes([len(g) for g in groups], max_rows)
     Ks: list[torch.Tensor | None] = [None] * len(groups)
     lp_all = torch.zeros(R, T, dtype=torch.float64, device=input_ids.device)
     for pas in passes:

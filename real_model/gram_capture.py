@@ -594,8 +594,12 @@ class GramCapture:
         n, cls = self.n, type(mod)
         grads = None
         if self.norm_closed_form_ok.get(cls, True):
+            # the input requires grad in the re-run, as in the host's forward, so that autograd
+            # saves both factors of ``weight * z`` (the closed form reads them)
+            rerun = tuple(a.detach().requires_grad_(a.is_floating_point())
+                          if isinstance(a, torch.Tensor) else a for a in args)
             with torch.enable_grad():
-                out = mod.forward(*args)
+                out = mod.forward(*rerun)
             if isinstance(out, torch.Tensor) and out.grad_fn is not None:
                 grads = gm.fast_leaf_grads(mod, names, args, delta, out.grad_fn, R=n)
         if grads is not None and cls not in self.norm_closed_form_ok:
@@ -700,12 +704,13 @@ class GramCapture:
 
     def watch_fused_head(self, outputs: tuple, hidden: torch.Tensor, weight: torch.Tensor,
                          bias: torch.Tensor | None, targets: torch.Tensor,
-                         transform: HeadTransform, mask: Any) -> None:
+                         transform: HeadTransform, mask: Any, tile: int) -> None:
         """After TRL's fused head ran: hook its backward node to add the head's contribution.
 
         ``mask`` ``[n, T']`` (TRL's ``labels != -100``) places the ``N`` scored tokens in rows:
         TRL scores either the masked tokens only (``N = mask.sum()``, its "compact" mode on
-        Triton devices) or every position (``N = n T'``, row-major).
+        Triton devices) or every position (``N = n T'``, row-major). ``tile``: vocabulary columns
+        per tile, at most TRL's own chunk width.
         """
         logp = outputs[0]
         if self.failed or self._busy or not isinstance(logp, torch.Tensor) or \
@@ -716,7 +721,7 @@ class GramCapture:
             return
         ent = outputs[1] if len(outputs) > 1 and isinstance(outputs[1], torch.Tensor) else None
         saved = (hidden.detach(), weight, bias, targets, logp.detach(),
-                 None if ent is None else ent.detach(), transform, state)
+                 None if ent is None else ent.detach(), transform, state, tile)
         logp.grad_fn.register_prehook(functools.partial(self._fused_backward, saved))
 
     def _fused_rows(self, hidden: torch.Tensor, mask: Any) -> tuple:
@@ -738,7 +743,7 @@ class GramCapture:
         entropy's gradient), scattered into rows ``[n, T', tile]`` for :meth:`head_tile`."""
         if self.failed:
             return None
-        hidden, weight, bias, targets, logp, ent, transform, (shape, rr, cc) = saved
+        hidden, weight, bias, targets, logp, ent, transform, (shape, rr, cc), tile = saved
         g_lp = grad_outputs[0]
         g_ent = grad_outputs[1] if len(grad_outputs) > 1 else None
         if g_lp is None and g_ent is None:
@@ -763,7 +768,8 @@ class GramCapture:
             if st is None:
                 return
             tiles = logit_grad_tiles(h, wd, bd, tgt, log_z, transform=transform,
-                                     tile=default_vocab_tile(h.shape[0], wd.shape[0]),
+                                     tile=min(tile, default_vocab_tile(h.shape[0],
+                                                                       wd.shape[0])),
                                      grad_logprobs=g_lp, grad_entropy=g_ent, entropy=ent)
             for v0, v1, dy in tiles:
                 self.head_tile(st, v0, v1, rows(dy))
@@ -802,5 +808,6 @@ class _TrlFusedHead:
             softcap=bound.get("final_logit_softcapping"),
         )
         self.capture.watch_fused_head(out, bound["hidden"], bound["weight"], bound["bias"],
-                                      bound["targets"], transform, mask)
+                                      bound["targets"], transform, mask,
+                                      int(bound["chunk_size"]))
         return out

@@ -181,6 +181,31 @@ def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
     assert rel_err(cap.result(), trajectory_gram(untied, ids, am, cm, method="naive")) <= RTOL
 
 
+def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
+    """Each RMSNorm's per-row gradient comes from the closed form; the generic per-row VJP runs
+    only once per module class (the check of that closed form)."""
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0)
+    calls = {"fast": 0, "generic": 0}
+    fast, generic = gm.fast_leaf_grads, gm.generic_per_sample_grads
+
+    def counted_fast(*a, **k):
+        out = fast(*a, **k)
+        calls["fast"] += out is not None
+        return out
+
+    def counted_generic(*a, **k):
+        calls["generic"] += 1
+        return generic(*a, **k)
+
+    monkeypatch.setattr(gm, "fast_leaf_grads", counted_fast)
+    monkeypatch.setattr(gm, "generic_per_sample_grads", counted_generic)
+    ids, am, cm = batch(R=3)
+    with GramCapture(model) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.ok
+    assert calls == {"fast": 5, "generic": 1}  # 2 layers x 2 norms + the final norm
+
+
 # ----------------------------------------------------------------------------- coverage
 @pytest.mark.parametrize("hooks", ["_forward_hooks", "_forward_pre_hooks"])
 def test_a_module_whose_hook_is_removed_is_reported_by_name(hooks):

@@ -23,10 +23,12 @@ from test_real_gram import batch, llama, rel_err  # noqa: E402
 from real_model import gram as gram_mod  # noqa: E402
 from real_model.gram import (  # noqa: E402
     pass_bytes_per_row,
+    plan_passes,
     rows_gram,
     token_logprobs,
     trajectory_gram,
 )
+from real_model.gram_capture import GramCapture  # noqa: E402
 from real_model.gram_head import HeadTransform, head_logprobs, head_transform  # noqa: E402
 
 RTOL = 1e-10
@@ -127,27 +129,24 @@ def test_rows_gram_with_logit_scale_and_softcap_equals_per_row_reference():
     assert rel_err(K, per_row_gram(model, terms)) <= RTOL
 
 
-def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass():
+def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass(monkeypatch):
     model = llama(tied=True, bias=True, kv_heads=2, pad=0, seed=7)
     ids, am, cm = batch(R=6, T=9, seed=2)
     K_full = trajectory_gram(model, ids, am, cm, method="naive")
     blocks = [[0, 1], [2, 5], [3], [4]]
-    calls = []
-    orig = gram_mod._gram_pass
+    made: list[GramCapture] = []
 
-    def counting(*args, **kwargs):
-        calls.append(args[1].shape[0])
-        return orig(*args, **kwargs)
+    class Recorded(GramCapture):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
 
+    monkeypatch.setattr(gram_mod, "GramCapture", Recorded)
     per_row = pass_bytes_per_row(model, 9)
     fixed = gram_mod.pass_fixed_bytes(None, ids.device)
-    try:
-        gram_mod._gram_pass = counting
-        Ks, lp = rows_gram(model, ids, am, cm, blocks=blocks, return_logprobs=True,
-                           memory_budget_bytes=fixed + 2 * per_row)
-    finally:
-        gram_mod._gram_pass = orig
-    assert calls == [2, 2, 2]  # [0,1] | [2,5] | [3]+[4]
+    Ks, lp = rows_gram(model, ids, am, cm, blocks=blocks, return_logprobs=True,
+                       memory_budget_bytes=fixed + 2 * per_row)
+    assert [c.n for c in made] == [2, 2, 2]  # [0,1] | [2,5] | [3]+[4]
     for b, K in zip(blocks, Ks, strict=True):
         assert rel_err(K, K_full[b][:, b]) <= RTOL
     _, lp_ref = trajectory_gram(model, ids, am, cm, return_logprobs=True)
@@ -156,9 +155,9 @@ def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass():
 
 
 def test_plan_passes_hand_checked():
-    assert gram_mod._plan_passes([2, 2, 1, 1], 2) == [[0], [1], [2, 3]]
-    assert gram_mod._plan_passes([3, 1, 1], 4) == [[0, 1], [2]]
-    assert gram_mod._plan_passes([5, 1], 2) == [[0], [1]]  # a block is never split
+    assert plan_passes([2, 2, 1, 1], 2) == [[0], [1], [2, 3]]
+    assert plan_passes([3, 1, 1], 4) == [[0, 1], [2]]
+    assert plan_passes([5, 1], 2) == [[0], [1]]  # a block is never split
 
 
 def test_pass_bytes_per_row_hand_checked():
