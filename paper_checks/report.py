@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grpo_io import environment, write_json
+from grpo_io import environment, locks_out_dir, write_json
 
 from .registry import PAPERS, VERDICT_LEGEND, VERDICTS, ClaimResult, run_claims
 from .tables import AuditTable
@@ -177,6 +177,7 @@ def _a2_figure(fig_dir: Path, *, quick: bool) -> str:
     return f"figures/{path.name}"
 
 
+@locks_out_dir("audit")
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
               ids: list[str] | None = None, paper: str = "seed") -> list[ClaimResult]:
     """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""
