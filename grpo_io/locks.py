@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -76,7 +76,7 @@ def _holder_record(purpose: str) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "started": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
+        "started": datetime.now().astimezone().isoformat(timespec="seconds"),
         "purpose": purpose,
         "command": _command_line(),
     }

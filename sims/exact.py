@@ -27,9 +27,11 @@ import numpy as np
 
 from grpo_theory import binom_pmf, compute_advantages
 from grpo_theory.bounds import exact_advantage_tail_bernoulli
+from grpo_theory.limits import ARRAY_R_MAX, check_R_limit
 from grpo_theory.registry import RegistryView, estimator_names, estimator_spec
 
 __all__ = [
+    "TABLE_R_MAX",
     "ESTIMATOR_SPECS",
     "estimator_options",
     "own_reward_table",
@@ -56,11 +58,27 @@ def estimator_options(name: str, opts: dict[str, Any] | None = None) -> dict[str
     return dict(ESTIMATOR_SPECS.get(name, {}))
 
 
-def _check_R_p(R: int, p: float) -> None:
+#: Largest group the enumeration tables accept (:func:`own_reward_table`, :func:`pair_table` and
+#: everything built on them): they evaluate the estimator on ``O(R)`` reward rows of ``R``
+#: entries, ``O(R^2)`` memory (32 MiB for the pair table at the cap, about a second).
+TABLE_R_MAX = 1024
+
+_TABLE_ALTERNATIVE = (
+    "for larger groups use grpo_theory.exact_advantage_moments (exact values per (R, k), "
+    "R <= EXACT_R_MAX), the closed forms of grpo_theory.symbolic.linear_estimator_moments "
+    "(linear estimators, any R), the Hoeffding/Bernstein bounds, or a Monte Carlo estimate"
+)
+
+
+def _check_R_p(R: int, p: float, *, routine: str | None) -> None:
+    """``R >= 2`` and ``p`` in ``[0, 1]``; with ``routine``, also ``R <= TABLE_R_MAX``."""
     if int(R) != R or R < 2:
         raise ValueError(f"group size R must be an integer >= 2, got {R}")
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"success probability p must be in [0, 1], got {p}")
+    if routine is not None:
+        check_R_limit(int(R), limit=TABLE_R_MAX, name="TABLE_R_MAX", routine=routine,
+                      cost="O(R) reward rows of R entries", alternative=_TABLE_ALTERNATIVE)
 
 
 def own_reward_table(estimator: str, *, R: int, opts: dict[str, Any] | None = None) -> np.ndarray:
@@ -74,7 +92,7 @@ def own_reward_table(estimator: str, *, R: int, opts: dict[str, Any] | None = No
     Returns:
         ``[2, R]`` float64 array, ``k = 0..R-1`` successes among the other ``R-1`` rollouts.
     """
-    _check_R_p(R, 0.5)
+    _check_R_p(R, 0.5, routine="own_reward_table")
     rows = np.zeros((2 * R, R))
     for r1 in (0, 1):
         for k in range(R):
@@ -90,7 +108,7 @@ def pair_table(estimator: str, *, R: int, opts: dict[str, Any] | None = None) ->
     Returns:
         ``[2, 2, R-1, 2]`` float64 array.
     """
-    _check_R_p(R, 0.5)
+    _check_R_p(R, 0.5, routine="pair_table")
     rows = np.zeros((4 * (R - 1), R))
     i = 0
     for r1 in (0, 1):
@@ -107,7 +125,7 @@ def cond_advantage_given_reward(
     estimator: str, *, R: int, p: float, opts: dict[str, Any] | None = None
 ) -> np.ndarray:
     """``[E[A_1 | r_1 = 0], E[A_1 | r_1 = 1]]`` for i.i.d. Bernoulli(p) rewards (exact)."""
-    _check_R_p(R, p)
+    _check_R_p(R, p, routine="cond_advantage_given_reward")
     T = own_reward_table(estimator, R=R, opts=opts)
     w = binom_pmf(np.arange(R), R - 1, p)
     return T @ w
@@ -123,7 +141,7 @@ def bernoulli_advantage_moments(
         ``mean_sum`` (E sum_i A_i), ``max_abs_sum`` (max over all groups of |sum_i A_i|),
         ``cond_mean_failure``, ``cond_mean_success``, ``sigma2`` (= p (1 - p)).
     """
-    _check_R_p(R, p)
+    _check_R_p(R, p, routine="bernoulli_advantage_moments")
     T = own_reward_table(estimator, R=R, opts=opts)
     wk = binom_pmf(np.arange(R), R - 1, p)
     pr = np.array([1.0 - p, p])
@@ -172,7 +190,7 @@ def bernoulli_tail(
     Returns:
         The probability (float).
     """
-    _check_R_p(R, p)
+    _check_R_p(R, p, routine=None)  # capped at EXACT_R_MAX by the exact tail itself
     _require_exact(estimator)
     return float(
         exact_advantage_tail_bernoulli(
@@ -230,6 +248,12 @@ def linear_coefficients(
     Raises:
         ValueError: when the estimator is not linear (checked on random reward rows).
     """
+    if int(R) != R or R < 1:
+        raise ValueError(f"group size R must be a positive integer, got {R}")
+    check_R_limit(int(R), limit=ARRAY_R_MAX // 11, name="ARRAY_R_MAX // 11",
+                  routine="linear_coefficients",
+                  cost="11 reward rows of R entries", alternative="the closed form "
+                  "grpo_theory.symbolic.linear_weights(name) holds for any R")
     opts_ = estimator_options(estimator, opts)
     basis = np.zeros((3, R))
     basis[1, 0] = 1.0

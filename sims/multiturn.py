@@ -17,6 +17,7 @@ softmax(theta[h, s])`` picks ``a``; the stage reward is ``r_h = c * Bernoulli(m[
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -28,7 +29,12 @@ from grpo_theory import compute_advantages
 
 from .exact import estimator_options
 
-__all__ = ["MultiTurnMDP"]
+__all__ = ["MultiTurnMDP", "MULTISET_CELLS_MAX"]
+
+#: Most cells (multisets x (R - 1)) the exact conditional advantage enumerates: the multisets of
+#: the other ``R - 1`` rollouts' reward counts grow as ``C(R - 1 + H, H)`` (16 MB, about a
+#: second at the cap).
+MULTISET_CELLS_MAX = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,13 @@ class MultiTurnMDP:
     def _others_multisets(self, R: int) -> tuple[np.ndarray, np.ndarray]:
         """All multisets of the other ``R-1`` rollouts' reward counts, with probabilities."""
         H = self.shape[0]
+        n_sets = math.comb(R - 1 + H, H)  # multisets of R - 1 counts in 0..H
+        if n_sets * (R - 1) > MULTISET_CELLS_MAX:
+            raise ValueError(
+                f"R={R}, H={H}: {n_sets} multisets of the other R - 1 reward counts "
+                f"({n_sets * (R - 1)} cells) exceed MULTISET_CELLS_MAX={MULTISET_CELLS_MAX}; "
+                "estimate E[A_1 | own count] by Monte Carlo (check_multiturn samples it)"
+            )
         p0 = self.total_count_pmf()
         combos = np.array(
             list(itertools.combinations_with_replacement(range(H + 1), R - 1)), dtype=np.int64

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from grpo_theory import compute_advantages
+from grpo_theory.limits import ARRAY_R_MAX, check_R_limit
 
 from ._stats import jackknife_cosine as _jackknife_cosine
 from ._stats import mean_se as _mean_se
@@ -149,6 +150,10 @@ def multiturn_mode_coefficients(
     probed with unit stage rewards (others 0); raises if the mode is not linear."""
     from grpo_theory.multiturn import multiturn_advantages
 
+    check_R_limit(int(R), limit=ARRAY_R_MAX // (8 * max(int(H), 1)), name="ARRAY_R_MAX // (8 H)",
+                  routine="multiturn_mode_coefficients", cost="probes of (H + 5) x R x H "
+                  "stage rewards", alternative="estimate the gradient by Monte Carlo "
+                  "(multiturn_advantages on sampled groups)")
     probe = np.zeros((H + 1, R, H))
     for hp in range(H):
         probe[hp + 1, 0, hp] = 1.0
