@@ -356,7 +356,8 @@ def rloo_advantages(rewards: Array) -> Array:
     k = _pow2_scale(r, 1)  # scaled form: no overflow in the sum (see _pow2_scale)
     u = r / k
     total = u.sum(1, keepdim=True) if is_torch(u) else u.sum(axis=1, keepdims=True)
-    A = _where(_constant_rows(r), r * 0.0, (u - (total - u) / (R - 1)) * k)
+    with np.errstate(over="ignore"):  # an overflow is refused by _check_out, by name
+        A = _where(_constant_rows(r), r * 0.0, (u - (total - u) / (R - 1)) * k)
     return _check_out(A, "rloo", "|r_i - leave-one-out mean| exceeds the largest float")
 
 
@@ -372,7 +373,9 @@ def reinforce_advantages(rewards: Array, *, baseline: float = 0.0) -> Array:
     """
     r = as_rewards(rewards)
     baseline = real_option(baseline, "baseline")
-    return _check_out(r - baseline, "reinforce", f"r_i - baseline with baseline={baseline!r}")
+    with np.errstate(over="ignore"):  # an overflow is refused by _check_out, by name
+        A = r - baseline
+    return _check_out(A, "reinforce", f"r_i - baseline with baseline={baseline!r}")
 
 
 def asym_grpo_advantages(rewards: Array, *, delta: float | Array = 1.0) -> Array:
@@ -393,7 +396,8 @@ def asym_grpo_advantages(rewards: Array, *, delta: float | Array = 1.0) -> Array
     check_group_size(r.shape[1], minimum=2, estimator="asym_grpo")
     d = _as_param(delta, r, "delta", positive=True)
     c = _centred(r)
-    A = _where(c >= 0, c, c / d)
+    with np.errstate(over="ignore"):  # an overflow is refused by _check_out, by name
+        A = _where(c >= 0, c, c / d)
     return _check_out(A, "asym_grpo", f"c_i / delta with delta={delta!r}")
 
 
@@ -421,8 +425,9 @@ def power_alpha_advantages(rewards: Array, *, alpha: float | Array = 1.0) -> Arr
     c = _centred(r)
     base = 1.0 - m
     safe_base = _where(base > 0, base, base + 1.0)
-    factor = _where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0)
-    return _check_out(factor * c, "power_alpha", f"(1 - mean)^(alpha - 1) with alpha={alpha!r}")
+    with np.errstate(over="ignore", invalid="ignore"):  # refused by _check_out, by name
+        A = _where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0) * c
+    return _check_out(A, "power_alpha", f"(1 - mean)^(alpha - 1) with alpha={alpha!r}")
 
 
 def fade_advantages(

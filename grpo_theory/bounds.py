@@ -100,7 +100,8 @@ def chebyshev_bound(*, R: Any, eps: Any, sigma2: Any) -> float | np.ndarray:
         sigma2: reward variance(s), ``>= 0``.
 
     Returns:
-        float or array (broadcast shape); not clipped at 1.
+        float or array (broadcast shape); not clipped at 1; a bound beyond the float range is
+        ``inf`` (vacuous), and ``0`` when ``R = 1`` or ``sigma2 = 0``.
 
     >>> chebyshev_bound(R=4, eps=0.5, sigma2=0.25)
     0.75
@@ -110,7 +111,10 @@ def chebyshev_bound(*, R: Any, eps: Any, sigma2: Any) -> float | np.ndarray:
     s = _arr(sigma2, "sigma2")
     if np.any(s < 0):
         raise ValueError(f"sigma2 must be >= 0, got {sigma2}")
-    return _out((r - 1) * s / (r * e**2))
+    # beyond the float range: inf (vacuous); the 0 * inf of R = 1 is masked by the where
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        v = np.where((r - 1) * s == 0, 0.0, ((r - 1) / r) * (s / e) / e)
+    return _out(v)
 
 
 def hoeffding_bound(*, R: Any, eps: Any, width: float = 1.0) -> float | np.ndarray:
@@ -133,7 +137,8 @@ def hoeffding_bound(*, R: Any, eps: Any, width: float = 1.0) -> float | np.ndarr
     r = _arr(R, "R", positive=True, integer=True)
     e = _arr(eps, "eps", positive=True)
     w = _arr(width, "width", positive=True)
-    return _out(2.0 * np.exp(-2.0 * r * e**2 / w**2))
+    with np.errstate(over="ignore", under="ignore"):  # exp(-inf) = 0, exactly the limit
+        return _out(2.0 * np.exp(-2.0 * r * (e / w) ** 2))
 
 
 def bernstein_bound(*, R: Any, eps: Any, sigma2: Any, width: float = 1.0) -> float | np.ndarray:
@@ -158,7 +163,10 @@ def bernstein_bound(*, R: Any, eps: Any, sigma2: Any, width: float = 1.0) -> flo
     w = _arr(width, "width", positive=True)
     if np.any(s < 0):
         raise ValueError(f"sigma2 must be >= 0, got {sigma2}")
-    return _out(2.0 * np.exp(-r * e**2 / (2.0 * s + 2.0 * w * e / 3.0)))
+    # r eps^2 / (2 sigma2 + 2 width eps / 3) written as r eps / (2 sigma2 / eps + 2 width / 3):
+    # no eps^2 to overflow or underflow; an exponent beyond the float range gives exp(-inf) = 0
+    with np.errstate(over="ignore", under="ignore"):
+        return _out(2.0 * np.exp(-r * (e / (2.0 * s / e + 2.0 * w / 3.0))))
 
 
 def _check_eps(eps: Any) -> Any:

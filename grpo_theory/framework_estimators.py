@@ -107,11 +107,14 @@ def _scaled_moments(x: np.ndarray, w: np.ndarray, ddof: int) -> tuple[float, flo
     s0 = float(np.max(np.abs(x[w > 0]))) if np.any(w > 0) else 0.0
     s0 = s0 if s0 > 0 else 1.0
     mean = s0 * float((w * (x / s0)).sum() / N)
-    c = x - mean
-    s = float(np.max(np.abs(c[w > 0])))
-    if s == 0:
-        return mean, 1.0, 0.0
-    v = float((w * (c / s) ** 2).sum() / N) * N / (N - ddof)
+    # a spread |x - mean| beyond the float range gives s = inf and v = NaN: the caller's result
+    # is then not finite and refused by _like ("not representable"), without a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = x - mean
+        s = float(np.max(np.abs(c[w > 0])))
+        if s == 0:
+            return mean, 1.0, 0.0
+        v = float((w * (c / s) ** 2).sum() / N) * N / (N - ddof)
     return mean, s, v
 
 
@@ -173,7 +176,8 @@ def whiten(
             "(the variance is undefined)"
         )
     mean, s, v = _scaled_moments(a, w, ddof)
-    c = a - mean
+    with np.errstate(over="ignore"):  # refused by _like below when not finite
+        c = a - mean
     if v == 0:
         return _like(np.zeros_like(a), advantages)
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
@@ -322,7 +326,9 @@ def flash_reinforce_advantages(rewards: Array) -> Array:
     if r.max() == r.min():
         return _like(np.zeros_like(r), rewards)
     s = float(np.max(np.abs(r)))
-    return _like(r - s * float((r / s).mean()), rewards)
+    with np.errstate(over="ignore"):  # an overflow is refused by _like, by name
+        A = r - s * float((r / s).mean())
+    return _like(A, rewards)
 
 
 def opo_advantages(rewards: Array, *, lengths: Array | None = None) -> Array:
@@ -389,7 +395,9 @@ def gpg_advantages(rewards: Array, *, f_norm: float = 1.0) -> Array:
     if f_norm == 0:
         raise ValueError("f_norm must be nonzero, got 0")
     alpha = r.size / max(1, int(np.count_nonzero(r)))
-    return _like(alpha * _centred(r) / f_norm, rewards)
+    with np.errstate(over="ignore"):  # an overflow is refused by _like, by name
+        A = alpha * _centred(r) / f_norm
+    return _like(A, rewards)
 
 
 def grpo_passk_advantages(

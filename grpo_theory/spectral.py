@@ -33,6 +33,7 @@ Input rules (errors name the problem, nothing is clamped silently):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +61,8 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-6
 PSD_RTOL = 1e-5
+
+_LOG_FLOAT_MAX = math.log(np.finfo(np.float64).max)
 
 
 def _real_float64(x: Any, name: str) -> np.ndarray:
@@ -328,7 +331,16 @@ def spectral_metrics(
     if mx == 0.0:
         return _metrics_from_s(np.zeros(k.shape[0]), r)
     s = _sv_unit(m / mx)
-    return _metrics_from_s(s, r, cw * np.sqrt(ck) * np.sqrt(mx))
+    # the reported singular values are scale * s: refuse (before multiplying) when they leave
+    # the float range; every other metric is scale-free
+    log_top = math.log(cw) + 0.5 * (math.log(ck) + math.log(mx)) + math.log(max(float(s.max()),
+                                                                                   1e-300))
+    if log_top > _LOG_FLOAT_MAX:
+        raise ValueError(
+            f"the singular values of diag(weights) Psi exceed the float range (max |weight| "
+            f"{cw:.3g}, max |K| {ck:.3g}): rescale the weights or the scores"
+        )
+    return _metrics_from_s(s, r, cw * math.sqrt(ck) * math.sqrt(mx))
 
 
 def spectral_metrics_from_matrix(G: Any, *, rtol: float = DEFAULT_RTOL) -> SpectralMetrics:
