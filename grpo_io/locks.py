@@ -219,13 +219,25 @@ def _release(fd: int, fcntl: Any) -> None:
 
 
 def locks_out_dir(
-    purpose: str, *, arg: str = "out_dir", option: str = "--out"
+    purpose: str,
+    *,
+    arg: str = "out_dir",
+    option: str = "--out",
+    check: Callable[[dict[str, Any]], object] | None = None,
 ) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Decorator: hold :func:`lock_out_dir` on the folder passed as ``arg`` during each call.
 
-    >>> @locks_out_dir("demo")
+    ``check(arguments)`` (the call's arguments by name), when given, runs first: options are
+    validated before the folder is created or locked.
+
+    >>> import tempfile
+    >>> @locks_out_dir("demo", check=lambda a: print("checked x =", a["x"]))
     ... def run(out_dir, *, x=1):
     ...     return x
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     run(d, x=2)
+    checked x = 2
+    2
     """
 
     def wrap(fn: Callable[P, T]) -> Callable[P, T]:
@@ -233,7 +245,10 @@ def locks_out_dir(
 
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> T:
-            folder = sig.bind(*args, **kwargs).arguments[arg]
+            arguments = sig.bind(*args, **kwargs).arguments
+            if check is not None:
+                check(arguments)
+            folder = arguments[arg]
             with lock_out_dir(folder, purpose=purpose, option=option):
                 return fn(*args, **kwargs)
 

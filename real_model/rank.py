@@ -231,7 +231,7 @@ def load_problems(cfg: RankConfig, n: int) -> tuple[list[Problem], list[Problem]
     return probs, shots
 
 
-@locks_out_dir("real rank")
+@locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
 def run_rank(
     out_dir: str | Path,
     cfg: RankConfig,

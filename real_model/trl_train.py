@@ -142,7 +142,7 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
     return out
 
 
-@locks_out_dir("real trl-train")
+@locks_out_dir("real trl-train", check=lambda a: _validate(a["cfg"]))
 def run_trl_train(
     out_dir: str | Path,
     cfg: TRLTrainConfig,
