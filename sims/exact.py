@@ -42,6 +42,8 @@ __all__ = [
     "expected_gradient_bernoulli",
     "linear_coefficients",
     "expected_gradient_linear",
+    "projection_moments",
+    "outcome_advantage_se",
 ]
 
 #: Estimators checked by default, with the options used: a read-only live view of the registry
@@ -285,6 +287,81 @@ def expected_gradient_linear(
     a, b, c = linear_coefficients(estimator, R=R, opts=opts)
     J = float(probs @ means)
     return (probs * (a * means + b * (R - 1) * J + c)) @ psi
+
+
+def _conditional_tables(
+    estimator: str, R: int, p: float, opts: dict[str, Any] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(T, w1, P2, w2)``: :func:`own_reward_table` with its weights ``Bin(j; R-1, p)`` and
+    :func:`pair_table` with ``Bin(j; R-2, p)``."""
+    T = own_reward_table(estimator, R=R, opts=opts)
+    P2 = pair_table(estimator, R=R, opts=opts)
+    return T, binom_pmf(np.arange(R), R - 1, p), P2, binom_pmf(np.arange(R - 1), R - 2, p)
+
+
+def projection_moments(
+    estimator: str,
+    *,
+    probs: np.ndarray,
+    means: np.ndarray,
+    x: np.ndarray,
+    R: int,
+    opts: dict[str, Any] | None = None,
+) -> tuple[float, float]:
+    """Exact ``E[X]`` and ``E[X^2]`` of ``X = (1/R) sum_i A_i x_{o_i}`` for one group, binary
+    rewards (``x_o``: a scalar per outcome, e.g. ``<psi_o, grad J> / |grad J|^2``).
+
+    With ``m_r = sum_o pi_o P(r | o) x_o`` and ``m2_r = sum_o pi_o P(r | o) x_o^2`` (``P(1 | o) =
+    mu_o``), and the others' rewards independent of a rollout's outcome given its reward:
+    ``E[X] = sum_r m_r E[A_1 | r_1 = r]`` and
+    ``E[X^2] = (1/R) sum_r m2_r E[A_1^2 | r] + ((R-1)/R) sum_{r, r'} m_r m_r' E[A_1 A_2 | r, r']``
+    (the conditional moments from :func:`own_reward_table` / :func:`pair_table`).
+    """
+    probs, means, _ = _outcome_arrays(probs, means, np.zeros((np.size(probs), 1)))
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != probs.shape:
+        raise ValueError(f"x must be shaped like probs {probs.shape}, got {x.shape}")
+    p = float(np.clip(probs @ means, 0.0, 1.0))
+    _check_R_p(R, p, routine="projection_moments")
+    T, w1, P2, w2 = _conditional_tables(estimator, R, p, opts)
+    pr = np.stack([probs * (1.0 - means), probs * means])  # [r, o]: pi_o P(r | o)
+    m, m2 = pr @ x, pr @ x**2
+    mean = float(m @ (T @ w1))
+    e11 = float(m2 @ ((T**2) @ w1))
+    e12 = float(np.einsum("a,b,abj,j->", m, m, P2[..., 0] * P2[..., 1], w2))
+    return mean, e11 / R + (R - 1) / R * e12
+
+
+def outcome_advantage_se(
+    estimator: str,
+    *,
+    probs: np.ndarray,
+    means: np.ndarray,
+    outcome: int,
+    theta: float,
+    R: int,
+    n_groups: int,
+    opts: dict[str, Any] | None = None,
+) -> float:
+    """Exact (delta-method) SE of ``sum_g S_g / sum_g N_g``, the Monte Carlo ``E[A_i | o]``.
+
+    ``S = sum_i 1[o_i = o] A_i``, ``N = sum_i 1[o_i = o]`` per group; at the exact ``theta =
+    E[A_i | o]`` the ratio's SE is ``sqrt(E[(S - theta N)^2] / n) / E[N]``, ``E[N] = R pi_o``,
+    with ``E[(S - theta N)^2] = R E[Z_1^2] + R (R-1) E[Z_1 Z_2]``, ``Z_i = 1[o_i = o] (A_i -
+    theta)``: ``E[Z_1^2] = pi_o sum_r P(r | o) E[(A_1 - theta)^2 | r]`` and
+    ``E[Z_1 Z_2] = pi_o^2 sum_{r, r'} P(r | o) P(r' | o) E[(A_1 - theta)(A_2 - theta) | r, r']``.
+    """
+    probs, means, _ = _outcome_arrays(probs, means, np.zeros((np.size(probs), 1)))
+    p = float(np.clip(probs @ means, 0.0, 1.0))
+    _check_R_p(R, p, routine="outcome_advantage_se")
+    T, w1, P2, w2 = _conditional_tables(estimator, R, p, opts)
+    pi, mu = float(probs[outcome]), float(means[outcome])
+    pr = np.array([1.0 - mu, mu])
+    ez2 = pi * float(pr @ (((T - theta) ** 2) @ w1))
+    cross = (P2[..., 0] - theta) * (P2[..., 1] - theta)
+    ez12 = pi**2 * float(np.einsum("a,b,abj,j->", pr, pr, cross, w2))
+    v = max(R * ez2 + R * (R - 1) * ez12, 0.0)
+    return float(np.sqrt(v / n_groups) / (R * pi))
 
 
 def _outcome_arrays(

@@ -323,9 +323,10 @@ class MultiTurnMDP:
         return combos.astype(np.float64), np.nan_to_num(prob)
 
     def expected_own_advantage_given_total(
-        self, estimator: str, *, R: int, opts: dict[str, Any] | None = None
+        self, estimator: str, *, R: int, opts: dict[str, Any] | None = None, power: int = 1
     ) -> np.ndarray:
-        """``[H+1]`` exact ``E[A_1 | own reward count = c]``, the others ``R-1`` i.i.d. rollouts.
+        """``[H+1]`` exact ``E[A_1^power | own reward count = c]``, the others ``R-1`` i.i.d.
+        rollouts (``power=2``: the second moment, for exact standard errors).
 
         The estimator is applied to the total returns (Eq. 22: every stage of a rollout gets the
         same advantage).
@@ -339,7 +340,7 @@ class MultiTurnMDP:
         for c in range(H + 1):
             rows = np.concatenate([np.full((others.shape[0], 1), float(c)), others], axis=1)
             A1 = np.asarray(compute_advantages(estimator, self.reward_value * rows, **opts_))[:, 0]
-            out[c] = prob @ A1
+            out[c] = prob @ A1**power
         return out
 
     def conditional_advantage(
@@ -352,11 +353,13 @@ class MultiTurnMDP:
         a: int,
         past_count: int,
         opts: dict[str, Any] | None = None,
+        power: int = 1,
     ) -> float:
-        """Exact ``E[A_hat(h) | prefix]`` for a prefix ending in ``(s_h, a_h)`` with ``past_count``
-        successful rewards at stages ``< h``: enumerate the own continuation and the others."""
+        """Exact ``E[A_hat(h)^power | prefix]`` for a prefix ending in ``(s_h, a_h)`` with
+        ``past_count`` successful rewards at stages ``< h``: enumerate the own continuation and
+        the others."""
         F = self.future_count_pmf()[h, s, a]
-        g = self.expected_own_advantage_given_total(estimator, R=R, opts=opts)
+        g = self.expected_own_advantage_given_total(estimator, R=R, opts=opts, power=power)
         H = self.shape[0]
         tot = 0.0
         for c in range(H - h + 1):
