@@ -10,9 +10,11 @@ with ``k`` fixed and stated (default 4):
   (continuous rewards, the multi-turn gradient; ``details["se_from"]`` says which);
 * **rare-event rule**: when the estimate is driven by a class of groups whose expected number in
   the sample, ``lambda``, is below :data:`RARE_COUNT` (e.g. the groups with a nonzero advantage
-  under ``grpo_passk`` at ``R = 16``, ``J = 0.652``: ``lambda = 0.017`` in 200 000 groups), the
-  normal approximation fails (one such group is a 7.5-sigma event for it, yet happens in 1.7 % of
-  runs). Such a check passes iff the observed count ``N`` of that class is inside the two-sided
+  under ``grpo_passk`` at ``R = 16``, ``J = 0.652``: exactly one success, probability 1.38e-6,
+  ``lambda = 0.28`` in 200 000 groups), the normal approximation fails (three such groups are a
+  5.2-sigma event for it even with the exact SE, yet happen in 0.3 % of runs; a sample without
+  any had sample SE 0 and ``z = -inf``). Such a check passes iff the observed count ``N`` of that
+  class is inside the two-sided
   exact acceptance region of its law (a Binomial, or a sum of independent Binomials):
   ``P(N' <= N) > alpha / 2`` and ``P(N' >= N) > alpha / 2`` with ``alpha = 2 Phi(-k)``, the
   level of ``|z| <= k`` for a normal estimate (6.3e-5 at ``k = 4``);
@@ -50,8 +52,8 @@ __all__ = [
 DEFAULT_K = Z_THRESHOLD
 
 #: Below this expected count of a rare class of groups the exact count rule decides (a Poisson
-#: count with mean 100 passes ``|z| <= 4`` falsely at 1.1x the normal rate; at mean 30, 2.7x;
-#: at mean 5, 11x; at 0.017 the one-group case is a 7.5-sigma "failure" 1.7 % of the time).
+#: count with mean 100 fails ``|z| <= 4`` falsely at 1.1x the normal rate; at mean 30, 2.7x;
+#: at mean 5, 11x; at mean 0.28, 45x: 3 groups, 0.3 % of runs).
 RARE_COUNT = 100.0
 
 
