@@ -60,15 +60,17 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "audit",
         help="audit every checkable claim of arXiv 2606.29238 (or, with --paper fade, of the "
-        "FADE abstract, arXiv 2607.01490): claims.json, REPORT.md, figures",
+        "FADE abstract, arXiv 2607.01490; with --paper dr-grpo, of Dr. GRPO, arXiv 2503.20783): "
+        "claims.json, REPORT.md, figures",
         description="Check every registered claim of a paper by computation and write "
         "DIR/claims.json, DIR/REPORT.md, DIR/claims_summary.csv|tex and DIR/figures/*.png.",
-        usage="grpo-audit audit --out DIR [--paper {seed,fade}] [--quick] [--seed N] "
+        usage="grpo-audit audit --out DIR [--paper {seed,fade,dr-grpo}] [--quick] [--seed N] "
         "[--only ID [ID ...]]\n"
-        "       grpo-audit audit --list [--paper {seed,fade}]",
+        "       grpo-audit audit --list [--paper {seed,fade,dr-grpo}]",
     )
-    p.add_argument("--paper", choices=["seed", "fade"], default="seed",
-                   help="seed: arXiv 2606.29238 (default); fade: the FADE abstract, 2607.01490")
+    p.add_argument("--paper", choices=["seed", "fade", "dr-grpo"], default="seed",
+                   help="seed: arXiv 2606.29238 (default); fade: the FADE abstract, 2607.01490; "
+                   "dr-grpo: Dr. GRPO (Understanding R1-Zero-Like Training), 2503.20783")
     p.add_argument(
         "--out",
         default=None,

@@ -75,6 +75,8 @@ PAPERS: dict[str, tuple[str, str]] = {
     "seed": (SEED_PAPER_ID, ""),
     "fade": ("arXiv 2607.01490 (Don't Let Gains FADE: Breaking Down Policy Gradient Weights in "
              "RL), abstract only", "fade_"),
+    "dr-grpo": ("arXiv 2503.20783 v1 (Understanding R1-Zero-Like Training: A Critical "
+                "Perspective; Dr. GRPO)", "drgrpo_"),
 }
 
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
@@ -335,6 +337,15 @@ SECTION_ORDER: tuple[str, ...] = (
     "FADE: sign axis",
     "FADE: difficulty axis",
     "FADE: schedule",
+    # Dr. GRPO (arXiv 2503.20783 v1), paper order
+    "Dr. GRPO Abstract, Sec. 1-2, App. B: headline numbers",
+    "Dr. GRPO Sec. 3: the objective, PPO and GRPO",
+    "Dr. GRPO Sec. 3.1: GRPO's length and difficulty biases",
+    "Dr. GRPO Sec. 3.2: Dr. GRPO",
+    "Dr. GRPO Sec. 3.4: Llama experiments",
+    "Dr. GRPO App. A: the policy gradient with a group baseline",
+    "Dr. GRPO App. D: response lengths of R1-Zero",
+    "Dr. GRPO and the other audits: one implementation",
 )
 
 
@@ -404,6 +415,14 @@ CLAIM_MODULES: tuple[str, ...] = (
     "claims_appendix",
     "claims_new",
     "claims_fade",
+    "claims.dr_grpo.s1_s2_headline",
+    "claims.dr_grpo.s3_objective",
+    "claims.dr_grpo.s3_1_biases",
+    "claims.dr_grpo.s3_2_dr_grpo",
+    "claims.dr_grpo.s3_4_llama",
+    "claims.dr_grpo.appA_policy_gradient",
+    "claims.dr_grpo.appD_response_length",
+    "claims.dr_grpo.cross_paper",
 )
 
 

@@ -177,6 +177,17 @@ def _a2_figure(fig_dir: Path, *, quick: bool) -> str:
     return f"figures/{path.name}"
 
 
+#: Where each paper's statements and printed numbers come from (the report's first sentence).
+_PROVENANCE: dict[str, str] = {
+    "seed": "; the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
+    "place they are typed in) and labelled as the paper's.",
+    "fade": "; only the abstract is available, so each claim is our paraphrase of it.",
+    "dr-grpo": "; the statements are those of the digest `shared/papers/dr-grpo-2503.20783.md` "
+    "(v1 read in full; v2 not read), each claim is our paraphrase, and the paper's printed "
+    "numbers are taken from `paper_values/dr_grpo.py` and labelled as the paper's.",
+}
+
+
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
               ids: list[str] | None = None, paper: str = "seed") -> list[ClaimResult]:
     """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""
@@ -229,9 +240,7 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         f"# Proof audit of {paper_id}",
         "",
         "Every verdict below is computed by the check described in its section"
-        + ("; the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
-           "place they are typed in) and labelled as the paper's." if paper == "seed" else
-           "; only the abstract is available, so each claim is our paraphrase of it."),
+        + _PROVENANCE[paper],
         "",
         "## Verdict legend",
         "",
