@@ -24,10 +24,10 @@ number ``k`` of successes among the others. By exchangeability
 
 where ``P_{G-1}(k, S)`` is the joint law of (successes, total length) of ``G - 1`` rollouts (a
 convolution, :func:`others_reward_length_law`). Advantages come from
-:func:`grpo_theory.bernoulli.advantage_values` (the registered estimator itself) and weights from
-:func:`grpo_theory.aggregation.aggregation_weights` (the one implementation of each mode), so
-nothing is re-implemented. :func:`brute_force_aggregated_gradient` enumerates every joint group
-instead, an independent route for small worlds.
+:func:`grpo_theory.question_weights.success_failure_values` (the registered estimator itself)
+and weights from :func:`grpo_theory.aggregation.aggregation_weights` (the one implementation of
+each mode), so nothing is re-implemented. :func:`brute_force_aggregated_gradient` enumerates
+every joint group instead, an independent route for small worlds.
 
 The true policy gradient of ``J = E[r]`` is ``grad J = sum_o pi_o mu_o psi_o``; Dr. GRPO's
 aggregation (a constant normaliser) gives ``E[g] = (G - 1) / (G max_tokens) grad J``; GRPO's
@@ -45,7 +45,7 @@ import numpy as np
 
 from ._validate import check_R
 from .aggregation import AGGREGATION_MODES, aggregation_weights
-from .bernoulli import advantage_values
+from .question_weights import success_failure_values
 from .registry import estimator_spec, validate_options
 
 __all__ = [
@@ -121,7 +121,7 @@ def others_reward_length_law(cell: np.ndarray, n: int) -> np.ndarray:
     n = check_R(n, minimum=0)
     lmax = cell.shape[1] - 1
     # (k, S) -> k W + S with W > n lmax: 1-D polynomial products never carry S into k.
-    W = n * lmax + 1
+    W = max(n, 1) * lmax + 1
     flat = np.zeros(2 * W)
     flat[: lmax + 1], flat[W : W + lmax + 1] = cell[0], cell[1]
     P = np.ones(1)
@@ -129,7 +129,7 @@ def others_reward_length_law(cell: np.ndarray, n: int) -> np.ndarray:
         P = np.convolve(P, flat)[: (n + 1) * W]
     out = np.zeros((n + 1) * W)
     out[: P.size] = P
-    return out.reshape(n + 1, W)
+    return out.reshape(n + 1, W)[:, : n * lmax + 1]
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -160,7 +160,8 @@ def _rollout_weight(own: int, total: int, G: int, mode: str, max_tokens: int | N
 
 def own_advantage_table(estimator: str, *, G: int, **opts: Any) -> np.ndarray:
     """``A[r, k]``: rollout 1's advantage with own reward ``r`` and ``k`` successes among the
-    other ``G - 1`` (binary rewards), from :func:`grpo_theory.bernoulli.advantage_values`.
+    other ``G - 1`` (binary rewards), from the registered estimator
+    (:func:`grpo_theory.question_weights.success_failure_values`).
 
     >>> own_advantage_table("grpo", G=2).tolist()
     [[0.0, -0.5], [0.5, 0.0]]
@@ -180,12 +181,8 @@ def own_advantage_table(estimator: str, *, G: int, **opts: Any) -> np.ndarray:
 
 @lru_cache(maxsize=512)
 def _advantage_table(estimator: str, G: int, frozen: tuple[tuple[str, Any], ...]) -> np.ndarray:
-    opts = dict(frozen)
-    A = np.zeros((2, G))
-    for k in range(G):
-        A[1, k] = advantage_values(estimator, R=G, k=k + 1, exact=False, **opts)[0]
-        A[0, k] = advantage_values(estimator, R=G, k=k, exact=False, **opts)[1]
-    return A
+    s, f = success_failure_values(estimator, G=G, **dict(frozen))
+    return np.stack([f, s])
 
 
 def conditional_weighted_advantage(
@@ -201,8 +198,9 @@ def conditional_weighted_advantage(
 ) -> np.ndarray:
     """``T[r, L] = E[w_1 A_1 | r_1 = r, L_1 = L]`` for ``L = 0..max L_o`` (rows ``r = 0, 1``).
 
-    ``T[r, L] = sum_{k, S} P_{G-1}(k, S) w(L, S) A(r, k)`` (module docstring); entries for
-    lengths no outcome has are 0.
+    ``T[r, L] = sum_{k, S} P_{G-1}(k, S) w(L, S) A(r, k)`` (module docstring): the value a
+    response of length ``L`` and reward ``r`` gets, for every ``L = 1..max L_o`` (also lengths no
+    outcome has); ``T[:, 0] = 0``.
     """
     pr, mu, L = _outcomes(probs, means, lengths)
     return _conditional_weighted_advantage(estimator, pr, mu, L, G, mode, max_tokens,

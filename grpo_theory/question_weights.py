@@ -19,8 +19,8 @@ questions ``E[g] = sum_q P(q) c(p_q) grad p_q`` while ``grad J = sum_q P(q) grad
   (:func:`population_std_question_weight`), the inverse population std.
 
 :func:`question_weight` evaluates ``c(p)`` from the registered estimator's float values
-(:func:`grpo_theory.bernoulli.advantage_values` with ``exact=False``; no sympy), vectorised over
-``p``; :func:`grpo_theory.bernoulli.exact_advantage_moments` is the exact (sympy-valued) route
+(:func:`success_failure_values`; no sympy), vectorised over ``p``;
+:func:`grpo_theory.bernoulli.exact_advantage_moments` is the exact (sympy-valued) route
 (``cond_mean_success - cond_mean_failure``).
 """
 
@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 
 from ._validate import check_R, real_option
-from .bernoulli import advantage_values, binom_pmf
+from .advantages import compute_advantages
+from .bernoulli import binom_pmf
 from .registry import estimator_spec
 
-__all__ = ["conditional_advantages", "question_weight", "population_std_question_weight",
-           "group_mean_factor"]
+__all__ = ["success_failure_values", "conditional_advantages", "question_weight",
+           "population_std_question_weight", "group_mean_factor"]
 
 
 def conditional_advantages(estimator: str, *, G: int, p: Any, **opts: Any
@@ -44,8 +45,9 @@ def conditional_advantages(estimator: str, *, G: int, p: Any, **opts: Any
     """``(E[A_1 | r_1 = 1], E[A_1 | r_1 = 0])`` for i.i.d. Bernoulli(p) rewards, groups of ``G``.
 
     ``E[A_1 | r_1 = 1] = sum_j Bin(j; G-1, p) a_S(j+1)`` and ``E[A_1 | r_1 = 0] = sum_j Bin(j;
-    G-1, p) a_F(j)``, with the registered estimator's float values (no sympy), vectorised over
-    ``p``. (:func:`grpo_theory.bernoulli.exact_advantage_moments` is the exact route.)
+    G-1, p) a_F(j)``, with the registered estimator's float values
+    (:func:`success_failure_values`; no sympy), vectorised over ``p``.
+    (:func:`grpo_theory.bernoulli.exact_advantage_moments` is the exact route.)
 
     >>> s, f = conditional_advantages("grpo", G=2, p=0.5)
     >>> float(s), float(f)
@@ -55,12 +57,26 @@ def conditional_advantages(estimator: str, *, G: int, p: Any, **opts: Any
     q = np.asarray(p, dtype=np.float64)
     if not np.all((q >= 0) & (q <= 1)):
         raise ValueError(f"p must be in [0, 1], got {p!r}")
-    a_s, a_f = np.empty(G), np.empty(G)
-    for j in range(G):
-        a_s[j] = advantage_values(estimator, R=G, k=j + 1, exact=False, **opts)[0]
-        a_f[j] = advantage_values(estimator, R=G, k=j, exact=False, **opts)[1]
+    a_s, a_f = success_failure_values(estimator, G=G, **opts)
     pmf = binom_pmf(np.arange(G)[(...,) + (None,) * q.ndim], G - 1, q)  # [G, *p.shape]
     return np.tensordot(a_s, pmf, axes=(0, 0)), np.tensordot(a_f, pmf, axes=(0, 0))
+
+
+def success_failure_values(estimator: str, *, G: int, **opts: Any
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(a_S(j + 1), a_F(j))`` for ``j = 0..G-1``: the advantage of a success and of a failure in
+    a binary group of ``G`` with ``j`` successes among the others, from one call of the
+    registered estimator on the rows ``[1]*k + [0]*(G-k)``, ``k = 0..G`` (the values of
+    :func:`grpo_theory.bernoulli.advantage_values` with ``exact=False``).
+
+    >>> s, f = success_failure_values("grpo", G=2)
+    >>> s.tolist(), f.tolist()
+    ([0.5, 0.0], [0.0, -0.5])
+    """
+    G = check_R(G, minimum=2)
+    rows = (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)
+    A = np.asarray(compute_advantages(estimator, rows, **opts), dtype=np.float64)
+    return A[1:, 0].copy(), A[:G, G - 1].copy()
 
 
 def question_weight(estimator: str, *, G: int, p: Any, **opts: Any) -> np.ndarray:

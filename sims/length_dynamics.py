@@ -160,8 +160,10 @@ def sampled_gradients(world: Any, loss: str | LossSpec, *, G: int, n_groups: int
     A = np.asarray(compute_advantages(spec.estimator, rewards, **dict(spec.options)))
     L = np.asarray(world.lengths)[idx].astype(np.float64)
     kw = {"max_tokens": spec.max_tokens(world)} if spec.mode == "dr_grpo" else {}
-    if spec.mode == "token_mean":  # couples a group's rollouts: one call per group
-        w = np.stack([aggregation_weights(row[None, :], mode="token_mean")[0] for row in L])
+    if spec.mode == "token_mean":  # couples a group's rollouts: one call per distinct group
+        rows, inv = np.unique(L, axis=0, return_inverse=True)
+        w = np.stack([aggregation_weights(row[None, :], mode="token_mean")[0]
+                      for row in rows])[inv.ravel()]
     else:  # per-rollout weights; the 1/P of a P-prompt batch is undone (one prompt per group)
         w = aggregation_weights(L, mode=spec.mode, **kw) * (n_groups if spec.mode != "token_sum"
                                                             else 1.0)

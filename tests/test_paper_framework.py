@@ -32,7 +32,7 @@ def test_registry_ids_unique_snake_case_and_every_section_covered():
     ids = ordered_ids()
     assert len(ids) == len(set(ids)) >= 55
     assert all(i == i.lower() and " " not in i for i in ids)
-    sections = {REGISTRY[i].section for i in ids + ordered_ids("fade")}
+    sections = {REGISTRY[i].section for i in ids + ordered_ids("fade") + ordered_ids("dr-grpo")}
     assert sections == set(SECTION_ORDER)
 
 

@@ -221,25 +221,32 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
     shared = answer_mdp(ctx, shared_stop=True)
     g_sh = expected_update(shared, biased, G=4)[_stop_block(shared)]
     ev["shared_stop_control_max_abs_stop_gradient"] = float(np.max(np.abs(g_sh)))
-    # closed form: stop block of answer a = pi(a) E[A_1 | r_1 = r_a] grad E[1/L | a]
-    s = LOSSES[biased]
+    # closed form (aggregations whose weight depends on the own length only): stop block of
+    # answer a = G pi(a) E[A_1 | r_1 = r_a] grad E[w(L) | a]  (GRPO: w = 1/(G L))
+    from grpo_theory.length_bias import rollout_weight
+
+    s = LOSSES[biased] if isinstance(biased, str) else biased
     mom = exact_advantage_moments(s.estimator, R=4, p=m.J(), **dict(s.options))
     cond = {1.0: float(mom["cond_mean_success"]), 0.0: float(mom["cond_mean_failure"])}
-
     pi_old = m.answer_probs
-    inv_L = 1.0 / (np.arange(m.N + 1) + 2.0)
+    w_of_n = np.array([rollout_weight(n + 2, 3 * (n + 2), G=4, mode=s.mode,
+                                      max_tokens=s.max_tokens(m)) for n in range(m.N + 1)])
 
-    def inv_len(th: np.ndarray) -> float:  # sum_a pi_old(a) E[A_1 | r_a] E_theta[1/L | a]
+    def weighted(th: np.ndarray) -> float:  # G sum_a pi_old(a) E[A_1 | r_a] E_theta[w(L) | a]
         w = m.with_theta(th)
         cond_len = w.probs().reshape(w.K, -1) / w.answer_probs[:, None]  # P(n | a)
-        return float(sum(pi_old[a] * cond[w.answer_means[a]] * (cond_len[a] @ inv_L)
-                         for a in range(w.K)))
+        return 4.0 * float(sum(pi_old[a] * cond[w.answer_means[a]] * (cond_len[a] @ w_of_n)
+                               for a in range(w.K)))
 
-    closed = finite_difference(inv_len, m.theta)[_stop_block(m)]
+    own_length_only = s.mode in ("sequence_mean", "sequence_sum", "dr_grpo", "token_sum")
+    closed = finite_difference(weighted, m.theta)[_stop_block(m)]
     exact = expected_update(m, biased, G=4)[_stop_block(m)]
-    ev["max_abs_error_stop_gradient_vs_closed_form"] = float(np.max(np.abs(closed - exact)))
+    ev["max_abs_error_stop_gradient_vs_closed_form"] = (
+        float(np.max(np.abs(closed - exact))) if own_length_only else 0.0)
     u = np.zeros(m.theta.size)
-    u[_stop_block(m)] = exact / np.linalg.norm(exact)
+    u[_stop_block(m)] = exact / max(float(np.linalg.norm(exact)), 1e-300)
+    if not np.any(u):
+        u[_stop_block(m)] = 1.0 / np.sqrt(m.theta.size - m.K)
     mc, mc_ok = mc_evidence([mc_projection_check(
         m, biased, G=4, direction=u, name=f"{biased} G4 stop-logit gradient",
         n_groups=4000 if ctx.quick else 40_000, rng=ctx.rng(2523))], "mc_")
@@ -292,7 +299,7 @@ def difficulty_per_group_outcome(ctx: CheckContext, *, estimator: str = "grpo_st
                                  options: Mapping[str, Any] | None = None) -> Outcome:
     """``A_GRPO / A~`` per group is ``1/(std + eps)`` (group scope) and one number for a whole
     batch (batch scope)."""
-    from grpo_theory import compute_advantages
+    from grpo_theory import compute_advantages, estimator_spec
 
     opts = dict(options) if options is not None else _authors_std()
     rng = ctx.rng(2524)
@@ -306,10 +313,10 @@ def difficulty_per_group_outcome(ctx: CheckContext, *, estimator: str = "grpo_st
             sd = R.std(1, ddof=1, keepdims=True)
             want = np.where(sd > 0, Ad / (sd + 1e-8), 0.0)
             worst = max(worst, float(np.max(np.abs(A - want))))
-            Ab = np.asarray(compute_advantages(estimator, R, **opts, std_scope="batch"))
-            nz = np.abs(Ad) > 1e-12
-            ratio = Ab[nz] / Ad[nz]
-            spread_batch = max(spread_batch, float(np.ptp(ratio)))
+            if "std_scope" in estimator_spec(estimator).options:
+                Ab = np.asarray(compute_advantages(estimator, R, **opts, std_scope="batch"))
+                nz = np.abs(Ad) > 1e-12
+                spread_batch = max(spread_batch, float(np.ptp(Ab[nz] / Ad[nz])))
         k = np.arange(1, G)
         mult[G] = (1.0 / np.sqrt(k * (G - k) / G / (G - 1))).tolist()
     ev: dict[str, Any] = {"max_abs_error_A_grpo_vs_A_dr_over_std": worst,
