@@ -15,7 +15,6 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
 from ._worlds import GROUP_SIZES, TOL, answer_mdp, proportionality, question_mix, response_bandit
 
 SECTION = "Dr. GRPO App. A: the policy gradient with a group baseline"
@@ -80,8 +79,6 @@ def _expected_score_per_state(m: Any) -> float:
     "per-token scores: E[sum_t score_t (R - B(s_t))] vs the exact grad J for B = 0, B = V(s_t) "
     "(exact) and a random function of the state; and the identity sum_a pi(a|s) grad log "
     "pi(a|s) = 0 at every state (probability-weighted over the responses through it).",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq5(ctx: CheckContext) -> Outcome:
     return baseline_outcome(ctx)
@@ -131,8 +128,6 @@ def eq6_equality_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo") -> Ou
     "token sum) vs the exact grad J in a softmax over 4 responses, the token MDP and a mix of 3 "
     "questions, G = 2, 4, 8: least-squares scale and relative residual.",
     variants=("dr_grpo",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq6(ctx: CheckContext) -> Outcome:
     return eq6_equality_outcome(ctx)
@@ -181,8 +176,6 @@ def eq6_conclusion_outcome(ctx: CheckContext, *, plain: str = "dr_grpo",
     "(Bessel + 1e-8) in the question mix and in a single question, and the 1/|o_i| "
     "normaliser in the token MDP.",
     variants=("dr_grpo", "grpo_std"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq6_concl(ctx: CheckContext) -> Outcome:
     return eq6_conclusion_outcome(ctx)
@@ -235,8 +228,6 @@ def rloo_outcome(ctx: CheckContext, *, factor: Any = None) -> Outcome:
     "rate x G/(G-1) equals the RLOO step group by group (so SGD dynamics coincide exactly; "
     "Adam is invariant to a constant gradient scale up to its epsilon).",
     variants=("dr_grpo", "rloo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _rloo(ctx: CheckContext) -> Outcome:
     return rloo_outcome(ctx)

@@ -17,8 +17,6 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
-
 SECTION = "Dr. GRPO App. D: response lengths of R1-Zero"
 
 
@@ -37,8 +35,6 @@ def _table5_ratios() -> dict[str, float]:
     "characters) and DeepSeek-R1-Zero (8206.1 vs 4965.4).",
     check="The measurements need both models' rollouts and are not reproducible here. Evidence: "
     "the ratios incorrect/correct computed from the printed table.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _table5(ctx: CheckContext) -> Outcome:
     return Outcome("inconclusive", _table5_ratios(),
@@ -119,8 +115,6 @@ def selection_mechanism_outcome(ctx: CheckContext, *, shared_stop: bool = True) 
     "row of stop logits per question, so inside a question length does not depend on the "
     "answer): exact E[L | incorrect] - E[L | correct] > 0 with zero within-question spread; "
     "seeded Monte Carlo of the gap from 20000 sampled responses (200000 full), k = 4 SE.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _selection(ctx: CheckContext) -> Outcome:
     return selection_mechanism_outcome(ctx)
@@ -177,8 +171,6 @@ def attribution_outcome(ctx: CheckContext, *, optimiser: str = "grpo") -> Outcom
     "logits per answer). If both end with incorrect responses longer, the sign of Table 5's gap "
     "does not identify the cause. Evidence also: Table 5's incorrect/correct ratios.",
     variants=("grpo_std",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _attribution(ctx: CheckContext) -> Outcome:
     return attribution_outcome(ctx)

@@ -20,7 +20,6 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
 from ._worlds import GROUP_SIZES, TOL, answer_mdp, proportionality
 
 SECTION = "Dr. GRPO and the other audits: one implementation"
@@ -30,10 +29,9 @@ def group_mean_factor_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo") 
     """The factor of ``estimator``'s expected update by four routes vs the registered linear
     weight; the seed audit's Eq. (15) check and Dr. GRPO's Eq. (6) check run side by side."""
     from grpo_theory.question_weights import group_mean_factor, question_weight
+    from paper_checks._common import scale_factor
+    from paper_checks.registry import run_claim
     from sims.length_dynamics import LossSpec, expected_update, true_gradient
-
-    from ..._common import scale_factor
-    from ...registry import run_claim
 
     m = answer_mdp(ctx)
     ps = np.linspace(0.05, 0.95, 19)
@@ -79,8 +77,6 @@ def group_mean_factor_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo") 
     "exact expected update in the token MDP; and the seed audit's Eq. (15) check and this "
     "audit's Eq. (6) check, run here, give the same verdict with scales equal to the factor.",
     variants=("dr_grpo", "grpo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _factor(ctx: CheckContext) -> Outcome:
     return group_mean_factor_outcome(ctx)
@@ -91,9 +87,8 @@ def std_convention_outcome(ctx: CheckContext, *, options: dict[str, Any] | None 
     """The registered grpo_std with ``options`` (default: the authors') vs the authors' formula
     ``(R - mean) / (std_Bessel + 1e-8)``; the seed audit's convention and the population std."""
     from grpo_theory import compute_advantages
+    from paper_checks._common import STD
     from sims.length_dynamics import AUTHORS_STD, LOSSES
-
-    from ..._common import STD
 
     opts = dict(options) if options is not None else dict(AUTHORS_STD)
     rng = ctx.rng(2561)
@@ -136,8 +131,6 @@ def std_convention_outcome(ctx: CheckContext, *, options: dict[str, Any] | None 
     "convention (ddof 1, eps 0) differs from it by the 1e-8 only; the population std (ddof 0, "
     "the effective-loss paper's) is the Bessel one times sqrt(G/(G-1)).",
     variants=("grpo_std",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _std(ctx: CheckContext) -> Outcome:
     return std_convention_outcome(ctx)
@@ -201,8 +194,6 @@ def population_weights_outcome(ctx: CheckContext, *, estimator: str = "grpo_std"
     "at G = 16, 64, 256, 1024 vs (1-p, p)/sqrt(p(1-p)): the gap shrinks with G and is < 0.01 "
     "at G = 1024.",
     variants=("dr_grpo", "grpo_std"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _population(ctx: CheckContext) -> Outcome:
     return population_weights_outcome(ctx)

@@ -12,8 +12,6 @@ from typing import Any
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
-
 SECTION = "Dr. GRPO Abstract, Sec. 1-2, App. B: headline numbers"
 
 
@@ -26,8 +24,6 @@ SECTION = "Dr. GRPO Abstract, Sec. 1-2, App. B: headline numbers"
     "than those without.",
     check="Not decidable by computation here: needs the training run and the evaluations. "
     "Evidence: the printed values (paper_values.dr_grpo).",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _headline(ctx: CheckContext) -> Outcome:
     from paper_values.dr_grpo import OAT_ZERO_7B
@@ -81,8 +77,6 @@ def no_template_gain_outcome(ctx: CheckContext, *,
     "over 4-shot prompting from 19.7 to 33.1 (1.5B) and from 23.8 to 38.2 (7B), \"about 60%\".",
     check="Arithmetic on the printed averages: relative gain per model vs the stated 60%, "
     "\"about\" read as within 5 percentage points.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _no_template(ctx: CheckContext) -> Outcome:
     return no_template_gain_outcome(ctx)

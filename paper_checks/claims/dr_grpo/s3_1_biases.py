@@ -18,7 +18,6 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
 from ._worlds import (
     GROUP_SIZES,
     TOL,
@@ -82,8 +81,6 @@ def fig5_effective_advantage_outcome(ctx: CheckContext, *, mode: str = "sequence
     "Bessel + 1e-8; aggregation 'sequence_mean') vs (R_i - mean)/(std + 1e-8)/|o_i| computed "
     "directly (0 for a constant group).",
     variants=("grpo_std",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _fig5(ctx: CheckContext) -> Outcome:
     return fig5_effective_advantage_outcome(ctx)
@@ -104,9 +101,8 @@ def length_bias_bandit_outcome(ctx: CheckContext, *,
     """Sign of the drift of P(long | incorrect) and P(long | correct) under the ``biased``
     losses, and ties under the ``unbiased`` ones and the exact gradient."""
     from grpo_theory.length_bias import brute_force_aggregated_gradient
+    from paper_checks._common import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, flow
-
-    from ..._common import mc_evidence
 
     b = response_bandit()
     ev: dict[str, Any] = {"J": b.J(), "lengths_short_long": [4, 12]}
@@ -175,8 +171,6 @@ def length_bias_bandit_outcome(ctx: CheckContext, *,
     "0 for Dr. GRPO and grad J). Cross-checks: every joint group enumerated (G = 4); 4000 "
     "sampled groups (40000 full), k = 4 SE; exact expected-step paths of the mean lengths.",
     variants=("grpo_std", "dr_grpo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _len_bandit(ctx: CheckContext) -> Outcome:
     return length_bias_bandit_outcome(ctx)
@@ -192,9 +186,9 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
     """Exact expected-step paths of the per-answer mean lengths; the shared-stop control; the
     closed form of the stop-logit gradient; a Monte Carlo projection."""
     from grpo_theory.bernoulli import exact_advantage_moments
+    from paper_checks._common import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, flow
 
-    from ..._common import mc_evidence
     from ._worlds import finite_difference
 
     m = answer_mdp(ctx)
@@ -287,8 +281,6 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
     "equals the closed form pi(a) E[A_1 | r_1 = r_a] grad E[1/L | a] (exact sympy moments, "
     "finite differences); 4000 sampled groups (40000 full), k = 4 SE.",
     variants=("grpo_std", "dr_grpo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _len_mdp(ctx: CheckContext) -> Outcome:
     return length_bias_token_mdp_outcome(ctx)
@@ -339,8 +331,6 @@ def difficulty_per_group_outcome(ctx: CheckContext, *, estimator: str = "grpo_st
     "1e-8) equals dr_grpo / (std + 1e-8) group by group; with std_scope='batch' the ratio to "
     "dr_grpo is one number for the whole batch. Evidence: 1/std by number of successes k.",
     variants=("grpo_std", "dr_grpo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _diff_group(ctx: CheckContext) -> Outcome:
     return difficulty_per_group_outcome(ctx)
@@ -358,9 +348,8 @@ def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
         population_std_question_weight,
         question_weight,
     )
+    from paper_checks._common import mc_evidence
     from sims.length_dynamics import expected_update, true_gradient
-
-    from ..._common import mc_evidence
 
     ps = np.linspace(0.005, 0.5, 100)
     ev: dict[str, Any] = {}
@@ -461,8 +450,6 @@ def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
     "std-normalised GRPO (constant length normaliser) equals sum_q P(q) c(p_q) grad p_q and is "
     "not a multiple of grad J; 3000 sampled groups (30000 full), k = 4 SE.",
     variants=("grpo_std", "dr_grpo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _diff_weight(ctx: CheckContext) -> Outcome:
     return difficulty_weight_outcome(ctx)
@@ -528,8 +515,6 @@ def listing1_outcome(ctx: CheckContext, *,
     "(1/(G MAX_TOKENS)) and 'sequence_sum' (1/G), G = 2, 4, 8; the derivative of the incorrect "
     "answers' mean length along E[g]; every joint group enumerated at G = 2.",
     variants=("dr_grpo",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _listing1(ctx: CheckContext) -> Outcome:
     return listing1_outcome(ctx)
@@ -546,8 +531,6 @@ def _listing1(ctx: CheckContext) -> Outcome:
     "per-rollout weights (grpo_theory.aggregation) of the modes that the frameworks audit of "
     "this project documents as the current defaults (TRL 1.16.0, verl 0.9.1, OpenRLHF 0.11.2: "
     "token mean) and of GRPO's per-response mean, for a group with lengths 4 and 12.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _table2(ctx: CheckContext) -> Outcome:
     from grpo_theory import aggregation_weights

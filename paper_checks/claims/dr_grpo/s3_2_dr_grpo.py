@@ -16,7 +16,6 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
 from ._worlds import (
     GROUP_SIZES,
     TOL,
@@ -91,8 +90,6 @@ def definition_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo",
     "Norm only: the constant times the exact E[g] is the same vector for MAX_TOKENS, 2x and 10x "
     "(the expectation is linear in 1/constant).",
     variants=("dr_grpo",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _definition(ctx: CheckContext) -> Outcome:
     return definition_outcome(ctx)
@@ -103,9 +100,8 @@ def unbiased_outcome(ctx: CheckContext, *, loss: str = "dr_grpo",
     """``E[g] = c grad J`` in every world and ``G``? The scale ``c`` against ``(G-1)/(G MAX)``;
     GRPO's residual as the contrast; a Monte Carlo of the off-gradient component."""
     from grpo_theory.question_weights import group_mean_factor
+    from paper_checks._common import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, true_gradient
-
-    from ..._common import mc_evidence
 
     worlds = {"response_bandit": response_bandit(), "answer_mdp": answer_mdp(ctx),
               "question_mix": question_mix(ctx)}
@@ -167,8 +163,6 @@ def unbiased_outcome(ctx: CheckContext, *, loss: str = "dr_grpo",
     "8, 3000 groups quick / 30000 full, k = 4 SE): the components along grad J and along GRPO's "
     "off-gradient direction.",
     variants=("dr_grpo", "grpo_std"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _unbiased(ctx: CheckContext) -> Outcome:
     return unbiased_outcome(ctx)
@@ -185,8 +179,6 @@ def _unbiased(ctx: CheckContext) -> Outcome:
     check="Not decidable here: it needs the LLM training runs (curves only, no numbers in the "
     "text). The mechanism is checked in toy worlds by drgrpo_fig6_length_growth_mechanism and "
     "drgrpo_sec3_1_length_bias_token_mdp.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _fig6_emp(ctx: CheckContext) -> Outcome:
     return Outcome("inconclusive",
@@ -260,8 +252,6 @@ def growth_mechanism_outcome(ctx: CheckContext, *, biased: str = "grpo",
     "reward does not depend on length, so the reward-driven lengthening of Fig. 6 (both "
     "methods) is not modelled: only the part attributed to the bias.",
     variants=("grpo_std", "dr_grpo"),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _fig6_mech(ctx: CheckContext) -> Outcome:
     return growth_mechanism_outcome(ctx)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from paper_checks.registry import CheckContext, Outcome, claim
 
-from . import PAPER_KEY
-
 SECTION = "Dr. GRPO Sec. 3.4: Llama experiments"
 
 
@@ -19,8 +17,6 @@ SECTION = "Dr. GRPO Sec. 3.4: Llama experiments"
     check="Not decidable here: needs the Llama training runs. The mechanism (GRPO lengthening "
     "incorrect responses, Dr. GRPO not) is checked in toy worlds by "
     "drgrpo_sec3_1_length_bias_token_mdp and drgrpo_fig6_length_growth_mechanism.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _fig8(ctx: CheckContext) -> Outcome:
     return Outcome("inconclusive", {"model": "Llama-3.2-3B (math-pretrained variants)",

@@ -16,7 +16,6 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import PAPER_KEY
 from ._worlds import (
     answer_mdp,
     finite_difference,
@@ -60,8 +59,6 @@ def eq1_gradient_outcome(ctx: CheckContext, *,
     "and answer-dependent stop logits) and sims.question_mix (3 questions): the exact "
     "grad J = sum_o P(o) mu_o psi_o vs central differences of J(theta) (h = 1e-6, tolerance "
     "1e-7).",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq1(ctx: CheckContext) -> Outcome:
     return eq1_gradient_outcome(ctx)
@@ -123,8 +120,6 @@ def eq1_kl_entropy_outcome(ctx: CheckContext, *,
     "entropy bonus) for three references: uniform over whole responses, uniform over tokens "
     "(every decision uniform), a seeded random policy. Zero gradient = an entropy bonus up to "
     "a constant.",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq1_kl(ctx: CheckContext) -> Outcome:
     return eq1_kl_entropy_outcome(ctx)
@@ -173,8 +168,6 @@ def eq2_ppo_outcome(ctx: CheckContext, *, baselines: Mapping[str, np.ndarray] | 
     "o ~ pi_old of Eq. (2) as written (clip eps 0.2, rho = pi_theta/pi_old per token), "
     "differentiated by central differences at theta_old, vs the exact grad J, for the baselines "
     "b = 0, b = V(s_t) (exact) and a random b(s_t).",
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq2(ctx: CheckContext) -> Outcome:
     return eq2_ppo_outcome(ctx)
@@ -226,8 +219,6 @@ def eq3_grpo_outcome(ctx: CheckContext, *, mode: str = "sequence_mean",
     "library (grpo_std, aggregation 'sequence_mean'), so this is also the check that the "
     "library's GRPO loss is Eq. (3).",
     variants=("grpo_std",),
-    section=SECTION,
-    paper=PAPER_KEY,
 )
 def _eq3(ctx: CheckContext) -> Outcome:
     return eq3_grpo_outcome(ctx)
