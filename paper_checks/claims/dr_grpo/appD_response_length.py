@@ -126,7 +126,7 @@ def attribution_outcome(ctx: CheckContext, *, optimiser: str = "grpo") -> Outcom
     of Table 5's gap cannot tell the mechanisms apart."""
     from sims.length_dynamics import flow
 
-    steps = 60 if ctx.quick else 120
+    steps = 30 if ctx.quick else 120
     ev: dict[str, Any] = dict(_table5_ratios())
     gaps = {}
     for name, w in (("selection_world", selection_world()), ("bias_world", bias_world())):
@@ -165,7 +165,7 @@ def attribution_outcome(ctx: CheckContext, *, optimiser: str = "grpo") -> Outcom
     "because harder questions need longer responses (selection), not because of GRPO's "
     "length bias.",
     check="Two toy question mixes with the same difficulties (0.8, 0.5, 0.2), trained by exact "
-    "expected steps of GRPO (the optimiser of R1-Zero; G = 8, lr 3, 60 steps quick / 120 full): "
+    "expected steps of GRPO (the optimiser of R1-Zero; G = 8, lr 3, 30 steps quick / 120 full): "
     "one where only selection can act (harder questions longer, length independent of the "
     "answer) and one where only the length bias can (one length law for every question, stop "
     "logits per answer). If both end with incorrect responses longer, the sign of Table 5's gap "
