@@ -15,7 +15,11 @@ cap                 value       what grows with R
                                 masses): rationals of ``~R log2(den p)`` bits
 ``SUP_R_MAX``       100 000     the ``~4R`` pieces of the supremum over ``p`` of the baseline tail
 ``ARRAY_R_MAX``     1 000 000   float arrays of ``R + 1`` entries (a law over ``k = 0..R``, a mask)
-``GRAM_R_MAX``      2 048       ``R x R`` Gram matrices (32 MiB of float64 at the cap)
+``SQUARE_R_MAX``    2 048       ``R x R`` arrays: Gram matrices, every group's advantages
+                                (32 MiB of float64 at the cap)
+``LAW_CELLS_MAX``   32 768      the joint (successes, total length) law of ``n`` rollouts,
+                                ``(n + 1)(n L_max + 1)`` cells built by ``n`` convolutions
+                                (cost ~ cells^2: 1.4 s at 32 000)
 ==================  ==========  ==================================================================
 
 Routines with an ``O(1)`` route for any ``R``: the classical bounds (Chebyshev, Hoeffding,
@@ -28,7 +32,8 @@ functions), :func:`grpo_theory.spectral.isotropic_effective_rank_binary`, the cl
 from __future__ import annotations
 
 __all__ = [
-    "EXACT_R_MAX", "EXACT_P_R_MAX", "SUP_R_MAX", "ARRAY_R_MAX", "GRAM_R_MAX", "check_R_limit",
+    "EXACT_R_MAX", "EXACT_P_R_MAX", "SUP_R_MAX", "ARRAY_R_MAX", "SQUARE_R_MAX", "LAW_CELLS_MAX",
+    "check_R_limit",
 ]
 
 #: Largest group the exact (sympy) enumeration accepts: ``advantage_value_table`` and everything
@@ -49,9 +54,14 @@ SUP_R_MAX = 100_000
 #: routine that builds ``C`` such arrays caps R at ``ARRAY_R_MAX // C``.
 ARRAY_R_MAX = 1_000_000
 
-#: Largest R for which an ``R x R`` Gram matrix is built (``gram_isotropic``,
-#: ``gram_common_component``, ``gram_clustered``): 32 MiB of float64 at the limit.
-GRAM_R_MAX = 2_048
+#: Largest R for which an ``R x R`` array is built: Gram matrices (``gram_isotropic``,
+#: ``gram_common_component``, ``gram_clustered``) and the advantages of every binary group
+#: (``question_weights.success_failure_values``): 32 MiB of float64 at the limit.
+SQUARE_R_MAX = 2_048
+
+#: Most cells ``(n + 1)(n L_max + 1)`` of ``length_bias.others_reward_length_law`` (``n``
+#: convolutions; time grows as the square of the cells: 1.4 s at 63 rollouts of length <= 8).
+LAW_CELLS_MAX = 32_768
 
 
 def check_R_limit(R: int, *, limit: int, name: str, routine: str, cost: str,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ._validate import check_R, real_option
-from .limits import GRAM_R_MAX, check_R_limit
+from .limits import SQUARE_R_MAX, check_R_limit
 
 __all__ = [
     "SpectralMetrics",
@@ -375,7 +375,7 @@ def gram_isotropic(R: int) -> np.ndarray:
     ``(sum |w_i|)^2 / sum w_i^2``: for binary rewards see :func:`isotropic_effective_rank_binary`.
     """
     R = check_R(R)
-    check_R_limit(R, limit=GRAM_R_MAX, name="GRAM_R_MAX", routine="gram_isotropic",
+    check_R_limit(R, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="gram_isotropic",
                   cost="an R x R matrix", alternative="it is the identity: with binary rewards "
                   "the effective rank is isotropic_effective_rank_binary(R, k) = 4k(R-k)/R")
     return np.eye(R)
@@ -406,7 +406,7 @@ def gram_clustered(
     )
     if noise < 0:
         raise ValueError(f"noise must be >= 0, got {noise}")
-    check_R_limit(lab.size, limit=GRAM_R_MAX, name="GRAM_R_MAX", routine="gram_clustered",
+    check_R_limit(lab.size, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="gram_clustered",
                   cost="an R x R matrix", alternative="its spectrum has closed form: per cluster "
                   "of size m the block within J_m + noise I_m, coupled by between across clusters")
     same = lab[:, None] == lab[None, :]
@@ -423,7 +423,7 @@ def gram_common_component(R: int, *, strength: float) -> np.ndarray:
     strength = real_option(strength, "strength")
     if strength < 0:
         raise ValueError(f"need strength >= 0, got strength={strength}")
-    check_R_limit(R, limit=GRAM_R_MAX, name="GRAM_R_MAX", routine="gram_common_component",
+    check_R_limit(R, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="gram_common_component",
                   cost="an R x R matrix", alternative="its eigenvalues are R strength + 1 (once, "
                   "along the all-ones vector) and 1 (R - 1 times)")
     return strength * np.ones((R, R)) + np.eye(R)

@@ -50,9 +50,9 @@ CASES: dict[str, tuple[str, str]] = {
     "expected_mass_bernoulli": ("gt.expected_mass_bernoulli('grpo', R=R, p=0.5)", "EXACT_R_MAX"),
     "exact_grpo_passk": ("gfe.exact_grpo_passk(R, 1)", "answer"),
     "exact_opo": ("gfe.exact_opo(R, 3)", "answer"),
-    "gram_isotropic": ("gt.gram_isotropic(R)", "GRAM_R_MAX"),
-    "gram_common_component": ("gt.gram_common_component(R, strength=1.0)", "GRAM_R_MAX"),
-    "gram_clustered": ("gt.gram_clustered(np.broadcast_to(np.int8(1), (R,)))", "GRAM_R_MAX"),
+    "gram_isotropic": ("gt.gram_isotropic(R)", "SQUARE_R_MAX"),
+    "gram_common_component": ("gt.gram_common_component(R, strength=1.0)", "SQUARE_R_MAX"),
+    "gram_clustered": ("gt.gram_clustered(np.broadcast_to(np.int8(1), (R,)))", "SQUARE_R_MAX"),
     "isotropic_effective_rank_binary": ("gt.isotropic_effective_rank_binary(R, 3)", "answer"),
     "chebyshev_bound": ("gt.chebyshev_bound(R=R, eps=0.1, sigma2=0.25)", "answer"),
     "hoeffding_bound": ("gt.hoeffding_bound(R=R, eps=0.1)", "answer"),
@@ -66,7 +66,26 @@ CASES: dict[str, tuple[str, str]] = {
     "bound_table(exact-advantage-tail)": (
         "gt.bound_table('exact-advantage-tail', R_values=[R], eps_values=[0.1], p=0.5)",
         "EXACT_R_MAX"),
+    "success_failure_values": ("qw.success_failure_values('grpo', G=R)", "SQUARE_R_MAX"),
+    "conditional_advantages": ("qw.conditional_advantages('grpo', G=R, p=0.5)", "SQUARE_R_MAX"),
+    "question_weight": ("qw.question_weight('grpo', G=R, p=0.5)", "SQUARE_R_MAX"),
+    "group_mean_factor": ("qw.group_mean_factor(R)", "answer"),
+    "others_reward_length_law": ("lb.others_reward_length_law(np.ones((2, 4)) / 8, R)",
+                                 "LAW_CELLS_MAX"),
+    "rollout_weight": ("lb.rollout_weight(3, 10 * R, G=R, mode='token_mean')", "ARRAY_R_MAX"),
+    "own_advantage_table": ("lb.own_advantage_table('grpo', G=R)", "SQUARE_R_MAX"),
+    "conditional_weighted_advantage": (
+        "lb.conditional_weighted_advantage('grpo', probs=[0.5, 0.5], means=[0.3, 0.8], "
+        "lengths=[3, 8], G=R, mode='token_mean')", "SQUARE_R_MAX"),
+    "expected_aggregated_gradient": (
+        "lb.expected_aggregated_gradient('grpo', probs=[0.5, 0.5], means=[0.3, 0.8], "
+        "lengths=[3, 8], psi=np.eye(2), G=R, mode='token_mean')", "SQUARE_R_MAX"),
+    "brute_force_aggregated_gradient": (
+        "lb.brute_force_aggregated_gradient('grpo', probs=[0.5, 0.5], means=[0.3, 0.8], "
+        "lengths=[3, 8], psi=np.eye(2), G=R, mode='token_mean')", "BRUTE_FORCE_MAX_GROUPS"),
     # sims
+    "expected_update (length dynamics)": ("ld.expected_update(rb, 'dr_grpo', G=R)",
+                                          "SQUARE_R_MAX"),
     "own_reward_table": ("se.own_reward_table('grpo', R=R)", "TABLE_R_MAX"),
     "pair_table": ("se.pair_table('grpo', R=R)", "TABLE_R_MAX"),
     "cond_advantage_given_reward": ("se.cond_advantage_given_reward('grpo', R=R, p=0.5)",
@@ -99,7 +118,8 @@ CASES: dict[str, tuple[str, str]] = {
 #: a refusal must say how to go on
 ALTERNATIVES = ("closed form", "Hoeffding", "hoeffding_bound", "Monte Carlo", "binom_pmf",
                 "baseline_tail_counts", "float", "exact form", "eigenvalues",
-                "isotropic_effective_rank_binary", "mean-field", "linear_weights")
+                "isotropic_effective_rank_binary", "mean-field", "linear_weights",
+                "expected_aggregated_gradient")
 
 CHILD = r"""
 import json, resource, sys, time
@@ -110,6 +130,10 @@ import sympy  # imported before the clock starts: the timings are of the routine
 import grpo_theory as gt
 import grpo_theory.bounds as gb
 import grpo_theory.framework_estimators as gfe
+import grpo_theory.length_bias as lb
+import grpo_theory.question_weights as qw
+import sims.length_dynamics as ld
+from sims.length_worlds import ResponseBandit
 import sims.checks as sc
 import sims.exact as se
 import sims.fade_dynamics as fd
@@ -119,6 +143,7 @@ from sims.multiturn import MultiTurnMDP
 R = 10**9
 fw = fd.FadeWorld(SoftmaxBandit(np.array([0.0, 0.5]), np.array([0.2, 0.7])))
 mdp = MultiTurnMDP.random(np.random.default_rng(0), H=3, S=2, A=2)
+rb = ResponseBandit(np.zeros(2), np.array([3, 8]), np.array([0.3, 0.8]))
 out = {}
 for name, (expr, _) in json.loads(sys.argv[1]).items():
     t = time.perf_counter()
