@@ -27,16 +27,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import inspect
 import json
 import os
-import shlex
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -63,6 +59,7 @@ class FolderInUseError(OutPathError):
 
 def _command_line() -> str:
     """This process's command line, ``grpo-audit real rank --out D ...`` for the CLI."""
+    import shlex
     argv = list(sys.argv) or [""]
     prog = Path(argv[0]).name
     if prog == "__main__.py":  # python -m PACKAGE
@@ -73,6 +70,9 @@ def _command_line() -> str:
 
 
 def _holder_record(purpose: str) -> dict[str, Any]:
+    import socket
+    from datetime import datetime
+
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -110,6 +110,8 @@ def lock_holder(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def _describe_holder(folder: Path) -> str:
     """Who holds ``folder`` (re-reading a missing or stale text for up to ``_SETTLE_S``)."""
+    import socket
+
     deadline = time.monotonic() + _SETTLE_S
     this_host = socket.gethostname()
     while True:
@@ -241,6 +243,8 @@ def locks_out_dir(
     """
 
     def wrap(fn: Callable[P, T]) -> Callable[P, T]:
+        import inspect
+
         sig = inspect.signature(fn)
 
         @functools.wraps(fn)
