@@ -201,10 +201,11 @@ def make_check(
         raise ValueError(f"check {name!r}: se must be finite and >= 0, got {se}")
     diff = estimate - exact
     d = dict(details or {})
-    if se_from in ("sample", "jackknife") and se == 0 and n > 1 and diff != 0:
+    if se_from in ("sample", "jackknife") and se == 0 and n > 1 and abs(diff) > atol:
         raise ValueError(
             f"check {name!r}: the {se_from} SE is 0 (every sampled value equal) while the "
-            f"estimate {estimate!r} differs from the exact {exact!r}: no yardstick; this check "
+            f"estimate {estimate!r} differs from the exact {exact!r} by more than atol={atol!r}: "
+            "no yardstick; this check "
             "needs an exact standard error or a rare-event rule"
         )
     d["se_from"] = se_from

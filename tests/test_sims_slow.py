@@ -66,17 +66,23 @@ def test_multiturn_h4_r8_checks() -> None:
         assert all(r.passed for r in res), [r.name for r in res if not r.passed]
 
 
+# The CI-affordable subset of "every experiment, full size, exits 0 at seeds 0-4": every
+# experiment at seed 0 (where moments/unbiasedness used to fail on grpo_passk's rare signal
+# groups), and seeds 1-4 of the two experiments that hold the rare-event cases and most of the
+# checks (moments, unbiasedness). All six at seeds 0-4 were run as docs/sims.md records.
+FULL_RUNS = [(name, 0) for name in sorted(EXPERIMENTS)] + [
+    (name, seed) for name in ("moments", "unbiasedness") for seed in (1, 2, 3, 4)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_full_experiment_exits_0_with_every_check_passed_at_seed_0(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name,seed", FULL_RUNS)
+def test_full_experiment_exits_0_with_every_check_passed(
+    name: str, seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`grpo-audit sims NAME --out DIR` at full size (no --quick). Seed 0 of every experiment is
-    the CI-affordable subset (seed 0 is where moments/unbiasedness used to fail on grpo_passk's
-    rare signal groups); seeds 0-4 of every experiment were run as docs/sims.md records."""
+    """`grpo-audit sims NAME --out DIR --seed SEED` at full size (no --quick) exits 0."""
     from grpo_audit.cli import main
 
-    code = main(["sims", name, "--out", str(tmp_path), "--seed", "0"])
+    code = main(["sims", name, "--out", str(tmp_path), "--seed", str(seed)])
     res = json.loads((tmp_path / "results.json").read_text())
     failed = [(c["name"], c["z"], c["details"].get("rule")) for c in res["checks"]
               if not c["passed"]]
