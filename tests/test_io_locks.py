@@ -3,7 +3,10 @@ once with one line naming the folder and the holder, before it touches anything 
 killed with SIGKILL leaves no lock behind; a clean rerun afterwards resumes without duplicates.
 
 The first writer is a real command in a child process, paused with SIGSTOP as soon as it holds the
-lock (its lock file names it), so the second writer meets it mid-run deterministically.
+lock (its lock file names it), so the second writer meets it mid-run deterministically. The
+default tier runs the helper's tests, one order for `sims` and the SIGKILL test; the slow tier
+(each case starts a child that imports torch/transformers or runs the audit) `real rank` in both
+orders (plain / --overwrite first), `audit` in both orders and the other `sims` order.
 """
 
 from __future__ import annotations
@@ -184,6 +187,7 @@ def _rank_records(folder: Path) -> list[int]:
     return [json.loads(x)["prompt_index"] for x in lines if x.strip()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first_overwrites", [False, True], ids=["plain-first", "overwrite-first"])
 def test_real_rank_second_writer_refused_no_duplicate_records_clean_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], first_overwrites: bool,
@@ -218,7 +222,8 @@ def test_real_rank_second_writer_refused_no_duplicate_records_clean_resume(
 SIMS = [sys.executable, "-m", "grpo_audit", "sims"]
 
 
-@pytest.mark.parametrize("first,second", [("tails", "moments"), ("moments", "tails")])
+@pytest.mark.parametrize("first,second", [
+    pytest.param("tails", "moments", marks=pytest.mark.slow), ("moments", "tails")])
 def test_sims_second_writer_refused_and_the_folder_holds_the_first_run_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], first: str, second: str,
 ) -> None:
@@ -243,6 +248,7 @@ FADE = ["--paper", "fade", "--only", "fade_mass_decomposition"]
 SEED = ["--only", "eq6_baseline_zero_expectation"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first,second", [(FADE, SEED), (SEED, FADE)],
                          ids=["fade-first", "seed-first"])
 def test_audit_second_writer_refused_and_the_report_is_the_first_runs(
