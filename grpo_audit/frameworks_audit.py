@@ -201,6 +201,7 @@ def _ours_advantages() -> dict[str, tuple[str, Callable[[np.ndarray, np.ndarray]
 
 def _ours_losses() -> dict[str, tuple[str, Callable[..., np.ndarray]]]:
     from grpo_theory.aggregation import aggregation_weights, policy_loss_weights
+    from grpo_theory.conventions import TRL_LOSS_TYPES, TrlLossType
 
     def agg(mode: str, **o: Any) -> Callable[..., np.ndarray]:
         def f(L: np.ndarray, width: int) -> np.ndarray:
@@ -214,25 +215,22 @@ def _ours_losses() -> dict[str, tuple[str, Callable[..., np.ndarray]]]:
     def pol(loss: str, **o: Any) -> Callable[..., np.ndarray]:
         return lambda L, width: policy_loss_weights(L, loss=loss, **o)
 
+    def label(name: str, **o: Any) -> str:
+        return f"policy_loss_weights({name!r}" + "".join(f", {k}={v!r}" for k, v in o.items()) + ")"
+
+    def trl(lt: TrlLossType) -> tuple[str, Callable[..., np.ndarray]]:
+        if lt.policy_loss is not None:
+            opts = lt.policy_options
+            return label(lt.policy_loss, **opts), pol(lt.policy_loss, **opts)
+        mode = str(lt.aggregation)
+        return ("dr_grpo(max_tokens=width)" if mode == "dr_grpo" else mode), agg(mode)
+
     skip = {"empty_completions": "skip"}
     return {
-        'GRPOConfig(loss_type="grpo")': ("sequence_mean", agg("sequence_mean")),
-        'GRPOConfig(loss_type="bnpo")': ("token_mean", agg("token_mean")),
-        'GRPOConfig(loss_type="dr_grpo")': ("dr_grpo(max_tokens=width)", agg("dr_grpo")),
-        'GRPOConfig(loss_type="dapo")': ("token_mean", agg("token_mean")),
-        'GRPOConfig(loss_type="cispo")': (
-            "policy_loss_weights('cispo', epsilon_high=0.2)",
-            pol("cispo", epsilon_high=0.2),
-        ),
+        **{lt.setting: trl(lt) for lt in TRL_LOSS_TYPES.values()},
         'GRPOConfig(loss_type="cispo", epsilon_high=5.0)': (
-            "policy_loss_weights('cispo', epsilon_high=5.0)",
+            label("cispo", epsilon_high=5.0),
             pol("cispo", epsilon_high=5.0),
-        ),
-        'GRPOConfig(loss_type="sapo")': ("policy_loss_weights('sapo')", pol("sapo")),
-        'GRPOConfig(loss_type="vespo")': ("policy_loss_weights('vespo')", pol("vespo")),
-        'GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")': (
-            "policy_loss_weights('luspo')",
-            pol("luspo"),
         ),
         'GRPOConfig(loss_type="grpo", importance_sampling_level="sequence") (GSPO)': (
             "policy_loss_weights('gspo')",

@@ -32,6 +32,16 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._backend import (
+    as_param,
+    centred,
+    check_finite_out,
+    constant_rows,
+    mean,
+    pow2_scale,
+    scaled_std,
+    where,
+)
 from ._validate import (
     as_rewards,
     check_group_size,
@@ -67,136 +77,6 @@ __all__ = [
 Array = Any  # np.ndarray or torch.Tensor
 
 
-# --- backend helpers (numpy or torch, chosen by the input) -------------------------------------
-def _mean(x: Array, axis: int | None) -> Array:
-    if is_torch(x):
-        return x.mean() if axis is None else x.mean(dim=axis, keepdim=True)
-    return x.mean() if axis is None else x.mean(axis=axis, keepdims=True)
-
-
-def _std(x: Array, axis: int | None, ddof: int) -> Array:
-    if is_torch(x):
-        return (
-            x.std(correction=ddof)
-            if axis is None
-            else x.std(dim=axis, correction=ddof, keepdim=True)
-        )
-    return x.std(ddof=ddof) if axis is None else x.std(axis=axis, ddof=ddof, keepdims=True)
-
-
-def _scaled_std(x: Array, axis: int | None, ddof: int) -> Array:
-    """Std of ``x`` computed as ``s * std(x / s)``, ``s = max |x|``: no under/overflow in squares.
-
-    (Tiny spreads such as ``[4e-233, 0]`` would otherwise square to 0 and give std = 0.)
-    """
-    if is_torch(x):
-        s = x.abs().amax() if axis is None else x.abs().amax(dim=axis, keepdim=True)
-    else:
-        s = np.abs(x).max() if axis is None else np.abs(x).max(axis=axis, keepdims=True)
-    safe = _where(s > 0, s, s * 0.0 + 1.0)
-    return safe * _std(x / safe, axis, ddof)
-
-
-def _where(cond: Array, a: Array, b: Array) -> Array:
-    if is_torch(cond):
-        import torch
-
-        return torch.where(cond, a, b)
-    return np.where(cond, a, b)
-
-
-def _constant_rows(x: Array) -> Array:
-    """``[P, 1]`` bool: rows whose entries are exactly equal (max == min)."""
-    if is_torch(x):
-        return x.amax(dim=1, keepdim=True) == x.amin(dim=1, keepdim=True)
-    return x.max(axis=1, keepdims=True) == x.min(axis=1, keepdims=True)
-
-
-def _pow2_scale(x: Array, axis: int | None) -> Array:
-    """A power of two ``k`` with ``k <= max|x| < 2k`` along ``axis`` (``1/2`` for all zeros).
-
-    Dividing by a power of two is exact, so ``(x / k - mean(x / k)) * k`` equals ``x - mean(x)``
-    bit for bit whenever the latter does not overflow, and cannot overflow in the sums when it
-    would (finite rewards near ``1.8e308``): the scaled form used by every centred estimator.
-    """
-    if is_torch(x):
-        import torch
-
-        s = x.abs().amax() if axis is None else x.abs().amax(dim=axis, keepdim=True)
-        _, e = torch.frexp(s.double())
-        return torch.ldexp(torch.ones_like(s, dtype=torch.float64), e - 1).to(x.dtype)
-    s = np.abs(x).max() if axis is None else np.abs(x).max(axis=axis, keepdims=True)
-    _, e = np.frexp(s)
-    return np.ldexp(np.ones_like(s), e - 1)
-
-
-def _centred(r: Array) -> Array:
-    """``r_i - mean`` per row, in the scaled form of :func:`_pow2_scale`; exact zeros for a
-    constant row (the float mean of equal values can differ from them by one ulp: ``0.1`` three
-    times would give ``-1.39e-17``)."""
-    k = _pow2_scale(r, 1)
-    u = r / k
-    c = (u - _mean(u, 1)) * k
-    return _where(_constant_rows(r), r * 0.0, c)
-
-
-def _all_finite(x: Array) -> bool:
-    if is_torch(x):
-        import torch
-
-        return bool(torch.isfinite(x).all())
-    return bool(np.isfinite(x).all())
-
-
-def _check_out(A: Array, estimator: str, why: str) -> Array:
-    """``A`` if every entry is finite, else ``ValueError`` naming the cause (no silent inf)."""
-    if not _all_finite(A):
-        raise ValueError(
-            f"{estimator}: the advantages overflow the float range ({why}); "
-            "rescale the rewards or change the option"
-        )
-    return A
-
-
-def _as_param(
-    value: Any, like: Array, name: str, *, positive: bool = False
-) -> Array:
-    """Validate a scalar or per-prompt ``[P]`` option and broadcast it to a ``[P, 1]`` column.
-
-    The value is checked as float64 (real, finite, ``> 0`` if ``positive``) before it is cast to
-    the rewards' backend and dtype (so bfloat16 rewards work), naming ``name`` in every error.
-    """
-    if isinstance(value, str | bytes | bool) or value is None:
-        raise TypeError(f"{name} must be a real number or [num_prompts] array, got {value!r}")
-    if is_torch(value):
-        if value.device.type == "meta":
-            raise ValueError(f"{name} is a meta tensor (no values)")
-        v64 = value.detach().cpu().double().numpy()
-    else:
-        try:
-            v64 = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{name} must be a real number or [num_prompts] array, got {value!r}"
-            ) from None
-    if not np.all(np.isfinite(v64)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and np.any(v64 <= 0):
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    if v64.ndim not in (0, 1) or (v64.ndim == 1 and v64.shape[0] != like.shape[0]):
-        raise ValueError(
-            f"{name} must be a scalar or shaped [num_prompts]={like.shape[0]}, "
-            f"got shape {tuple(v64.shape)}"
-        )
-    if is_torch(like):
-        import torch
-
-        v = torch.as_tensor(v64, dtype=like.dtype, device=like.device)
-    else:
-        v = v64
-    return v if v.ndim == 0 else v[:, None]
-
-
 def zero_variance_groups(rewards: Array) -> np.ndarray:
     """Boolean mask ``[P]``: groups whose rewards are all equal (std = 0, so ``c_i = 0`` for all i).
 
@@ -207,7 +87,7 @@ def zero_variance_groups(rewards: Array) -> np.ndarray:
         ``np.ndarray`` of bool, shape ``[P]``.
     """
     r = as_rewards(rewards)
-    z = _constant_rows(r)[:, 0]
+    z = constant_rows(r)[:, 0]
     return z.cpu().numpy() if is_torch(z) else z
 
 
@@ -229,7 +109,7 @@ def grpo_advantages(rewards: Array) -> Array:
     """
     r = as_rewards(rewards)
     check_group_size(r.shape[1], minimum=2, estimator="grpo")
-    return _check_out(_centred(r), "grpo", "|r_i - mean| exceeds the largest float")
+    return check_finite_out(centred(r), "grpo", "|r_i - mean| exceeds the largest float")
 
 
 def dr_grpo_advantages(rewards: Array) -> Array:
@@ -247,7 +127,7 @@ def dr_grpo_advantages(rewards: Array) -> Array:
     """
     r = as_rewards(rewards)
     check_group_size(r.shape[1], minimum=2, estimator="dr_grpo")
-    return _check_out(_centred(r), "dr_grpo", "|r_i - mean| exceeds the largest float")
+    return check_finite_out(centred(r), "dr_grpo", "|r_i - mean| exceeds the largest float")
 
 
 def grpo_std_advantages(
@@ -301,22 +181,22 @@ def grpo_std_advantages(
         raise ValueError(f"std_scope must be 'group' or 'batch', got {std_scope!r}")
     if on_zero_std not in ("zero", "raise"):
         raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
-    # Scaled form (exact powers of two, see _pow2_scale): the result is scale-free, so it is
+    # Scaled form (exact powers of two, see pow2_scale): the result is scale-free, so it is
     # computed on r / k and never multiplied back; bit-identical to the plain formula whenever
     # that does not overflow, finite for rewards near the float limit.
-    k = _pow2_scale(r, 1 if std_scope == "group" else None)
+    k = pow2_scale(r, 1 if std_scope == "group" else None)
     u = r / k
-    centred = u - _mean(u, 1)
+    centred = u - mean(u, 1)
     std = (
-        _scaled_std(centred, 1, ddof)
+        scaled_std(centred, 1, ddof)
         if std_scope == "group"
-        else _scaled_std(u - _mean(u, None), None, ddof)
+        else scaled_std(u - mean(u, None), None, ddof)
     )
     eps_k = eps / k  # eps in the units of u
     # A group is zero-variance when its rewards are exactly equal. Detect that with max == min,
     # not std == 0: the float mean of equal values (e.g. 0.1 three times) can differ from them by
     # one ulp, which would make std ~1e-17 and the advantages ~1 instead of 0.
-    zero = _constant_rows(r)
+    zero = constant_rows(r)
     # 0/0 happens where the denominator is 0: a constant group under the group std, and only a
     # constant batch under the batch std (a constant group then gets 0 / batch std = 0).
     undefined = zero
@@ -331,8 +211,8 @@ def grpo_std_advantages(
             f"grpo_std: zero-variance group(s) {groups} (all rewards equal) with eps=0: "
             "the advantage is 0/0. Pass eps>0, or on_zero_std='zero' to return 0 for them."
         )
-    denom = _where(zero, std * 0.0 + 1.0, std + eps_k)
-    return _where(zero, centred * 0.0, centred / denom)
+    denom = where(zero, std * 0.0 + 1.0, std + eps_k)
+    return where(zero, centred * 0.0, centred / denom)
 
 
 def rloo_advantages(rewards: Array) -> Array:
@@ -353,11 +233,11 @@ def rloo_advantages(rewards: Array) -> Array:
     r = as_rewards(rewards)
     R = r.shape[1]
     check_group_size(R, minimum=2, estimator="rloo")
-    k = _pow2_scale(r, 1)  # scaled form: no overflow in the sum (see _pow2_scale)
+    k = pow2_scale(r, 1)  # scaled form: no overflow in the sum (see pow2_scale)
     u = r / k
     total = u.sum(1, keepdim=True) if is_torch(u) else u.sum(axis=1, keepdims=True)
-    A = _where(_constant_rows(r), r * 0.0, (u - (total - u) / (R - 1)) * k)
-    return _check_out(A, "rloo", "|r_i - leave-one-out mean| exceeds the largest float")
+    A = where(constant_rows(r), r * 0.0, (u - (total - u) / (R - 1)) * k)
+    return check_finite_out(A, "rloo", "|r_i - leave-one-out mean| exceeds the largest float")
 
 
 def reinforce_advantages(rewards: Array, *, baseline: float = 0.0) -> Array:
@@ -372,7 +252,7 @@ def reinforce_advantages(rewards: Array, *, baseline: float = 0.0) -> Array:
     """
     r = as_rewards(rewards)
     baseline = real_option(baseline, "baseline")
-    return _check_out(r - baseline, "reinforce", f"r_i - baseline with baseline={baseline!r}")
+    return check_finite_out(r - baseline, "reinforce", f"r_i - baseline with baseline={baseline!r}")
 
 
 def asym_grpo_advantages(rewards: Array, *, delta: float | Array = 1.0) -> Array:
@@ -391,10 +271,10 @@ def asym_grpo_advantages(rewards: Array, *, delta: float | Array = 1.0) -> Array
     """
     r = as_rewards(rewards)
     check_group_size(r.shape[1], minimum=2, estimator="asym_grpo")
-    d = _as_param(delta, r, "delta", positive=True)
-    c = _centred(r)
-    A = _where(c >= 0, c, c / d)
-    return _check_out(A, "asym_grpo", f"c_i / delta with delta={delta!r}")
+    d = as_param(delta, r, "delta", positive=True)
+    c = centred(r)
+    A = where(c >= 0, c, c / d)
+    return check_finite_out(A, "asym_grpo", f"c_i / delta with delta={delta!r}")
 
 
 def power_alpha_advantages(rewards: Array, *, alpha: float | Array = 1.0) -> Array:
@@ -416,13 +296,14 @@ def power_alpha_advantages(rewards: Array, *, alpha: float | Array = 1.0) -> Arr
     lo, hi = (float(r.min()), float(r.max()))
     if lo < 0 or hi > 1:
         raise ValueError(f"power_alpha needs rewards in [0, 1], got range [{lo}, {hi}]")
-    a = _as_param(alpha, r, "alpha")
-    m = _mean(r, 1)
-    c = _centred(r)
+    a = as_param(alpha, r, "alpha")
+    m = mean(r, 1)
+    c = centred(r)
     base = 1.0 - m
-    safe_base = _where(base > 0, base, base + 1.0)
-    factor = _where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0)
-    return _check_out(factor * c, "power_alpha", f"(1 - mean)^(alpha - 1) with alpha={alpha!r}")
+    safe_base = where(base > 0, base, base + 1.0)
+    factor = where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0)
+    return check_finite_out(factor * c, "power_alpha",
+                            f"(1 - mean)^(alpha - 1) with alpha={alpha!r}")
 
 
 def fade_advantages(
@@ -443,9 +324,9 @@ def fade_advantages(
         ``[P, R]`` advantages.
     """
     p = power_alpha_advantages(rewards, alpha=alpha)
-    d = _as_param(delta, p, "delta", positive=True)
-    A = _where(p >= 0, p, p / d)
-    return _check_out(A, "fade", f"A_i / delta with alpha={alpha!r}, delta={delta!r}")
+    d = as_param(delta, p, "delta", positive=True)
+    A = where(p >= 0, p, p / d)
+    return check_finite_out(A, "fade", f"A_i / delta with alpha={alpha!r}, delta={delta!r}")
 
 
 def fade_alpha_schedule(solve_rate: float | np.ndarray) -> np.ndarray:

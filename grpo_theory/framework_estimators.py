@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._backend import centred, scaled_std
 from ._validate import check_finite, check_group_size, check_lengths, is_torch, real_option
 from .registry import EstimatorSpec, register_estimator
 
@@ -188,14 +189,6 @@ def whiten(
     return _like(c / d, advantages)
 
 
-def _centred(r: np.ndarray) -> np.ndarray:
-    """``r - group mean`` by :func:`grpo_theory.advantages._centred` (scaled, exactly 0 for a
-    constant group); a one-sample group has mean 0 (verl's rule), so it keeps its reward."""
-    from .advantages import _centred as centred
-
-    return r.copy() if r.shape[1] == 1 else centred(r)
-
-
 # --- estimators on [P, R] rewards -----------------------------------------------------------------
 def remax_advantages(rewards: Array, *, greedy_rewards: Array) -> Array:
     """ReMax (Li et al. 2023, arXiv 2310.10505): ``A_i = r_i - b_p``, ``b_p`` the greedy reward.
@@ -273,7 +266,7 @@ def reinforce_plus_plus_baseline_advantages(
     [[1.224744871391589, -1.224744871391589], [0.0, 0.0]]
     """
     r = _to_np(rewards, "rewards")
-    return _like(whiten(_centred(r), lengths=lengths, ddof=1, eps=eps), rewards)
+    return _like(whiten(centred(r, singleton="keep"), lengths=lengths, ddof=1, eps=eps), rewards)
 
 
 def reinforce_baseline_advantages(
@@ -298,7 +291,8 @@ def reinforce_baseline_advantages(
     """
     r = _to_np(rewards, "rewards")
     check_group_size(r.shape[1], minimum=2, estimator="reinforce_baseline")
-    out = whiten(_centred(r), lengths=lengths, ddof=0, eps=eps, eps_mode="clamp_var")
+    c = centred(r, singleton="keep")
+    out = whiten(c, lengths=lengths, ddof=0, eps=eps, eps_mode="clamp_var")
     return _like(out, rewards)
 
 
@@ -350,7 +344,7 @@ def opo_advantages(rewards: Array, *, lengths: Array | None = None) -> Array:
     if r.shape[1] == 1:
         return _like(r.copy(), rewards)
     if lengths is None:
-        return _like(_centred(r), rewards)
+        return _like(centred(r, singleton="keep"), rewards)
     L = check_lengths(lengths, shape=r.shape)
     tot = L.sum(axis=1, keepdims=True)
     if np.any(tot == 0):
@@ -389,7 +383,7 @@ def gpg_advantages(rewards: Array, *, f_norm: float = 1.0) -> Array:
     if f_norm == 0:
         raise ValueError("f_norm must be nonzero, got 0")
     alpha = r.size / max(1, int(np.count_nonzero(r)))
-    return _like(alpha * _centred(r) / f_norm, rewards)
+    return _like(alpha * centred(r, singleton="keep") / f_norm, rewards)
 
 
 def grpo_passk_advantages(
@@ -424,9 +418,7 @@ def grpo_passk_advantages(
     srt = np.sort(r, axis=1)
     gap = srt[:, -1] - srt[:, -2]
     if normalize_std:
-        from .advantages import _scaled_std
-
-        sd = _scaled_std(_centred(r), 1, 1)[:, 0]
+        sd = scaled_std(centred(r), 1, 1)[:, 0]
         gap = np.where(gap > 0, gap / np.where(gap > 0, sd + eps, 1.0), 0.0)
     out[np.arange(P), top] = gap
     return _like(out, rewards)

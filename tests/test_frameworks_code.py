@@ -51,6 +51,15 @@ def test_every_mapped_setting_agrees_with_the_framework_on_ordinary_inputs(repor
                 assert res["status"] == "agree", (report["framework"], row["setting"], res)
 
 
+def test_every_trl_loss_type_of_the_conventions_table_is_audited(report: dict) -> None:
+    from grpo_theory.conventions import TRL_LOSS_TYPES
+
+    if report["framework"] != "trl":
+        pytest.skip("the TRL loss-type table")
+    audited = {r["setting"] for r in report["rows"] if r["kind"] == "loss"}
+    assert {lt.setting for lt in TRL_LOSS_TYPES.values()} <= audited
+
+
 def test_every_loss_mode_reduces_to_our_weights_at_ratio_one(report: dict) -> None:
     losses = [r for r in report["rows"] if r["kind"] == "loss"]
     assert losses
