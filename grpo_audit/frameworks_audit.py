@@ -112,7 +112,7 @@ def battery(*, seed: int = 0) -> list[Case]:
 
 # --- grpo_theory side -----------------------------------------------------------------------------
 def _scored_whiten(a: np.ndarray, ok: np.ndarray, *, eps: float) -> np.ndarray:
-    from grpo_theory.framework_estimators import whiten
+    from grpo_theory import whiten
 
     out = np.zeros_like(a)
     if ok.sum() >= 2:
@@ -122,24 +122,23 @@ def _scored_whiten(a: np.ndarray, ok: np.ndarray, *, eps: float) -> np.ndarray:
 
 def _ours_advantages() -> dict[str, tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]]:
     import grpo_theory as gt
-    from grpo_theory import framework_estimators as fe
 
     def est(name: str, **o: Any) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         return lambda r, L: np.asarray(gt.compute_advantages(name, r, **o), dtype=np.float64)
 
     def trl_rloo_norm(r: np.ndarray, L: np.ndarray) -> np.ndarray:
-        a = fe.nan_excluding_advantages("rloo", r)
+        a = gt.nan_excluding_advantages("rloo", r)
         return _scored_whiten(a, ~np.isnan(r), eps=1e-4)
 
     def verl_gdpo(r: np.ndarray, L: np.ndarray) -> np.ndarray:
         a = gt.compute_advantages("grpo_std", r, ddof=1, eps=1e-6)
-        return np.asarray(fe.whiten(a, lengths=L, ddof=1, eps=1e-8, eps_mode="add_var"))
+        return np.asarray(gt.whiten(a, lengths=L, ddof=1, eps=1e-8, eps_mode="add_var"))
 
     g4 = {"ddof": 1, "eps": 1e-4}
     return {
         'GRPOConfig(scale_rewards="group")': (
             "nan_excluding_advantages('grpo_std', ddof=1, eps=1e-4)",
-            lambda r, L: fe.nan_excluding_advantages("grpo_std", r, **g4),
+            lambda r, L: gt.nan_excluding_advantages("grpo_std", r, **g4),
         ),
         'GRPOConfig(scale_rewards="batch")': (
             "grpo_std(ddof=1, eps=1e-4, std_scope='batch')",
@@ -147,15 +146,15 @@ def _ours_advantages() -> dict[str, tuple[str, Callable[[np.ndarray, np.ndarray]
         ),
         'GRPOConfig(scale_rewards="none")': (
             "nan_excluding_advantages('grpo')",
-            lambda r, L: fe.nan_excluding_advantages("grpo", r),
+            lambda r, L: gt.nan_excluding_advantages("grpo", r),
         ),
         'GRPOConfig(multi_objective_aggregation="normalize_then_sum")': (
             "gdpo_advantages(rewards[..., None])",
-            lambda r, L: fe.gdpo_advantages(r[..., None]),
+            lambda r, L: gt.gdpo_advantages(r[..., None]),
         ),
         "RLOOConfig()": (
             "nan_excluding_advantages('rloo')",
-            lambda r, L: fe.nan_excluding_advantages("rloo", r),
+            lambda r, L: gt.nan_excluding_advantages("rloo", r),
         ),
         "RLOOConfig(normalize_advantages=True)": (
             "rloo_normalized (NaN-excluding)",
@@ -169,15 +168,15 @@ def _ours_advantages() -> dict[str, tuple[str, Callable[[np.ndarray, np.ndarray]
         "algorithm.adv_estimator=rloo": ("rloo", est("rloo")),
         "algorithm.adv_estimator=reinforce_plus_plus": (
             "reinforce_plus_plus(lengths)",
-            lambda r, L: fe.reinforce_plus_plus_advantages(r, lengths=L),
+            lambda r, L: gt.reinforce_plus_plus_advantages(r, lengths=L),
         ),
         "algorithm.adv_estimator=reinforce_plus_plus_baseline": (
             "reinforce_plus_plus_baseline(lengths)",
-            lambda r, L: fe.reinforce_plus_plus_baseline_advantages(r, lengths=L),
+            lambda r, L: gt.reinforce_plus_plus_baseline_advantages(r, lengths=L),
         ),
         "algorithm.adv_estimator=opo": (
             "opo(lengths)",
-            lambda r, L: fe.opo_advantages(r, lengths=L),
+            lambda r, L: gt.opo_advantages(r, lengths=L),
         ),
         "algorithm.adv_estimator=gpg": ("gpg", est("gpg")),
         "algorithm.adv_estimator=grpo_passk": ("grpo_passk", est("grpo_passk")),
@@ -193,7 +192,7 @@ def _ours_advantages() -> dict[str, tuple[str, Callable[[np.ndarray, np.ndarray]
         "--algo.advantage.estimator rloo": ("rloo", est("rloo")),
         "--algo.advantage.estimator reinforce_baseline": (
             "reinforce_baseline(lengths)",
-            lambda r, L: fe.reinforce_baseline_advantages(r, lengths=L),
+            lambda r, L: gt.reinforce_baseline_advantages(r, lengths=L),
         ),
         "--algo.advantage.estimator flash_reinforce": ("flash_reinforce", est("flash_reinforce")),
     }

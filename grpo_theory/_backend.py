@@ -3,7 +3,9 @@
 Each function takes arrays of either backend (chosen by the input, torch imported only when a
 tensor is passed) and returns the same backend. The centring here is the one implementation of
 ``r_i - mean`` for the whole library (:func:`centred`: scaled by a power of two so that it cannot
-overflow, exactly 0 for a constant group).
+overflow, exactly 0 for a constant group), and the array conversion is the one way in and out of
+float64 numpy: :func:`to_float64` (plain), :func:`as_float64` (checked), :func:`in_backend_of`
+(back to the caller's backend, refusing overflow).
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._validate import is_torch
+from ._validate import check_finite, is_torch
 
 __all__ = ["mean", "std", "scaled_std", "where", "constant_rows", "pow2_scale", "centred",
-           "all_finite", "check_finite_out", "as_param"]
+           "all_finite", "check_finite_out", "as_param", "to_float64", "as_float64",
+           "in_backend_of"]
 
 Array = Any  # np.ndarray or torch.Tensor
 
@@ -139,7 +142,7 @@ def as_param(
     if is_torch(value):
         if value.device.type == "meta":
             raise ValueError(f"{name} is a meta tensor (no values)")
-        v64 = value.detach().cpu().double().numpy()
+        v64 = to_float64(value)
     else:
         try:
             v64 = np.asarray(value, dtype=np.float64)
@@ -163,3 +166,43 @@ def as_param(
     else:
         v = v64
     return v if v.ndim == 0 else v[:, None]
+
+
+def to_float64(x: Any) -> np.ndarray:
+    """``x`` (numpy array-like or torch tensor, any device) as a float64 numpy array."""
+    if is_torch(x):
+        return x.detach().cpu().double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def as_float64(x: Any, name: str, *, ndim: int | None = 2, finite: bool = True) -> np.ndarray:
+    """``x`` as a float64 numpy array, checked: numeric, ``ndim`` axes (default 2:
+    ``[num_prompts, group_size]``), no empty axis, and (``finite``) no NaN or inf; errors name
+    ``name``."""
+    try:
+        a = to_float64(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be numeric array-like, got {type(x)!r}") from exc
+    if ndim is not None and a.ndim != ndim:
+        shape = "[num_prompts, group_size]" if ndim == 2 else f"{ndim}-D"
+        raise ValueError(f"{name} must be {shape}, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} has an empty axis: shape {a.shape}")
+    if finite:
+        check_finite(a, name=name)
+    return a
+
+
+def in_backend_of(out: np.ndarray, like: Any) -> Any:
+    """Return ``out`` in the backend (and float dtype/device) of ``like``; refuse overflow."""
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            "the advantages are not representable in float64 (they overflow: rescale the rewards)"
+        )
+    if is_torch(like):
+        import torch
+
+        dtype = like.dtype if torch.is_floating_point(like) else torch.get_default_dtype()
+        return torch.as_tensor(out, dtype=dtype, device=like.device)
+    return out

@@ -111,7 +111,7 @@ def test_float64_constant_group_is_not_zero_either(fw: str) -> None:
 
 
 def test_trl_nan_rewards_are_excluded_and_zeroed_like_nan_excluding_advantages() -> None:
-    from grpo_theory.framework_estimators import nan_excluding_advantages
+    from grpo_theory import nan_excluding_advantages
 
     fc = load_framework("trl", _source("trl"), dtype="float64")
     r = np.array([[1.0, np.nan, 0.0, 1.0], [np.nan, 2.0, np.nan, np.nan], [0.3, 0.1, 0.9, 0.4]])
@@ -127,7 +127,7 @@ def test_trl_nan_rewards_are_excluded_and_zeroed_like_nan_excluding_advantages()
 def test_verl_remax_and_optimal_token_baseline_match_ours() -> None:
     import torch
 
-    from grpo_theory.framework_estimators import (
+    from grpo_theory import (
         optimal_token_baseline_advantages,
         remax_advantages,
     )
@@ -162,7 +162,7 @@ def test_verl_remax_and_optimal_token_baseline_match_ours() -> None:
 def test_verl_groups_of_unequal_size_match_grouped_advantages() -> None:
     import torch
 
-    from grpo_theory.framework_estimators import grouped_advantages
+    from grpo_theory import grouped_advantages
 
     fc = load_framework("verl", _source("verl"), dtype="float64")
     fn = fc.extras["grpo_outcome"]
