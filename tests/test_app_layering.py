@@ -160,3 +160,51 @@ def test_version_flag_prints_the_distribution_version() -> None:
         check=True,
     )
     assert res.stdout.strip() == f"grpo-audit {version('grpo-audit')}"
+
+
+#: Packages in which no module imports a private name (``_x``) of another module.
+NO_PRIVATE_IMPORTS = ("grpo_theory", "paper_checks", "grpo_audit")
+
+
+def _private_names_imported(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}"
+            for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    bad = [hit for pkg in NO_PRIVATE_IMPORTS for f in sorted((ROOT / pkg).rglob("*.py"))
+           for hit in _private_names_imported(f)]
+    assert not bad, bad
+
+
+def _theory_imports(path: Path) -> set[str]:
+    """The ``grpo_theory`` modules one of its modules imports (anywhere in the file)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            out |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_theory."):
+            out.add(node.module.split(".")[1])
+    return out
+
+
+def test_grpo_theory_has_no_import_cycle() -> None:
+    mods = {f.stem: _theory_imports(f) for f in (ROOT / "grpo_theory").glob("*.py")
+            if f.stem != "__init__"}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        state[m] = 1
+        for n in sorted(mods.get(m, ())):
+            assert state.get(n) != 1, f"import cycle: {' -> '.join((*path, m, n))}"
+            if n not in state:
+                visit(n, (*path, m))
+        state[m] = 2
+
+    for m in sorted(mods):
+        if m not in state:
+            visit(m, ())
+    assert "registry" in mods and not mods["registry"], "the registry imports nothing of ours"
