@@ -8,7 +8,7 @@ Every row cites the released version and file it was read in (``source``): TRL 1
 (``trl/trainer/grpo_trainer.py``, ``rloo_trainer.py``, ``utils.py``, ``grpo_config.py``), verl
 0.9.1 (``verl/trainer/ppo/core_algos.py``, ``verl/utils/torch_functional.py``) and OpenRLHF 0.11.2
 (``openrlhf/trainer/ppo_utils/experience_maker.py``, ``openrlhf/models/loss.py``); the wheels carry
-no git commit. ``grpo-audit frameworks`` (``grpo_audit/frameworks_audit.py``) runs those files'
+no git commit. ``grpo-audit frameworks`` (the ``framework_checks`` package) runs those files'
 own functions against each row; ``docs/conventions.md`` has the table and the differences
 (constant float32 groups, overflow, NaN rewards, empty completions, policy losses at ratio 1).
 Older releases differ (e.g. TRL's ``scale_rewards`` was a bool; OpenRLHF once whitened ``rloo``

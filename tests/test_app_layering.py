@@ -1,8 +1,9 @@
 """Package layering and the cost of the real entry point.
 
 Layers, bottom to top: ``grpo_io``, ``paper_values`` (leaves) < ``grpo_theory`` < ``sims``,
-``real_model`` < ``paper_checks`` < ``grpo_audit``. A module may import only its own layer and
-those below (parsed from the source with :mod:`ast`, so lazy imports inside functions count too).
+``real_model`` < ``paper_checks``, ``framework_checks`` < ``grpo_audit``. A module may import
+only its own layer and those below (parsed from the source with :mod:`ast`, so lazy imports
+inside functions count too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ PACKAGES = (
     "sims",
     "real_model",
     "paper_checks",
+    "framework_checks",
     "grpo_audit",
 )
 OURS = set(PACKAGES)
@@ -32,10 +34,13 @@ OURS = set(PACKAGES)
 FORBIDDEN: dict[str, set[str]] = {
     "grpo_io": OURS - {"grpo_io"},
     "paper_values": OURS - {"paper_values"},  # data only
-    "grpo_theory": {"paper_values", "sims", "real_model", "paper_checks", "grpo_audit"},
-    "sims": {"real_model", "paper_checks", "grpo_audit"},
-    "real_model": {"paper_checks", "grpo_audit"},
-    "paper_checks": {"grpo_audit"},
+    "grpo_theory": {"paper_values", "sims", "real_model", "paper_checks", "framework_checks",
+                    "grpo_audit"},
+    "sims": {"real_model", "paper_checks", "framework_checks", "grpo_audit"},
+    "real_model": {"paper_checks", "framework_checks", "grpo_audit"},
+    "paper_checks": {"framework_checks", "grpo_audit"},
+    # the frameworks' own code against the theory: needs grpo_theory and grpo_io only
+    "framework_checks": {"paper_values", "sims", "real_model", "paper_checks", "grpo_audit"},
 }
 
 
@@ -163,7 +168,7 @@ def test_version_flag_prints_the_distribution_version() -> None:
 
 
 #: Packages in which no module imports a private name (``_x``) of another module.
-NO_PRIVATE_IMPORTS = ("grpo_theory", "paper_checks", "grpo_audit")
+NO_PRIVATE_IMPORTS = ("grpo_theory", "paper_checks", "framework_checks", "grpo_audit")
 
 
 def _private_names_imported(path: Path) -> list[str]:

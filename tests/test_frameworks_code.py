@@ -1,4 +1,4 @@
-"""Equivalence against the frameworks' OWN code (grpo_audit.framework_code).
+"""Equivalence against the frameworks' OWN code (framework_checks).
 
 TRL runs from the installed package (the ``trl`` extra; skipped without it). verl 0.9.1 and
 OpenRLHF 0.11.2 run from their wheels' source files, with the heavy imports stubbed: set
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_audit.framework_code import load_framework
-from grpo_audit.frameworks_audit import audit_framework
+from framework_checks.audit import audit_framework
+from framework_checks.load import load_framework
 
 AGREE_FAMILIES = ("random normal", "random binary", "single success", "unequal lengths")
 
@@ -178,7 +178,7 @@ def test_verl_groups_of_unequal_size_match_grouped_advantages() -> None:
 def test_source_may_be_a_wheel_a_directory_or_one_file(tmp_path: Path) -> None:
     import zipfile
 
-    from grpo_audit.framework_code import FrameworkCodeError, find_source
+    from framework_checks.source import FrameworkCodeError, find_source
 
     whl = _wheel("verl")
     with zipfile.ZipFile(whl) as zf:
