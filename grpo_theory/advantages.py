@@ -100,7 +100,7 @@ _PAPER_SPECS: tuple[EstimatorSpec, ...] = (
                   options={"ddof": 1, "eps": 0.0, "std_scope": "group", "on_zero_std": "zero"},
                   check_options={"ddof": 1, "eps": 0.0}, exact=exact_grpo_std, source=_SHAO),
     EstimatorSpec(name="dr_grpo", fn=dr_grpo_advantages, exact=exact_grpo, linear=linear_grpo,
-                  source="Liu et al. 2025 (Dr.GRPO), Eq. (3)"),
+                  source="Liu et al. 2025 (Dr.GRPO, arXiv 2503.20783), Sec. 3.2 and Fig. 1"),
     EstimatorSpec(name="rloo", fn=rloo_advantages, exact=exact_rloo, linear=linear_rloo,
                   source="Kool et al. 2019; Ahmadian et al. 2024, Eq. (7)"),
     EstimatorSpec(name="reinforce", fn=reinforce_advantages, options={"baseline": 0.0},

@@ -7,7 +7,7 @@ The estimators differ in the baseline ``b`` (rewards ``[num_prompts, group_size]
 estimator             baseline ``b`` for rollout ``i``                   source
 ====================  =================================================  =======================
 ``grpo``              the group mean (includes ``r_i``)                  seed paper, Eq. (15)
-``dr_grpo``           the group mean (Dr.GRPO's change is the loss)      Liu et al. 2025, Eq. (3)
+``dr_grpo``           the group mean (Dr.GRPO's change is the loss)      Liu et al. 2025, Sec. 3.2
 ``rloo``              the mean of the other ``R - 1`` rewards            Ahmadian et al. 2024
 ``reinforce``         a constant (0 by default)                          Williams 1992
 ``remax``             the reward of the prompt's greedy decoding         Li et al. 2023; verl
@@ -103,7 +103,8 @@ def grpo_advantages(rewards: Array) -> Array:
 
 
 def dr_grpo_advantages(rewards: Array) -> Array:
-    """Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training", Eq. 3).
+    """Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training", arXiv
+    2503.20783, Sec. 3.2 and Fig. 1: ``A~_i = R_i - mean(R)``; Eq. 3 there is GRPO's objective).
 
     ``A_i = r_i - mean``: identical to :func:`grpo_advantages`. Dr.GRPO's other change, dropping
     the per-sequence length normalisation in favour of a constant, is a *loss aggregation*
