@@ -104,7 +104,7 @@ def _best_of(cmd: list[str], n: int) -> float:
     return best
 
 
-#: Budget for ``grpo-audit --help`` through the real entry point (issue 8: < 0.5 s).
+#: Budget for ``grpo-audit --help`` through the real entry point (< 0.5 s: help answers at once).
 HELP_BUDGET_S = 0.5
 
 
