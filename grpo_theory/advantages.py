@@ -257,12 +257,17 @@ def grpo_std_advantages(
     eps: float = 0.0,
     std_scope: Literal["group", "batch"] = "group",
     on_zero_std: Literal["zero", "raise"] = "zero",
+    eps_mode: Literal["add_std", "add_var"] = "add_std",
 ) -> Array:
     """Std-normalised GRPO advantages as published by Shao et al. (2024, DeepSeekMath, Sec. 4.1.2).
 
     ``A_i = (r_i - mean) / (std + eps)`` with ``mean`` the group mean and ``std`` the standard
     deviation of the group (``std_scope="group"``) or of the whole batch (``"batch"``, TRL's
-    ``scale_rewards="batch"``).
+    ``scale_rewards="batch"``). With ``eps_mode="add_var"`` the stabiliser enters under the root,
+    ``A_i = (r_i - mean) / sqrt(var + eps)``: with ``ddof=0`` and binary rewards this is the
+    stabilised whitened reward of Mroueh (arXiv 2503.06639 v4, Eq. 4 with the plug-in
+    ``p_hat = k/R``, Algorithm 1), ``(1 - p_hat) / sqrt(p_hat (1 - p_hat) + eps)`` for a success
+    and ``-p_hat / sqrt(p_hat (1 - p_hat) + eps)`` for a failure.
 
     Args:
         rewards: ``[P, R]`` rewards, ``R >= 2`` (``R >= ddof + 1``).
@@ -275,6 +280,9 @@ def grpo_std_advantages(
             ``"zero"`` (default) returns advantage 0 for that group: every centred reward is
             exactly 0, and 0 is the limit of ``0 / (0 + eps)`` as ``eps -> 0`` and what every
             framework with ``eps > 0`` returns. ``"raise"`` raises ``ValueError`` naming the groups.
+        eps_mode: where ``eps`` enters: ``"add_std"`` (default, ``std + eps``: the published
+            formula's stabiliser as TRL places it) or ``"add_var"`` (``sqrt(var + eps)``: verl's
+            ``masked_whiten``, and arXiv 2503.06639's Eq. 4).
 
     Returns:
         ``[P, R]`` advantages. A group with nonzero std has ``sum_i A_i = 0`` and, with ``eps = 0``,
@@ -301,6 +309,8 @@ def grpo_std_advantages(
         raise ValueError(f"std_scope must be 'group' or 'batch', got {std_scope!r}")
     if on_zero_std not in ("zero", "raise"):
         raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
+    if eps_mode not in ("add_std", "add_var"):
+        raise ValueError(f"eps_mode must be 'add_std' or 'add_var', got {eps_mode!r}")
     # Scaled form (exact powers of two, see _pow2_scale): the result is scale-free, so it is
     # computed on r / k and never multiplied back; bit-identical to the plain formula whenever
     # that does not overflow, finite for rewards near the float limit.
@@ -331,7 +341,11 @@ def grpo_std_advantages(
             f"grpo_std: zero-variance group(s) {groups} (all rewards equal) with eps=0: "
             "the advantage is 0/0. Pass eps>0, or on_zero_std='zero' to return 0 for them."
         )
-    denom = _where(zero, std * 0.0 + 1.0, std + eps_k)
+    if eps_mode == "add_var":  # sqrt(var + eps) in the units of u: var / k^2 + eps / k^2
+        stab = (std**2 + eps_k / k) ** 0.5
+    else:
+        stab = std + eps_k
+    denom = _where(zero, std * 0.0 + 1.0, stab)
     return _where(zero, centred * 0.0, centred / denom)
 
 
@@ -505,6 +519,7 @@ def _exact_grpo_std(
     eps: Any = 0.0,
     std_scope: str = "group",
     on_zero_std: str = "zero",
+    eps_mode: str = "add_std",
 ) -> tuple[Any, Any]:
     import sympy as sp
 
@@ -524,6 +539,8 @@ def _exact_grpo_std(
         raise ValueError(f"eps must be >= 0, got {eps}")
     if on_zero_std not in ("zero", "raise"):
         raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
+    if eps_mode not in ("add_std", "add_var"):
+        raise ValueError(f"eps_mode must be 'add_std' or 'add_var', got {eps_mode!r}")
     cs, cf = _exact_centred(R, k)
     if k in (0, R):
         if on_zero_std == "raise" and e == 0:
@@ -532,8 +549,9 @@ def _exact_grpo_std(
                 "0/0. Use on_zero_std='zero' (advantage 0) or eps>0."
             )
         return sp.Integer(0), sp.Integer(0)
-    std = sp.sqrt(sp.Rational(k * (R - k), R) / (R - ddof))
-    return cs / (std + e), cf / (std + e)
+    var = sp.Rational(k * (R - k), R) / (R - ddof)
+    d = sp.sqrt(var + e) if eps_mode == "add_var" else sp.sqrt(var) + e
+    return cs / d, cf / d
 
 
 def _exact_delta(delta: Any) -> Any:
@@ -593,7 +611,8 @@ for _spec in (
     EstimatorSpec(
         name="grpo_std",
         fn=grpo_std_advantages,
-        options={"ddof": 1, "eps": 0.0, "std_scope": "group", "on_zero_std": "zero"},
+        options={"ddof": 1, "eps": 0.0, "std_scope": "group", "on_zero_std": "zero",
+                 "eps_mode": "add_std"},
         check_options={"ddof": 1, "eps": 0.0},
         exact=_exact_grpo_std,
         source=_SHAO,

@@ -14,6 +14,14 @@ __all__ = ["register", "register_tables", "TABLE_KINDS"]
 #: ``--quick`` help, with times measured by ``time grpo-audit audit [--quick]`` (see README).
 QUICK_HELP = "smaller Monte Carlo (measured on 2 idle cores: 4.3 s; the full audit 7.2 s)"
 
+#: ``--paper`` choices (kept in step with ``registry.PAPERS``; a test checks it) and their help.
+AUDITED_PAPERS: dict[str, str] = {
+    "seed": "arXiv 2606.29238 (default)",
+    "fade": "the FADE abstract, arXiv 2607.01490",
+    "grpo-effective-loss": "arXiv 2503.06639 v4, GRPO's effective loss, dynamics and success "
+    "amplification",
+}
+
 TABLE_KINDS: dict[str, str] = {
     "appendix-a2": "App. A.2 table recomputed beside the paper's printed values, with exact tails",
     "table1": "Table 1 recomputed for toy worlds, with the feasible effective-rank range",
@@ -57,18 +65,20 @@ def _audit(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``grpo-audit audit --out DIR [--quick] [--seed N] [--only ID ...] [--list]``."""
+    papers = list(AUDITED_PAPERS)
+    choice = "{" + ",".join(papers) + "}"
     p = sub.add_parser(
         "audit",
-        help="audit every checkable claim of arXiv 2606.29238 (or, with --paper fade, of the "
-        "FADE abstract, arXiv 2607.01490): claims.json, REPORT.md, figures",
+        help="audit every checkable claim of arXiv 2606.29238 (or, with --paper, of another "
+        "audited paper: " + ", ".join(papers[1:]) + "): claims.json, REPORT.md, figures",
         description="Check every registered claim of a paper by computation and write "
         "DIR/claims.json, DIR/REPORT.md, DIR/claims_summary.csv|tex and DIR/figures/*.png.",
-        usage="grpo-audit audit --out DIR [--paper {seed,fade}] [--quick] [--seed N] "
+        usage=f"grpo-audit audit --out DIR [--paper {choice}] [--quick] [--seed N] "
         "[--only ID [ID ...]]\n"
-        "       grpo-audit audit --list [--paper {seed,fade}]",
+        f"       grpo-audit audit --list [--paper {choice}]",
     )
-    p.add_argument("--paper", choices=["seed", "fade"], default="seed",
-                   help="seed: arXiv 2606.29238 (default); fade: the FADE abstract, 2607.01490")
+    p.add_argument("--paper", choices=papers, default="seed",
+                   help="; ".join(f"{k}: {v}" for k, v in AUDITED_PAPERS.items()))
     p.add_argument(
         "--out",
         default=None,

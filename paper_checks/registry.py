@@ -20,8 +20,9 @@ Verdicts (:data:`VERDICTS`):
   verdict the computation alone points to), and the summary and the report give that reason,
   not the correction written for the refuted case.
 
-Claims belong to a paper (:data:`PAPERS`): ``"seed"`` (arXiv 2606.29238, the default) or
-``"fade"`` (arXiv 2607.01490, abstract only; ids prefixed ``fade_``).
+Claims belong to a paper (:data:`PAPERS`): ``"seed"`` (arXiv 2606.29238, the default),
+``"fade"`` (arXiv 2607.01490, abstract only; ids prefixed ``fade_``) or ``"grpo-effective-loss"``
+(arXiv 2503.06639 v4; ids prefixed ``effloss_``, claims in ``paper_checks.claims.effective_loss``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ PAPERS: dict[str, tuple[str, str]] = {
     "seed": (SEED_PAPER_ID, ""),
     "fade": ("arXiv 2607.01490 (Don't Let Gains FADE: Breaking Down Policy Gradient Weights in "
              "RL), abstract only", "fade_"),
+    "grpo-effective-loss": ("arXiv 2503.06639 v4 (Mroueh: Reinforcement Learning with Verifiable "
+                            "Rewards: GRPO's Effective Loss, Dynamics, and Success "
+                            "Amplification)", "effloss_"),
 }
 
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
@@ -335,6 +339,18 @@ SECTION_ORDER: tuple[str, ...] = (
     "FADE: sign axis",
     "FADE: difficulty axis",
     "FADE: schedule",
+    # GRPO's effective loss (arXiv 2503.06639 v4)
+    "EL 2. GRPO as an adaptive weighted contrastive loss",
+    "EL 3. PoS fixed-point iteration",
+    "EL 3.1 Success amplification",
+    "EL 4. Mirror GRPO",
+    "EL 5-6. Mean-only normalisation and takeaways",
+    "EL App. A. Experiments",
+    "EL App. B. Algorithm 1 and cross-paper consistency",
+    "EL App. C.2. Stability of fixed points",
+    "EL App. D. General weights and anchor",
+    "EL App. E. Two KL regularisers",
+    "EL App. F. Parametric iterates",
 )
 
 
@@ -404,6 +420,17 @@ CLAIM_MODULES: tuple[str, ...] = (
     "claims_appendix",
     "claims_new",
     "claims_fade",
+    "claims.effective_loss.s2_contrastive_loss",
+    "claims.effective_loss.s3_dynamics",
+    "claims.effective_loss.s3_1_amplification",
+    "claims.effective_loss.s4_mirror",
+    "claims.effective_loss.s5_mean_only",
+    "claims.effective_loss.appA_experiments",
+    "claims.effective_loss.appB_algorithm",
+    "claims.effective_loss.appC_stability",
+    "claims.effective_loss.appD_general",
+    "claims.effective_loss.appE_two_kl",
+    "claims.effective_loss.appF_parametric",
 )
 
 

@@ -13,7 +13,8 @@
 * ``figures/*.png``; ``tables/*.md|csv`` (seed paper); ``meta.json`` (seed, versions, device,
   timing).
 
-``paper="fade"`` audits the FADE abstract (arXiv 2607.01490) instead of the seed paper.
+``paper="fade"`` audits the FADE abstract (arXiv 2607.01490) and ``paper="grpo-effective-loss"``
+arXiv 2503.06639 v4 instead of the seed paper.
 """
 
 from __future__ import annotations
@@ -177,6 +178,18 @@ def _a2_figure(fig_dir: Path, *, quick: bool) -> str:
     return f"figures/{path.name}"
 
 
+#: How each paper's side enters its checks (the second sentence of every REPORT.md).
+_SOURCE_NOTE: dict[str, str] = {
+    "seed": "; the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
+    "place they are typed in) and labelled as the paper's.",
+    "fade": "; only the abstract is available, so each claim is our paraphrase of it.",
+    "grpo-effective-loss": "; each claim is our paraphrase of the v4 text (theorem, section and "
+    "equation numbers of the v4 PDF), and the paper's printed formulas and values enter the "
+    "checks from `paper_checks/claims/effective_loss/printed.py` (the one place they are typed "
+    "in), so that a planted error in them flips the verdict.",
+}
+
+
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
               ids: list[str] | None = None, paper: str = "seed") -> list[ClaimResult]:
     """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""
@@ -229,9 +242,7 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         f"# Proof audit of {paper_id}",
         "",
         "Every verdict below is computed by the check described in its section"
-        + ("; the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
-           "place they are typed in) and labelled as the paper's." if paper == "seed" else
-           "; only the abstract is available, so each claim is our paraphrase of it."),
+        + _SOURCE_NOTE.get(paper, "; each claim is our paraphrase of the paper."),
         "",
         "## Verdict legend",
         "",
