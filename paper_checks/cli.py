@@ -8,19 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .papers import DEFAULT_PAPER, papers
+
 __all__ = ["register", "register_tables", "TABLE_KINDS"]
 
 #: Table kinds this package adds to ``grpo-audit tables``.
 #: ``--quick`` help, with times measured by ``time grpo-audit audit [--quick]`` (see README).
 QUICK_HELP = "smaller Monte Carlo (measured on 2 idle cores: 4.3 s; the full audit 7.2 s)"
-
-#: ``--paper`` choices (kept in step with ``registry.PAPERS``; a test checks it) and their help.
-AUDITED_PAPERS: dict[str, str] = {
-    "seed": "arXiv 2606.29238 (default)",
-    "fade": "the FADE abstract, arXiv 2607.01490",
-    "grpo-effective-loss": "arXiv 2503.06639 v4, GRPO's effective loss, dynamics and success "
-    "amplification",
-}
 
 TABLE_KINDS: dict[str, str] = {
     "appendix-a2": "App. A.2 table recomputed beside the paper's printed values, with exact tails",
@@ -29,19 +23,17 @@ TABLE_KINDS: dict[str, str] = {
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .registry import REGISTRY, _load_all
+    from .registry import REGISTRY, load_claims, ordered_ids
     from .report import run_audit
 
     if args.list:
-        _load_all()
-        for cid, c in REGISTRY.items():
-            if c.paper == args.paper:
-                print(f"{cid}\t{c.location}")
+        for cid in ordered_ids(args.paper):
+            print(f"{cid}\t{REGISTRY[cid].location}")
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (unless --list)")
     if args.only:
-        _load_all()
+        load_claims()
         bad = [i for i in args.only if i not in REGISTRY or REGISTRY[i].paper != args.paper]
         if bad:
             raise ValueError(f"--only: {bad} are not claims of --paper {args.paper} "
@@ -64,21 +56,23 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``grpo-audit audit --out DIR [--quick] [--seed N] [--only ID ...] [--list]``."""
-    papers = list(AUDITED_PAPERS)
-    choice = "{" + ",".join(papers) + "}"
+    """Add ``grpo-audit audit --out DIR [--paper KEY] [--quick] [--seed N] [--only ID ...]
+    [--list]``; the ``--paper`` keys are the registered papers (:mod:`paper_checks.papers`)."""
+    registered = papers()
+    keys = "{" + ",".join(registered) + "}"
     p = sub.add_parser(
         "audit",
-        help="audit every checkable claim of arXiv 2606.29238 (or, with --paper, of another "
-        "audited paper: " + ", ".join(papers[1:]) + "): claims.json, REPORT.md, figures",
+        help=f"audit every checkable claim of arXiv {registered[DEFAULT_PAPER].arxiv} (or, with "
+        "--paper, of another registered paper): claims.json, REPORT.md, figures",
         description="Check every registered claim of a paper by computation and write "
         "DIR/claims.json, DIR/REPORT.md, DIR/claims_summary.csv|tex and DIR/figures/*.png.",
-        usage=f"grpo-audit audit --out DIR [--paper {choice}] [--quick] [--seed N] "
+        usage=f"grpo-audit audit --out DIR [--paper {keys}] [--quick] [--seed N] "
         "[--only ID [ID ...]]\n"
-        f"       grpo-audit audit --list [--paper {choice}]",
+        f"       grpo-audit audit --list [--paper {keys}]",
     )
-    p.add_argument("--paper", choices=papers, default="seed",
-                   help="; ".join(f"{k}: {v}" for k, v in AUDITED_PAPERS.items()))
+    p.add_argument("--paper", choices=list(registered), default=DEFAULT_PAPER,
+                   help="; ".join(f"{k}: {v.citation}" for k, v in registered.items())
+                   + f" (default {DEFAULT_PAPER})")
     p.add_argument(
         "--out",
         default=None,
@@ -88,7 +82,8 @@ def register(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of every random generator (default 0)")
     p.add_argument("--only", nargs="+", metavar="ID", default=None, help="audit only these claims")
-    p.add_argument("--list", action="store_true", help="list the registered claim ids and exit")
+    p.add_argument("--list", action="store_true",
+                   help="list the registered claim ids and locations (report order) and exit")
     p.set_defaults(func=_audit)
 
 

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from paper_checks.claims.effective_loss import printed as P
+from paper_checks.claims.effective_loss import _printed as P
 from paper_checks.claims.effective_loss.appA_experiments import check_gsm8k
 from paper_checks.claims.effective_loss.appB_algorithm import check_plugin_advantage
 from paper_checks.claims.effective_loss.appC_stability import check_beta_condition, check_fig5
@@ -201,18 +201,18 @@ def test_effective_loss_audit_cli_writes_its_own_report(tmp_path):
                  "--only", "effloss_thm3_amplification", "effloss_thm8_general_weights_anchor",
                  "effloss_appa_gsm8k_amplification"]) == 0
     rep = (out / "REPORT.md").read_text()
-    assert "arXiv 2503.06639" in rep.splitlines()[0] and "printed.py" in rep
+    assert "arXiv 2503.06639" in rep.splitlines()[0] and "_printed.py" in rep
     assert (out / "figures" / "effloss_thm3_amplification.png").stat().st_size > 0
     meta = json.loads((out / "meta.json").read_text())
     assert meta["paper_key"] == "grpo-effective-loss" and meta["refuted"] == [
         "effloss_thm8_general_weights_anchor"]
 
 
-def test_audit_paper_choices_match_the_registry():
-    from paper_checks.cli import AUDITED_PAPERS
-    from paper_checks.registry import PAPERS
+def test_paper_is_registered_and_listed_for_the_cli():
+    from paper_checks.papers import get_paper
 
-    assert set(AUDITED_PAPERS) == set(PAPERS)
+    paper = get_paper("grpo-effective-loss")
+    assert paper.claim_prefix == "effloss_" and paper.sections[0] == "s2_contrastive_loss"
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""What the section modules of the arXiv 2503.06639 audit share: the paper key, section names,
-parameter grids, random finite worlds, the cached fixed-point scan and an exact-identity helper."""
+"""What several section modules of the arXiv 2503.06639 audit share: the parameter grid, random
+finite worlds, the cached fixed-point and orbit scans, an SLSQP maximiser over the simplex, exact
+log-odds of a policy, and an exact-identity helper (60-digit evaluation at rational points)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,6 @@ from typing import Any
 import numpy as np
 
 from grpo_theory.success_dynamics import fixed_points, orbit_kinds
-
-PAPER = "grpo-effective-loss"
-
-SEC2 = "EL 2. GRPO as an adaptive weighted contrastive loss"
-SEC3 = "EL 3. PoS fixed-point iteration"
-SEC3_1 = "EL 3.1 Success amplification"
-SEC4 = "EL 4. Mirror GRPO"
-SEC5 = "EL 5-6. Mean-only normalisation and takeaways"
-APPA = "EL App. A. Experiments"
-APPB = "EL App. B. Algorithm 1 and cross-paper consistency"
-APPC = "EL App. C.2. Stability of fixed points"
-APPD = "EL App. D. General weights and anchor"
-APPE = "EL App. E. Two KL regularisers"
-APPF = "EL App. F. Parametric iterates"
-
-SECTIONS: tuple[str, ...] = (SEC2, SEC3, SEC3_1, SEC4, SEC5, APPA, APPB, APPC, APPD, APPE, APPF)
 
 #: The parameter grid every fixed-point scan uses (p_ref, beta, eps).
 P_REFS: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99)

@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from grpo_theory.success_dynamics import orbit_kinds, pos_trajectory
+from paper_checks._common import K_SE
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ..._common import K_SE
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import APPA, PAPER
+from . import _printed as P
+
+SECTION = "App. A. Experiments"
 
 WHAT_WOULD_DECIDE = (
     "per-prompt PoS before and after GRPO training of Qwen2.5-0.5B-Instruct on the GSM8K train "
@@ -78,7 +79,6 @@ def check_gsm8k(measurements: dict[str, Any] | None = None) -> Outcome:
        "prompts with p_ref = 0 barely move.",
        check="Not computable here (LLM training): registered as inconclusive with what would "
        "decide it; the population recursion at the printed beta = 0.1 (one step from several "
-       "p_ref, orbit kinds over 50 p_ref, p_ref = 0) reported beside the printed numbers.",
-       section=APPA, paper=PAPER)
+       "p_ref, orbit kinds over 50 p_ref, p_ref = 0) reported beside the printed numbers.")
 def _gsm8k(ctx: CheckContext) -> Outcome:
     return check_gsm8k()

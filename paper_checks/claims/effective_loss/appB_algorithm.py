@@ -16,10 +16,11 @@ import numpy as np
 
 from grpo_theory import advantage_values, compute_advantages, exact_advantage_moments
 from grpo_theory.success_dynamics import success_weights
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import APPB, PAPER
+from . import _printed as P
+
+SECTION = "App. B. Algorithm 1 and cross-paper consistency"
 
 GROUPS = tuple(range(2, 13))
 EPS_VALUES = ("0", "1/100000", "1/10")  # exact rationals (sympy)
@@ -80,7 +81,7 @@ def check_plugin_advantage(weights: Callable[..., Any] = P.weights_eq4) -> Outco
        check="Exact (sympy, 60 digits): grpo_std(ddof=0, eps, eps_mode='add_var') of the registry "
        "for every G = 2..12 and k = 0..G, eps in {0, 1e-5, 1/10}, against the printed Eq. (4) at "
        "k/G; float: 400 random binary groups of 16 against grpo_theory.success_weights(p_hat).",
-       variants=("grpo_std",), section=APPB, paper=PAPER)
+       variants=("grpo_std",))
 def _plugin(ctx: CheckContext) -> Outcome:
     return check_plugin_advantage()
 
@@ -124,7 +125,7 @@ def check_practised_bessel(weights: Callable[..., Any] = P.weights_eq4,
        "correction, the stabiliser added to the std) is the paper's whitened reward, Eq. (4) at "
        "p_hat.", check="Exact (sympy): the registry's grpo_std with ddof = 1, eps = 0 over Eq. (4) "
        "at k/G for every G = 2..12 and 0 < k < G; TRL's eps = 1e-4 on the std at G = 16.",
-       variants=("grpo_std",), section=APPB, paper=PAPER)
+       variants=("grpo_std",))
 def _bessel(ctx: CheckContext) -> Outcome:
     return check_practised_bessel()
 
@@ -170,6 +171,6 @@ def check_mean_only_registry(weights: Callable[..., Any] = P.weights_mean_only) 
        check="Exact (sympy): dr_grpo and grpo of the registry for every G = 2..12, k = 0..G "
        "against the printed weights at k/G; E[A | r] for G = 2..8 at G rational p (a polynomial of "
        "degree G - 1 in p: G points decide it; grpo_theory.exact_advantage_moments).",
-       variants=("dr_grpo", "grpo"), section=APPB, paper=PAPER)
+       variants=("dr_grpo", "grpo"))
 def _mean_only(ctx: CheckContext) -> Outcome:
     return check_mean_only_registry()

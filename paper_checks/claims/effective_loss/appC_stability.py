@@ -19,10 +19,12 @@ from grpo_theory.success_dynamics import (
     pos_trajectory,
     sigmoid,
 )
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import APPC, PAPER, fixed_point_scan, orbit_scan
+from . import _printed as P
+from ._shared import fixed_point_scan, orbit_scan
+
+SECTION = "App. C.2. Stability of fixed points"
 
 
 def _interior_points() -> list[tuple[tuple[float, float, float], Any]]:
@@ -54,8 +56,7 @@ def check_lemma1(h: Callable[..., Any] = P.h_thm2,
        text="At a fixed point, h'(p*) = p*(1-p*)(2p*-1) / (2 beta [p*(1-p*) + eps]^(3/2)).",
        check="Every certified fixed point of the 240-point grid with 1 - p* > 1e-9: the printed "
        "formula against the multiplier of the log-odds map (relative 1e-8) and a central "
-       "difference of the printed h (step 1e-4 min(p*, 1 - p*), relative 1e-3).",
-       section=APPC, paper=PAPER)
+       "difference of the printed h (step 1e-4 min(p*, 1 - p*), relative 1e-3).")
 def _lemma1(ctx: CheckContext) -> Outcome:
     return check_lemma1()
 
@@ -86,8 +87,7 @@ def check_beta_condition(bound: Callable[..., Any] = P.beta_bound_appc2) -> Outc
        "uniformly over prompts q it needs the supremum over q of these bounds (Remark 2).",
        check="Every certified fixed point of the grid: |multiplier| < 1 against beta > printed "
        "B(p*) (an equivalence, since h'(p*) = +-B(p*)/beta); per (beta, eps), the prompts p_ref "
-       "of the grid as a population: all fixed points attracting against beta > sup B.",
-       section=APPC, paper=PAPER)
+       "of the grid as a population: all fixed points attracting against beta > sup B.")
 def _beta_condition(ctx: CheckContext) -> Outcome:
     return check_beta_condition()
 
@@ -129,7 +129,7 @@ def check_theorem6(offset: float = 1e-3) -> Outcome:
        "whenever p_0 lies in [p* - delta, p* + delta].",
        check="Every certified fixed point of the grid (1 - p* > 1e-9): 3000 steps of h from "
        "p* -+ 1e-3 min(p*, 1 - p*); convergence (relative 1e-8) for every attracting one; for "
-       "contrast, how many starts leave a repelling one.", section=APPC, paper=PAPER)
+       "contrast, how many starts leave a repelling one.")
 def _thm6(ctx: CheckContext) -> Outcome:
     return check_theorem6()
 
@@ -156,8 +156,7 @@ def check_global_contraction(n_grid: int = 20001) -> Outcome:
 @claim("effloss_table1_global_contraction", location="Table 1, row (No-clip) GRPO (mean-var)",
        text="The iteration converges if h is a contraction, sup_p |h'(p)| < 1.",
        check="The 240-point grid: sup |h'| of the printed Prop. 1 derivative on 20 001 points; "
-       "where below 1, the number of certified fixed points and the orbit from p_ref.",
-       section=APPC, paper=PAPER)
+       "where below 1, the number of certified fixed points and the orbit from p_ref.")
 def _contraction(ctx: CheckContext) -> Outcome:
     return check_global_contraction()
 
@@ -216,7 +215,7 @@ def check_fig5(case: dict[str, float] | None = None) -> Outcome:
        "behaviour.",
        check="3000 steps of the recurrence (eps = 1e-5) for beta in {0.5, 1, 2, 5, 10} x p_ref in "
        "{0.001, 0.01, 0.1, 0.5}, classified; at the printed case the orbit, its last two values "
-       "and the certified fixed point it circles with its multiplier.", section=APPC, paper=PAPER)
+       "and the certified fixed point it circles with its multiplier.")
 def _fig5(ctx: CheckContext) -> Outcome:
     return check_fig5()
 
@@ -246,7 +245,6 @@ def check_staged(stages: int = 5, steps: int = 60) -> Outcome:
        text="When pi_ref is reset to the last iterate at each stage (DeepSeekMath's practice), "
        "each stage amplifies the PoS relative to its new reference.",
        check="The 240-point grid, up to 5 stages of 60 steps each, the reference reset to the "
-       "last iterate: every iterate's log-odds minus the stage reference's.", section=APPC,
-       paper=PAPER)
+       "last iterate: every iterate's log-odds minus the stage reference's.")
 def _staged(ctx: CheckContext) -> Outcome:
     return check_staged()

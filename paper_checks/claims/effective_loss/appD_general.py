@@ -7,10 +7,12 @@ from collections.abc import Callable
 import numpy as np
 
 from grpo_theory.tilted_policies import tilt
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import APPD, PAPER, policy_log_odds, random_world, simplex_maximiser
+from . import _printed as P
+from ._shared import policy_log_odds, random_world, simplex_maximiser
+
+SECTION = "App. D. General weights and anchor"
 
 BETAS_D = (0.5, 1.0, 2.0, 3.0)
 
@@ -60,7 +62,6 @@ def check_theorem8(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem8
        "pi_o_{n-1}, logit(p_n) = logit(p_o_{n-1}) + Omega(p_{n-1}).",
        check="12 random anchors (5 outputs) with arbitrary weights omega+-, in (0.1, 3), beta in "
        "{0.5, 1, 2, 3}: the printed policy and log-odds against SLSQP over the simplex "
-       "(tolerances 1e-5, 1e-4); the tilt exp(A / beta) as a cross-check.",
-       section=APPD, paper=PAPER)
+       "(tolerances 1e-5, 1e-4); the tilt exp(A / beta) as a cross-check.")
 def _thm8(ctx: CheckContext) -> Outcome:
     return check_theorem8(ctx.seed)

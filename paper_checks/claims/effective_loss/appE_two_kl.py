@@ -32,10 +32,12 @@ from grpo_theory.tilted_policies import (
     renyi_correction,
     renyi_divergence,
 )
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import APPE, BETAS, P_REFS, PAPER, policy_log_odds, random_world
+from . import _printed as P
+from ._shared import BETAS, P_REFS, policy_log_odds, random_world
+
+SECTION = "App. E. Two KL regularisers"
 
 ALPHAS = (0.25, 0.5, 0.75)
 
@@ -75,7 +77,7 @@ def check_lemma2(seed: int = 0, anchor: Callable[..., np.ndarray] = geometric_me
        "proportional to pi_ref^alpha pi_o^(1-alpha) and C independent of pi.",
        check="8 random (pi_ref, pi_o) pairs on 6 outputs, alpha in {1/4, 1/2, 3/4}, 6 random pi "
        "each: the spread of the difference over pi (tolerance 1e-12), and C against "
-       "-log sum pi_ref^alpha pi_o^(1-alpha).", section=APPE, paper=PAPER)
+       "-log sum pi_ref^alpha pi_o^(1-alpha).")
 def _lemma2(ctx: CheckContext) -> Outcome:
     return check_lemma2(ctx.seed)
 
@@ -111,7 +113,7 @@ def check_lemma3(seed: int = 0, formula: Callable[..., float] = P.lemma3_logit) 
        "policies conditioned on success and failure and D_alpha the Renyi divergence.",
        check="8 random (pi_ref, pi_{n-1}) pairs (unrelated, so the Renyi terms differ), alpha in "
        "{1/4, 1/2, 3/4}: the log-odds of the normalised geometric mean against the printed "
-       "formula (tolerance 1e-12).", section=APPE, paper=PAPER)
+       "formula (tolerance 1e-12).")
 def _lemma3(ctx: CheckContext) -> Outcome:
     return check_lemma3(ctx.seed)
 
@@ -158,7 +160,7 @@ def check_printed_conditionals(seed: int = 0,
        "success- and failure-conditionals used in Lemma 3.",
        check="4 random (pi_ref, pi_{n-1}) pairs: each printed vector's mass and its mass off its "
        "set; Lemma 3's log-odds computed with the printed vectors (alpha = 1/2) against the "
-       "geometric mean's.", section=APPE, paper=PAPER)
+       "geometric mean's.")
 def _conditionals(ctx: CheckContext) -> Outcome:
     return check_printed_conditionals(ctx.seed)
 
@@ -196,7 +198,7 @@ def check_theorem9(seed: int = 0, formula: Callable[..., float] = P.thm9_logit) 
        check="One exact two-KL step (tilt of the geometric mean) from 8 previous iterates "
        "unrelated to pi_ref (so Delta_R != 0), alpha in {1/4, 1/2, 3/4}, beta in {0.5, 2}, "
        "mean+variance and mean-only: the log-odds against the printed recurrence (tolerance "
-       "1e-12).", variants=("grpo_std", "dr_grpo"), section=APPE, paper=PAPER)
+       "1e-12).", variants=("grpo_std", "dr_grpo"))
 def _thm9(ctx: CheckContext) -> Outcome:
     return check_theorem9(ctx.seed)
 
@@ -248,8 +250,7 @@ def check_amplification(seed: int = 0) -> Outcome:
        ">= (1 - alpha)(L_{n-1} - L_ref) >= 0: the two-KL iteration amplifies the PoS.",
        check="5 exact two-KL steps from 12 previous iterates unrelated to pi_ref, alpha in {1/4, "
        "1/2, 3/4}: the step inequality wherever D_S <= D_F (and, for contrast, how often it fails "
-       "where D_S > D_F); Delta_R along the paper's iteration from pi_0 = pi_ref.",
-       section=APPE, paper=PAPER)
+       "where D_S > D_F); Delta_R along the paper's iteration from pi_0 = pi_ref.")
 def _amplification(ctx: CheckContext) -> Outcome:
     return check_amplification(ctx.seed)
 
@@ -283,7 +284,7 @@ def check_renyi_mismatch(seed: int = 0) -> Outcome:
        "the mismatch in successes and failures between the reference and the previous iterate.",
        check="Delta_R (grpo_theory.tilted_policies.renyi_correction) along 15 exact two-KL steps "
        "from pi_0 = pi_ref (4 worlds, alpha in {1/4, 1/2, 3/4}), and from 8 previous iterates "
-       "unrelated to pi_ref.", section=APPE, paper=PAPER)
+       "unrelated to pi_ref.")
 def _mismatch(ctx: CheckContext) -> Outcome:
     return check_renyi_mismatch(ctx.seed)
 
@@ -336,8 +337,7 @@ def check_table1_fixed_point(seed: int = 0,
        "eps = 0.05) reach a certified fixed point of the two-KL map (within 1e-4 in log-odds), "
        "which must satisfy the printed equation (Delta* from the limit policy); mean-only "
        "(beta = 2): distance to the printed fixed point after 60 steps and "
-       "|L_n - L*| = (1 - alpha)^n |L_ref - L*| exactly.", variants=("grpo_std", "dr_grpo"),
-       section=APPE, paper=PAPER)
+       "|L_n - L*| = (1 - alpha)^n |L_ref - L*| exactly.", variants=("grpo_std", "dr_grpo"))
 def _table1(ctx: CheckContext) -> Outcome:
     return check_table1_fixed_point(ctx.seed)
 
@@ -385,7 +385,6 @@ def check_mixing(eps: float = 1e-5) -> Outcome:
        "monotone improvement and brings back an interior fixed point.",
        check="alpha in {1/4, 1/2, 3/4} x the (p_ref, beta) grid at eps = 1e-5: 60 steps of the "
        "exact two-KL recurrence from pi_0 = pi_ref (Delta_R = 0) looking for a decrease; "
-       "certified fixed points of the two-KL map with |multiplier| < 1 and 1 - p* > 1e-9.",
-       section=APPE, paper=PAPER)
+       "certified fixed points of the two-KL map with |multiplier| < 1 and 1 - p* > 1e-9.")
 def _mixing(ctx: CheckContext) -> Outcome:
     return check_mixing()

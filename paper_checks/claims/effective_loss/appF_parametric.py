@@ -12,11 +12,12 @@ import numpy as np
 
 from grpo_theory.success_dynamics import fixed_points
 from grpo_theory.tilted_policies import grpo_policy_iterates, total_variation
+from paper_checks._common import K_SE
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ..._common import K_SE
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import APPF, PAPER
+from . import _printed as P
+
+SECTION = "App. F. Parametric iterates"
 
 PI_REF = np.array([0.1, 0.2, 0.3, 0.4])
 SUCCESS = np.array([True, True, False, False])
@@ -82,7 +83,7 @@ def check_theorem10(d: float = 0.05, factor: float = P.thm10_bound_factor) -> Ou
        "p* = 0.392): pi~_n at TV distance exactly d = 0.05 from pi_n, alternately moving mass "
        "within the successes and from failures to successes (Assumption 1 with delta* = d); "
        "limsup and liminf of |p~_n - p*| over the last 20 of 60 steps against 2 delta*, and "
-       "|p~_n - p_n| against TV.", section=APPF, paper=PAPER)
+       "|p~_n - p_n| against TV.")
 def _thm10(ctx: CheckContext) -> Outcome:
     return check_theorem10()
 
@@ -191,6 +192,6 @@ def check_relaxation(seed: int = 0, quick: bool = True, close: float = 0.05) -> 
        "exact enumeration of every draw against the Monte Carlo means (4000 runs, 20 000 full; "
        "|est - exact| <= 4 SE), then 30 steps: the long-run mean against p*, TV to the "
        "population iterate, and the smallest delta_n of Assumption 1 per run.",
-       variants=("grpo_std",), section=APPF, paper=PAPER)
+       variants=("grpo_std",))
 def _relax(ctx: CheckContext) -> Outcome:
     return check_relaxation(ctx.seed, ctx.quick)

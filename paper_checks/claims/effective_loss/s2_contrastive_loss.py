@@ -22,10 +22,12 @@ from grpo_theory.tilted_policies import (
     regularised_objective,
     tilt,
 )
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import IDENTITY_TOL, PAPER, SEC2, exact_zero, random_world
+from . import _printed as P
+from ._shared import IDENTITY_TOL, exact_zero, random_world
+
+SECTION = "2. GRPO as an adaptive weighted contrastive loss"
 
 P_TEST = (0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95)
 G_SEQUENCE = (4, 16, 64, 128, 512)
@@ -73,7 +75,7 @@ def check_whitened_advantage(advantage: Callable[..., Any] = P.advantage_binary)
        "(60-digit evaluation at random rational points); Bernoulli world: E[A | r] of the "
        "registry's grpo_std (ddof=0, eps=0) by enumeration for G = 4 ... 512 at p = 0.05 ... 0.95 "
        "converges to the printed values at rate O(1/G).",
-       variants=("grpo_std",), section=SEC2, paper=PAPER)
+       variants=("grpo_std",))
 def _whitened(ctx: CheckContext) -> Outcome:
     return check_whitened_advantage()
 
@@ -112,8 +114,7 @@ def check_calibration_monotone(advantage: Callable[..., Any] = P.advantage_binar
        "failure penalty sqrt(p/(1-p)) strictly increasing; the success weight is below the failure "
        "weight for p > 1/2 and above it for p < 1/2 (crossover exactly at 1/2).",
        check="sympy derivatives of the printed weights evaluated on 999 points of (0, 1); the "
-       "crossover solved exactly (sympy.solve).",
-       section=SEC2, paper=PAPER)
+       "crossover solved exactly (sympy.solve).")
 def _calibration(ctx: CheckContext) -> Outcome:
     return check_calibration_monotone()
 
@@ -157,8 +158,7 @@ def check_clip_contrastive(seed: int = 0, form: Callable[..., float] = P.contras
        "that adapt to the old policy's PoS.",
        check="24 random worlds (6 outputs, 1-4 successes, random pi_old and pi_theta), smoothing "
        "0 / 1e-3 / 0.1, clipping 0.1 / 0.2 / 0.5: the PPO clip term min(x A, clip(x) A) averaged "
-       "under pi_old against the printed contrastive form (float, tolerance 1e-12).",
-       section=SEC2, paper=PAPER)
+       "under pi_old against the printed contrastive form (float, tolerance 1e-12).")
 def _contrastive(ctx: CheckContext) -> Outcome:
     return check_clip_contrastive(ctx.seed)
 
@@ -199,8 +199,7 @@ def check_clip_helper(identity: Callable[..., Any] = P.clip_helper_identity_as_p
        text="'for x > 0 and y > 0, f_eps(x, y) = x min(y, 1 + eps) and for x > 0, y < 0, "
        "f_eps(x, y) = x max(y, 1 - eps)' (x the likelihood ratio, y the advantage).",
        check="The sentence's right-hand sides against f_eps(x, y) = min(x y, clip(x, 1-eps, "
-       "1+eps) y) on a grid of 60 x 60 (x, y), eps in {0.1, 0.2, 0.5}.",
-       section=SEC2, paper=PAPER)
+       "1+eps) y) on a grid of 60 x 60 (x, y), eps in {0.1, 0.2, 0.5}.")
 def _clip_helper(ctx: CheckContext) -> Outcome:
     return check_clip_helper()
 
@@ -242,8 +241,7 @@ def check_no_clip(seed: int = 0, contrast: Callable[..., float] = P.no_clip_pos_
        "P_{pi_theta}(r=1) - omega-_varepsilon(p_old) P_{pi_theta}(r=0): GRPO is a KL-regularised "
        "PoS contrast under the new policy.",
        check="24 random worlds: the importance-sampled no-clip surrogate against Eq. (5); then "
-       "the same worlds with pi_old set to 0 on one success that pi_theta reaches.",
-       section=SEC2, paper=PAPER)
+       "the same worlds with pi_old set to 0 on one success that pi_theta reaches.")
 def _no_clip(ctx: CheckContext) -> Outcome:
     return check_no_clip(ctx.seed)
 
@@ -307,7 +305,6 @@ def check_nonparametric(seed: int = 0, optimum: Callable[..., np.ndarray] = tilt
        check="Softmax bandit with one logit per output (every full-support policy): BFGS with the "
        "exact gradient on the objective of Eq. (6) from pi_ref (tolerance 1e-6) against the "
        "closed-form maximiser over the simplex (6 random worlds, beta in {0.5, 1, 2}); for "
-       "contrast the best member of a one-parameter temperature family pi_ref^t falls short of it.",
-       section=SEC2, paper=PAPER)
+       "contrast the best member of a one-parameter temperature family pi_ref^t falls short of it.")
 def _nonparametric(ctx: CheckContext) -> Outcome:
     return check_nonparametric(ctx.seed)

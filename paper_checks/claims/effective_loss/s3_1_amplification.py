@@ -10,17 +10,12 @@ import numpy as np
 
 from grpo_theory.success_dynamics import fixed_points, pos_trajectory, pos_update
 from grpo_theory.tilted_policies import grpo_policy_iterates
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import (
-    IDENTITY_TOL,
-    PAPER,
-    SEC3_1,
-    exact_zero,
-    fixed_point_scan,
-    orbit_scan,
-)
+from . import _printed as P
+from ._shared import IDENTITY_TOL, exact_zero, fixed_point_scan, orbit_scan
+
+SECTION = "3.1 Success amplification"
 
 
 def check_odds_form(h: Callable[..., Any] = P.h_thm2,
@@ -41,7 +36,7 @@ def check_odds_form(h: Callable[..., Any] = P.h_thm2,
 @claim("effloss_sec3_1_odds_form", location="Sec. 3.1, display before Theorem 3",
        text="logit(p_n) = logit(p_ref) + Omega_eps(p_{n-1}) / beta.",
        check="sympy: logit of the printed h minus the printed odds form at random rational "
-       "(p, p_ref, beta, eps), 60 digits.", section=SEC3_1, paper=PAPER)
+       "(p, p_ref, beta, eps), 60 digits.")
 def _odds(ctx: CheckContext) -> Outcome:
     return check_odds_form()
 
@@ -92,8 +87,7 @@ def check_theorem3(h: Callable[..., Any] = P.h_thm2) -> Outcome:
        text="If 0 < p_ref < 1 and p* is any fixed point of h_{eps, p_ref}, then p* > p_ref "
        "(GRPO amplifies the probability of success).",
        check="Every certified fixed point at the 240 grid points: h(p*) - p_ref; and the proof's "
-       "step, h(p) > p_ref on 2001 points of [0, 1] (the exponential factor is below 1).",
-       section=SEC3_1, paper=PAPER)
+       "step, h(p) > p_ref on 2001 points of [0, 1] (the exponential factor is below 1).")
 def _thm3(ctx: CheckContext) -> Outcome:
     return check_theorem3()
 
@@ -125,8 +119,7 @@ def check_abstract_converges(orbits: tuple[Any, ...] | None = None) -> Outcome:
        text="Iterating results in a sequence whose PoS obeys a simple recurrence that converges "
        "to a fixed point determined by the reference PoS and the regularisation strength.",
        check="The 240-point grid: 3000 steps of the recurrence from p_ref (log-odds), classified "
-       "as converged, period 2 or other (grpo_theory.success_dynamics.orbit_kinds).",
-       section=SEC3_1, paper=PAPER)
+       "as converged, period 2 or other (grpo_theory.success_dynamics.orbit_kinds).")
 def _abstract(ctx: CheckContext) -> Outcome:
     return check_abstract_converges()
 
@@ -161,7 +154,7 @@ def check_degenerate_absorbing() -> Outcome:
        "absorbing in all variants); if p_ref = 1 it gives p* = 1.",
        check="Exact tilts (the maximisers over every policy) for 20 steps from a reference with "
        "no mass on the successes, or none on the failures, with KL to pi_ref, to pi_{n-1} and to "
-       "both (alpha = 1/2): p_n compared with p_ref exactly.", section=SEC3_1, paper=PAPER)
+       "both (alpha = 1/2): p_n compared with p_ref exactly.")
 def _degenerate(ctx: CheckContext) -> Outcome:
     return check_degenerate_absorbing()
 
@@ -200,8 +193,7 @@ def check_degenerate_stability(beta_bound: Callable[..., Any] = P.beta_bound_app
        text="For p_ref = 0 or 1 the fixed point (0 or 1) is not necessarily stable, and a "
        "condition on beta is needed for its stability (App. C.2).",
        check="The PoS map with p_ref in {0, 1} on 1001 points (beta in {0.05, 1, 50}); the "
-       "printed App. C.2 bound B(p*) at p* in {0, 1}; one step from p_ref = 1e-3, 1e-6, 1e-9.",
-       section=SEC3_1, paper=PAPER)
+       "printed App. C.2 bound B(p*) at p* in {0, 1}; one step from p_ref = 1e-3, 1e-6, 1e-9.")
 def _degenerate_stability(ctx: CheckContext) -> Outcome:
     return check_degenerate_stability()
 

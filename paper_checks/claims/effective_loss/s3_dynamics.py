@@ -21,19 +21,19 @@ from grpo_theory.tilted_policies import (
     regularised_objective,
     tilt,
 )
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
+from . import _printed as P
 from ._shared import (
     IDENTITY_TOL,
-    PAPER,
-    SEC3,
     exact_zero,
     fixed_point_scan,
     orbit_scan,
     random_world,
     simplex_maximiser,
 )
+
+SECTION = "3. PoS fixed-point iteration"
 
 
 def check_theorem1(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem1_policy
@@ -78,7 +78,7 @@ def check_theorem1(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem1
        check="6 random worlds (5 outputs), beta in {0.5, 1, 3}, smoothing 1e-3: the printed "
        "policy against scipy's SLSQP over the simplex (tolerance 1e-5; SLSQP must not reach a "
        "higher objective); the gap identity J(pi*) - J(pi) = beta KL(pi || pi*) at random pi "
-       "(tolerance 1e-12) as a cross-check.", section=SEC3, paper=PAPER)
+       "(tolerance 1e-12) as a cross-check.")
 def _thm1(ctx: CheckContext) -> Outcome:
     return check_theorem1(ctx.seed)
 
@@ -111,8 +111,7 @@ def check_theorem2(seed: int = 0, h: Callable[..., Any] = P.h_thm2) -> Outcome:
        "h(p) = 1 / (1 + (1-p_ref)/p_ref exp(-(1/beta) / sqrt(p(1-p) + eps))).",
        check="8 random worlds (6 outputs, 1-4 successes), beta in {0.3, 1, 2, 5}, eps in "
        "{1e-5, 1e-2}: the PoS of the exact maximisers (tilts of pi_ref, grpo_theory."
-       "tilted_policies) for n = 1..8 against the printed h iterated (tolerance 1e-12).",
-       section=SEC3, paper=PAPER)
+       "tilted_policies) for n = 1..8 against the printed h iterated (tolerance 1e-12).")
 def _thm2(ctx: CheckContext) -> Outcome:
     return check_theorem2(ctx.seed)
 
@@ -162,8 +161,7 @@ def check_remark1(h: Callable[..., Any] = P.h_thm2, p_ref: float = 0.5, beta: fl
        "fixed point in [0, 1] is no longer guaranteed.",
        check="The printed h with eps = 0 at p = 10^-k and 1 - 10^-k, k = 1..15, in 60-digit "
        "arithmetic (mpmath): the one-sided limits; then, with the zero-advantage convention "
-       "h(0) = h(1) = p_ref, h(p) - p on 200 001 interior points at p_ref = 1/2, beta = 1.",
-       section=SEC3, paper=PAPER)
+       "h(0) = h(1) = p_ref, h(p) - p on 200 001 interior points at p_ref = 1/2, beta = 1.")
 def _remark1(ctx: CheckContext) -> Outcome:
     return check_remark1()
 
@@ -194,7 +192,7 @@ def check_prop1_existence(h: Callable[..., Any] = P.h_thm2) -> Outcome:
        check="Grid p_ref in {0.001 ... 0.99} x beta in {0.05 ... 50} x eps in {1e-5, 1e-2, 1/4} "
        "(240 points): the printed h on 2001 points of [0, 1] stays in [0, 1]; every fixed point "
        "by a certified search in log-odds (grpo_theory.success_dynamics.fixed_points: Lipschitz "
-       "root exclusion, sign-change brackets).", section=SEC3, paper=PAPER)
+       "root exclusion, sign-change brackets).")
 def _prop1_i(ctx: CheckContext) -> Outcome:
     return check_prop1_existence()
 
@@ -227,8 +225,7 @@ def check_prop1_derivative(h: Callable[..., Any] = P.h_thm2,
        text="h'(p) = -h(p)(1 - h(p))(1 - 2p) / (2 beta [p(1-p) + eps]^(3/2)): h decreases on "
        "p < 1/2, increases on p > 1/2, and is smallest at p = 1/2.",
        check="sympy d/dp of the printed h minus the printed h' at random rational (p, p_ref, beta, "
-       "eps), 60 digits; signs of h' and the minimum at 1/2 on 2001 points for the 240-point grid.",
-       section=SEC3, paper=PAPER)
+       "eps), 60 digits; signs of h' and the minimum at 1/2 on 2001 points for the 240-point grid.")
 def _prop1_ii(ctx: CheckContext) -> Outcome:
     return check_prop1_derivative()
 
@@ -251,7 +248,7 @@ def check_prop1_sigmoid(h: Callable[..., Any] = P.h_thm2,
        text="h_{eps, p_ref}(p) = sigma(logit(p_ref) + Omega_eps(p) / beta) with Omega_eps(p) = "
        "(p(1-p) + eps)^(-1/2).",
        check="sympy: the printed Theorem 2 form minus the printed sigmoid form at random rational "
-       "(p, p_ref, beta, eps), 60 digits.", section=SEC3, paper=PAPER)
+       "(p, p_ref, beta, eps), 60 digits.")
 def _prop1_iii(ctx: CheckContext) -> Outcome:
     return check_prop1_sigmoid()
 
@@ -281,8 +278,7 @@ def check_limit_is_fixed_point() -> Outcome:
 @claim("effloss_sec3_limit_is_fixed_point", location="Sec. 3, text after Proposition 1",
        text="If p_n converges, its limit is a fixed point of h (by continuity).",
        check="The 240-point grid: iterate 3000 steps from p_ref (log-odds); where the last two "
-       "iterates agree, compare the limit with the certified fixed points.",
-       section=SEC3, paper=PAPER)
+       "iterates agree, compare the limit with the certified fixed points.")
 def _limit(ctx: CheckContext) -> Outcome:
     return check_limit_is_fixed_point()
 
@@ -306,8 +302,7 @@ def check_not_unique() -> Outcome:
 
 @claim("effloss_sec3_fixed_points_not_unique", location="Sec. 3, discussion of Fig. 2",
        text="The fixed points of h are not unique in general (Fig. 2, eps = 1e-5).",
-       check="Number of certified fixed points at each of the 240 grid points.",
-       section=SEC3, paper=PAPER)
+       check="Number of certified fixed points at each of the 240 grid points.")
 def _not_unique(ctx: CheckContext) -> Outcome:
     return check_not_unique()
 
@@ -353,6 +348,6 @@ def check_p_one_fixed(h: Callable[..., Any] = P.h_thm2) -> Outcome:
        text="p* = 1 is almost always a fixed point of h (Fig. 2, eps = 1e-5).",
        check="1 - h(1) for the printed h at the 240 grid points, in mpmath with enough digits to "
        "resolve exp(-1/(beta sqrt(eps))); beside it float64's h(1) and the certified fixed points "
-       "within 1e-12 of 1.", section=SEC3, paper=PAPER)
+       "within 1e-12 of 1.")
 def _p_one(ctx: CheckContext) -> Outcome:
     return check_p_one_fixed()

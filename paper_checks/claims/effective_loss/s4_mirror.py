@@ -11,19 +11,12 @@ import numpy as np
 
 from grpo_theory.success_dynamics import pos_trajectories, pos_trajectory
 from grpo_theory.tilted_policies import grpo_policy_iterates, regularised_objective
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import (
-    BETAS,
-    EPSS,
-    P_REFS,
-    PAPER,
-    SEC4,
-    policy_log_odds,
-    random_world,
-    simplex_maximiser,
-)
+from . import _printed as P
+from ._shared import BETAS, EPSS, P_REFS, policy_log_odds, random_world, simplex_maximiser
+
+SECTION = "4. Mirror GRPO"
 
 
 def check_theorem4(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem1_policy,
@@ -72,8 +65,7 @@ def check_theorem4(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem1
        check="6 random worlds (5 outputs), beta in {0.5, 1, 3}, eps in {1e-5, 1e-2}: the printed "
        "policy at pi_2 against SLSQP over the simplex (tolerance 1e-5); the log-odds of the exact "
        "mirror iterates (6 steps, until P(F) underflows) against the printed recurrence (relative "
-       "tolerance 1e-10).",
-       section=SEC4, paper=PAPER)
+       "tolerance 1e-10).")
 def _thm4(ctx: CheckContext) -> Outcome:
     return check_theorem4(ctx.seed)
 
@@ -117,6 +109,6 @@ def check_theorem5(n_steps: int = 400, alpha: float = 0.0) -> Outcome:
        "and 1; for p_ref in (0, 1), p_n increases to 1 (globally stable); for p_ref = 0, p_n = 0.",
        check="The 240-point grid, 400 steps of the exact log-odds recurrence: every step is at "
        "least Omega_min / beta = (1/4 + eps)^(-1/2) / beta > 0 (so no interior fixed point and "
-       "L_n -> infinity, i.e. p_n -> 1); p_ref = 0 for 50 steps.", section=SEC4, paper=PAPER)
+       "L_n -> infinity, i.e. p_n -> 1); p_ref = 0 for 50 steps.")
 def _thm5(ctx: CheckContext) -> Outcome:
     return check_theorem5()

@@ -10,10 +10,12 @@ import numpy as np
 
 from grpo_theory.success_dynamics import logit, success_weights
 from grpo_theory.tilted_policies import geometric_mean, grpo_policy_iterates, tilt
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ...registry import CheckContext, Outcome, claim, verdict_from
-from . import printed as P
-from ._shared import PAPER, SEC5, policy_log_odds, random_world
+from . import _printed as P
+from ._shared import policy_log_odds, random_world
+
+SECTION = "5-6. Mean-only normalisation and takeaways"
 
 
 def check_mean_only(seed: int = 0, reference: Callable[..., float] = P.mean_only_reference_logit,
@@ -48,7 +50,7 @@ def check_mean_only(seed: int = 0, reference: Callable[..., float] = P.mean_only
        "step, stable under re-application); mirror: L_n = L_ref + n/beta, p_n increasing to 1.",
        check="6 random worlds, beta in {0.3, 1, 4}: the log-odds of the exact mean-only iterates "
        "(tilts, 10 steps) against the printed formulas (tolerance 1e-10).",
-       variants=("dr_grpo",), section=SEC5, paper=PAPER)
+       variants=("dr_grpo",))
 def _mean_only(ctx: CheckContext) -> Outcome:
     return check_mean_only(ctx.seed)
 
@@ -89,7 +91,7 @@ def check_adaptive_beta(seed: int = 0, beff: Callable[..., Any] = P.beta_eff) ->
        "p_{n-1}(1 - p_{n-1}) (low variance: large log-odds steps).",
        check="8 random worlds with random previous iterates, beta in {0.5, 2}, eps in {1e-5, 0.1}, "
        "anchors pi_ref and pi_{n-1}: the two exact tilts (tolerance 1e-12).",
-       variants=("grpo_std", "dr_grpo"), section=SEC5, paper=PAPER)
+       variants=("grpo_std", "dr_grpo"))
 def _adaptive_beta(ctx: CheckContext) -> Outcome:
     return check_adaptive_beta(ctx.seed)
 
@@ -136,7 +138,6 @@ def check_takeaway_beta_sigma(seed: int = 0, beff: Callable[..., Any] = P.beta_e
        "normalisation with an adaptive KL weight beta_eff = beta sigma(q).",
        check="The exact tilts with beta_eff = beta sigma at eps = 0 (6 random worlds), and the "
        "ratio of the log-odds steps 1/(beta sigma) to the exact Omega_eps/beta at eps = 1e-5 for "
-       "p in {0.5, 1e-2, 1e-3, 1e-4}.", variants=("grpo_std", "dr_grpo"), section=SEC5,
-       paper=PAPER)
+       "p in {0.5, 1e-2, 1e-3, 1e-4}.", variants=("grpo_std", "dr_grpo"))
 def _takeaway(ctx: CheckContext) -> Outcome:
     return check_takeaway_beta_sigma(ctx.seed)

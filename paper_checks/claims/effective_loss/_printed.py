@@ -1,10 +1,11 @@
-"""The PAPER'S printed formulas and values for arXiv 2503.06639 (v4), typed in once, here only.
+"""The PAPER'S printed formulas for arXiv 2503.06639 (v4), transcribed once, here only.
 
 Mroueh, "Reinforcement Learning with Verifiable Rewards: GRPO's Effective Loss, Dynamics, and
 Success Amplification". Nothing here is a result of ours: each function transcribes a formula as
-the paper prints it (typos included, labelled), each constant a number it prints, so that the
-checks compare them with an independent computation. Every check of this paper takes the paper's
-side from here; the planted-error tests pass perturbed copies of these in their place.
+the paper prints it (typos included, labelled), so that the checks compare it with an
+independent computation; the printed numbers come from ``paper_values/effective_loss.py``. Every
+check of this paper takes the paper's side from here; the planted-error tests pass perturbed
+copies of these in their place.
 
 Formulas that the checks also verify symbolically take ``xp`` (``numpy`` by default, or
 ``sympy``), the module whose ``sqrt``/``exp``/``log`` they use.
@@ -16,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+import paper_values.effective_loss as PV
+
 __all__ = [
-    "PAPER_ID",
     "FIG2_EPS",
     "FIG5_EPS",
     "FIG5_DIVERGENT",
@@ -49,22 +51,12 @@ __all__ = [
     "table1_two_kl_fixed_point_logit",
 ]
 
-PAPER_ID = ("arXiv 2503.06639 v4 (Mroueh: Reinforcement Learning with Verifiable Rewards: GRPO's "
-            "Effective Loss, Dynamics, and Success Amplification)")
-
-#: Fig. 2 caption: fixed points of h for varepsilon = 1e-5.
-FIG2_EPS = 1e-5
-#: Fig. 5 caption: GRPO recursion for varepsilon = 1e-5.
-FIG5_EPS = 1e-5
-#: App. C.2, text on Fig. 5: "For beta = 5 and p_ref = 0.001, we see a divergent behavior".
-FIG5_DIVERGENT = {"beta": 5.0, "p_ref": 0.001}
-#: App. A and App. H: the GSM8K experiment as printed.
-APPA = {
-    "model": "Qwen/Qwen2.5-0.5B-Instruct",
-    "dataset": "GSM8K (train split; 1319 test questions, 50 samples each)",
-    "lr": 5e-6, "clip": 0.2, "beta": 0.1, "mu": 10, "G": 16, "context": 200, "temperature": 0.1,
-    "mean_pos_ref": 0.21, "mean_pos_after_one_epoch": 0.375,
-}
+#: The paper's printed numbers, from their one place.
+FIG2_EPS = PV.FIG2_EPS
+FIG5_EPS = PV.FIG5_EPS
+FIG5_DIVERGENT = PV.FIG5_DIVERGENT
+APPA = PV.APPA
+thm10_bound_factor = PV.THM10_BOUND_FACTOR
 
 
 def advantage_binary(p: Any, *, xp: Any = np) -> tuple[Any, Any]:
@@ -126,10 +118,6 @@ def theorem8_policy(anchor: np.ndarray, success: np.ndarray, w_plus: float, w_mi
 def theorem8_pos_logit(logit_anchor: float, Omega: float, beta: float) -> float:
     """Theorem 8 (2) as printed: ``logit(p_n) = logit(p_o_{n-1}) + Omega(p_{n-1})`` (no beta)."""
     return logit_anchor + Omega
-
-
-#: Theorem 10: ``lim |p~_n - p*| <= thm10_bound_factor * delta*``.
-thm10_bound_factor = 2.0
 
 
 def clip_helper_identity_as_printed(x: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
