@@ -124,13 +124,22 @@ def _relaxation(seed: int, quick: bool) -> tuple[tuple[str, Any], ...]:
         ev[f"{label}_population_p_star"] = float(mc["p_population"][-1])
         ev[f"{label}_population_one_minus_p_star"] = float(
             fixed_points(float(world.p_ref), beta=beta, eps=RELAX_EPS).points[0].one_minus_p)
+        ev[f"{label}_population_p_star_attracting_certified"] = bool(
+            fixed_points(float(world.p_ref), beta=beta, eps=RELAX_EPS).points[0].attracting)
         ev[f"{label}_sampled_long_run_mean_p"] = float(late.mean())
         ev[f"{label}_sampled_long_run_mean_p_se"] = float(late.std(ddof=1) / np.sqrt(runs))
         ev[f"{label}_sampled_long_run_sd_across_runs"] = float(p[-1].std(ddof=1))
         ev[f"{label}_mean_TV_to_population_last_step"] = float(mc["tv"][-1].mean())
-        sums = np.maximum(0.0, np.diff(mc["tv"], axis=0)).sum(0)
+        deltas = np.maximum(0.0, np.diff(mc["tv"], axis=0))  # smallest delta_n, per run
+        sums = deltas.sum(0)
+        rate = float(deltas[RELAX_STEPS // 2:].mean())  # per step, once the chain has settled
         ev[f"{label}_mean_sum_delta_n_over_{RELAX_STEPS}_steps"] = float(sums.mean())
         ev[f"{label}_fraction_runs_sum_delta_ge_1"] = float(np.mean(sums >= 1.0))
+        ev[f"{label}_mean_delta_n_per_step_steps_15_to_30"] = rate
+        ev[f"{label}_steps_until_sum_delta_reaches_1_at_that_rate"] = (
+            float(np.ceil(1.0 / rate)) if rate > 0 else float("inf"))
+        gap = float(late.mean()) - float(mc["p_population"][-1])
+        ev[f"{label}_long_run_gap_z"] = gap / ev[f"{label}_sampled_long_run_mean_p_se"]
         ev[f"{label}_p_population_trajectory"] = mc["p_population"][:11].tolist()
         ev[f"{label}_p_sampled_mean_trajectory"] = p.mean(1)[:11].tolist()
     return tuple(ev.items())
@@ -156,7 +165,6 @@ def check_relaxation(seed: int = 0, quick: bool = True, close: float = 0.05) -> 
     gaps = {lab: abs(ev[f"{lab}_sampled_long_run_mean_p"] - ev[f"{lab}_population_p_star"])
             for lab, _ in RELAX_WORLDS}
     near = {lab: g < close for lab, g in gaps.items()}
-    fails = {lab: ev[f"{lab}_fraction_runs_sum_delta_ge_1"] for lab, _ in RELAX_WORLDS}
     a, b = (lab for lab, _ in RELAX_WORLDS)
     ok = any(near.values())
     cond = not all(near.values())
@@ -164,14 +172,19 @@ def check_relaxation(seed: int = 0, quick: bool = True, close: float = 0.05) -> 
         verdict_from(ok, computed=stat_ok,
                      agrees="holds-with-conditions" if cond else "holds"), ev,
         conditions=None if not (ok and cond) else (
-            f"with sampled groups of G = {RELAX_G} the per-step sampling error never vanishes, "
-            "so Assumption 1 fails (sum of delta_n over "
-            f"{RELAX_STEPS} steps >= 1 in {fails[a]:.0%} / {fails[b]:.0%} of the runs) and "
+            f"with sampled groups of G = {RELAX_G} the per-step sampling error never vanishes: "
+            "the smallest delta_n of Assumption 1 averages "
+            f"{ev[f'{a}_mean_delta_n_per_step_steps_15_to_30']:.3g} / "
+            f"{ev[f'{b}_mean_delta_n_per_step_steps_15_to_30']:.3g} per step once the chain has "
+            "settled, so sum delta_n grows without bound (past 1 after about "
+            f"{ev[f'{a}_steps_until_sum_delta_reaches_1_at_that_rate']:.0f} / "
+            f"{ev[f'{b}_steps_until_sum_delta_reaches_1_at_that_rate']:.0f} steps) and "
             "Theorem 10 says nothing; the sampled PoS then stays near p* only in some worlds: "
-            f"|E p~ - p*| = {gaps[a]:.3g} where p* = {ev[f'{a}_population_p_star']:.3f} is "
-            f"interior, but {gaps[b]:.3g} where p* ~ 1 (the sampled mean settles at "
-            f"{ev[f'{b}_sampled_long_run_mean_p']:.3f}): once p is high, an all-success group "
-            "has zero advantage and, with the KL to pi_ref, the argmax is pi_ref itself"),
+            f"|E p~ - p*| = {gaps[a]:.3g} (a bias of {ev[f'{a}_long_run_gap_z']:.0f} SE) where "
+            f"p* = {ev[f'{a}_population_p_star']:.3f} is interior, but {gaps[b]:.3g} where "
+            f"p* ~ 1 (the sampled mean settles at {ev[f'{b}_sampled_long_run_mean_p']:.3f}): "
+            "once p is high an all-success group is likely, its advantages are all 0, and with "
+            "the KL to pi_ref the argmax is then pi_ref itself"),
         short=None if not (ok and cond) else f"fixed G = {RELAX_G}: Assumption 1 fails; near p* "
         f"only where p* is interior (gap {gaps[a]:.2g}), not where p* ~ 1 (gap {gaps[b]:.2g})",
         correction=None if ok else "the sampled iterates stay far from p* in every world",
