@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_theory import compute_advantages
@@ -184,6 +184,7 @@ def test_grpo_std_with_eps_under_the_root_is_eq4_at_p_hat():
 
 
 # --- properties --------------------------------------------------------------------------------
+@settings(max_examples=30)
 @given(st.floats(1e-3, 0.999), st.floats(0.05, 50.0), st.sampled_from([1e-5, 1e-2, 0.25]))
 def test_every_fixed_point_exceeds_p_ref_and_is_a_root(p_ref, beta, eps):
     fp = fixed_points(p_ref, beta=beta, eps=eps, cells=256)
@@ -194,6 +195,7 @@ def test_every_fixed_point_exceeds_p_ref_and_is_a_root(p_ref, beta, eps):
         assert hi - lo <= 1e-12 * max(1.0, abs(lo))
 
 
+@settings(max_examples=30)
 @given(st.floats(1e-3, 0.999), st.floats(0.05, 20.0), st.floats(0.0, 1.0))
 def test_mirror_iterates_increase(p_ref, beta, alpha):
     L = pos_trajectories(p_ref, beta=beta, eps=1e-3, n_steps=5, alpha=0.0)[:, 0]

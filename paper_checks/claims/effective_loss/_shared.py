@@ -77,7 +77,7 @@ def policy_log_odds(pi: np.ndarray, success: np.ndarray) -> float:
         return float(np.log(pi[success].sum()) - np.log(pi[~success].sum()))
 
 
-def exact_zero(expr: Any, symbols: dict[Any, tuple[float, float]], *, n_points: int = 8,
+def exact_zero(expr: Any, symbols: dict[Any, tuple[float, float]], *, n_points: int = 5,
                seed: int = 0, digits: int = 60) -> float:
     """Largest ``|expr|`` at ``n_points`` random rational points inside the symbols' ranges,
     evaluated in ``digits``-digit arithmetic (sympy expression compiled for mpmath): an identity

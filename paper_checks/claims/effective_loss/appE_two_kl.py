@@ -366,7 +366,7 @@ def check_mixing(eps: float = 1e-5) -> Outcome:
             i = int(np.argmax(down))
             example = (float(g[i, 0]), float(g[i, 1]), a)
         for p_ref, beta in g:
-            fp = fixed_points(float(p_ref), beta=float(beta), eps=eps, alpha=a, cells=256)
+            fp = fixed_points(float(p_ref), beta=float(beta), eps=eps, alpha=a, cells=128)
             interior += int(any(f.attracting and f.one_minus_p > 1e-9 for f in fp.points))
     ev = {"grid_points": n, "non_monotone_trajectories": non_monotone,
           "with_an_attracting_interior_fixed_point": interior,
