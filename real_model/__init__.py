@@ -37,6 +37,10 @@ _EXPORTS: dict[str, str] = {
     "sample_prompts": "rollouts",
     # gram
     "trajectory_gram": "gram",
+    "rows_gram": "gram",
+    "GramCapture": "gram_capture",
+    "active_dropout_modules": "gram_capture",
+    "head_logprobs": "gram_head",
     # geometry
     "group_gram": "geometry",
     "rollout_weights": "geometry",
