@@ -200,7 +200,7 @@ def check_fig5(case: dict[str, float] | None = None) -> Outcome:
             "'divergent' can only mean 'does not converge': the iterates are bounded and settle "
             f"on an attracting 2-cycle {last[0][0]:.4g} <-> {last[0][1]:.4g} around the "
             f"repelling fixed point p* = {inner.p:.4g} (h'(p*) = {inner.multiplier:.3f} < -1), "
-            "a period-doubling, as in the oscillating GSM8K prompts of App. A"),
+            "a period-doubling (App. A reports oscillating GSM8K trajectories too)"),
         short=None if not (ok and two) else f"not divergent: a 2-cycle {last[0][0]:.3g} <-> "
         f"{last[0][1]:.3g} around a repelling p* (h' = {inner.multiplier:.2f})",
         correction=None if ok else (
