@@ -232,4 +232,5 @@ def test_full_relaxation_check_agrees_with_exact_enumeration():
 
     out = check_relaxation(seed=1, quick=False)
     assert out.verdict == "holds-with-conditions"
-    assert all(abs(v) <= 4 for k, v in out.evidence.items() if k.endswith("_z"))
+    zs = [v for k, v in out.evidence.items() if "_E_p" in k and k.endswith("_z")]
+    assert len(zs) == 4 and all(abs(z) <= 4 for z in zs)  # k = 4 SE, the one k
