@@ -451,7 +451,7 @@ def test_papers_are_found_by_their_registration_and_are_cheap_to_list():
             "for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    assert {"fade", "seed", "grpo-effective-loss"} <= set(ast.literal_eval(out[0]))
+    assert {"dr-grpo", "fade", "seed", "grpo-effective-loss"} <= set(ast.literal_eval(out[0]))
     assert out[1].startswith("arXiv 2607.01490 (Don't Let Gains FADE") and "abstract only" in out[1]
     assert out[2] == "False False"
 
