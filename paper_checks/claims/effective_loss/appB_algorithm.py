@@ -62,10 +62,17 @@ def check_plugin_advantage(weights: Callable[..., Any] = P.weights_eq4) -> Outco
     flt = float(np.max(np.abs(A - np.where(r == 1, wp, -wm))))
     zero_groups = np.asarray(compute_advantages("grpo_std", np.array([[0.0] * 4, [1.0] * 4]),
                                                 ddof=0, eps=0.0, eps_mode="add_var"))
+    # the G -> infinity weight: this paper's Omega at eps = 0 against the Dr. GRPO audit's
+    from grpo_theory.question_weights import population_std_question_weight
+    from grpo_theory.success_dynamics import omega
+
+    grid = np.linspace(0.01, 0.99, 99)
+    omega_gap = float(np.max(np.abs(omega(grid, eps=0.0) - population_std_question_weight(grid))))
     ev = {"exact_cases": cases, "max_abs_exact_difference_60_digits": worst,
           "max_abs_float_difference_400_random_groups_G16": flt,
-          "constant_groups_get_advantage_0_at_eps_0": bool(np.all(zero_groups == 0))}
-    ok = worst < 1e-50 and flt < 1e-12
+          "constant_groups_get_advantage_0_at_eps_0": bool(np.all(zero_groups == 0)),
+          "max_abs_gap_Omega_vs_question_weights_population_limit_eps0": omega_gap}
+    ok = worst < 1e-50 and flt < 1e-12 and omega_gap < 1e-12
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else f"the registry's grpo_std differs from Eq. (4) at "
                    f"p_hat (by {max(worst, flt):.3g})", short=None if ok else "differs from Eq. 4")
@@ -80,7 +87,9 @@ def check_plugin_advantage(weights: Callable[..., Any] = P.weights_eq4) -> Outco
        "and the stabiliser under the root.",
        check="Exact (sympy, 60 digits): grpo_std(ddof=0, eps, eps_mode='add_var') of the registry "
        "for every G = 2..10 and k = 0..G, eps in {0, 1e-5, 1/10}, against the printed Eq. (4) at "
-       "k/G; float: 400 random binary groups of 16 against grpo_theory.success_weights(p_hat).",
+       "k/G; float: 400 random binary groups of 16 against grpo_theory.success_weights(p_hat); "
+       "the population weight Omega(p) at eps = 0 against grpo_theory.question_weights "
+       "(the Dr. GRPO audit's G -> infinity weight).",
        variants=("grpo_std",))
 def _plugin(ctx: CheckContext) -> Outcome:
     return check_plugin_advantage()
@@ -145,10 +154,19 @@ def check_mean_only_registry(weights: Callable[..., Any] = P.weights_mean_only) 
                     worst = max(worst, _exact_gap(a_s, wp))
                 if a_f is not None:
                     worst = max(worst, _exact_gap(a_f, -wm))
-    # E[A | r] is a polynomial in p of degree <= G - 1: equal at G distinct points, equal
+    # E[A | r] is a polynomial in p of degree <= G - 1: equal at G distinct points, equal.
+    # The factor is the registry's linear weight of dr_grpo (the one source; the Dr. GRPO
+    # audit reads it through grpo_theory.question_weights.group_mean_factor).
+    from fractions import Fraction
+
+    from grpo_theory.question_weights import group_mean_factor
+    from grpo_theory.registry import estimator_spec
+
     factor_ok = True
     for G in range(2, 9):
-        f = sp.Rational(G - 1, G)
+        alpha = estimator_spec("dr_grpo").linear(Fraction(G))[0]
+        f = sp.Rational(alpha.numerator, alpha.denominator)
+        factor_ok &= f == sp.Rational(G - 1, G) and float(f) == group_mean_factor(G)
         for j in range(1, G + 1):
             p = sp.Rational(j, G + 1)
             m = exact_advantage_moments("dr_grpo", R=G, p=p)
@@ -170,7 +188,9 @@ def check_mean_only_registry(weights: Callable[..., Any] = P.weights_mean_only) 
        "reward), i.e. the paper's mean-only dynamics with beta G/(G-1).",
        check="Exact (sympy): dr_grpo and grpo of the registry for every G = 2..10, k = 0..G "
        "against the printed weights at k/G; E[A | r] for G = 2..8 at G rational p (a polynomial of "
-       "degree G - 1 in p: G points decide it; grpo_theory.exact_advantage_moments).",
+       "degree G - 1 in p: G points decide it; grpo_theory.exact_advantage_moments) against "
+       "the registry's linear weight of dr_grpo, the factor the Dr. GRPO audit reads "
+       "(grpo_theory.question_weights.group_mean_factor).",
        variants=("dr_grpo", "grpo"))
 def _mean_only(ctx: CheckContext) -> Outcome:
     return check_mean_only_registry()
