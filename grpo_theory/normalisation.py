@@ -51,12 +51,17 @@ def grpo_std_advantages(
     eps: float = 0.0,
     std_scope: Literal["group", "batch"] = "group",
     on_zero_std: Literal["zero", "raise"] = "zero",
+    eps_mode: Literal["add_std", "add_var"] = "add_std",
 ) -> Array:
     """Std-normalised GRPO advantages as published by Shao et al. (2024, DeepSeekMath, Sec. 4.1.2).
 
     ``A_i = (r_i - mean) / (std + eps)`` with ``mean`` the group mean and ``std`` the standard
     deviation of the group (``std_scope="group"``) or of the whole batch (``"batch"``, TRL's
-    ``scale_rewards="batch"``).
+    ``scale_rewards="batch"``). With ``eps_mode="add_var"`` the stabiliser enters under the root,
+    ``A_i = (r_i - mean) / sqrt(var + eps)``: with ``ddof=0`` and binary rewards this is the
+    stabilised whitened reward of Mroueh (arXiv 2503.06639 v4, Eq. 4 with the plug-in
+    ``p_hat = k/R``, Algorithm 1), ``(1 - p_hat) / sqrt(p_hat (1 - p_hat) + eps)`` for a success
+    and ``-p_hat / sqrt(p_hat (1 - p_hat) + eps)`` for a failure.
 
     Args:
         rewards: ``[P, R]`` rewards, ``R >= 2`` (``R >= ddof + 1``).
@@ -69,6 +74,9 @@ def grpo_std_advantages(
             ``"zero"`` (default) returns advantage 0 for that group: every centred reward is
             exactly 0, and 0 is the limit of ``0 / (0 + eps)`` as ``eps -> 0`` and what every
             framework with ``eps > 0`` returns. ``"raise"`` raises ``ValueError`` naming the groups.
+        eps_mode: where ``eps`` enters: ``"add_std"`` (default, ``std + eps``: the published
+            formula's stabiliser as TRL places it) or ``"add_var"`` (``sqrt(var + eps)``: verl's
+            ``masked_whiten``, and arXiv 2503.06639's Eq. 4).
 
     Returns:
         ``[P, R]`` advantages. A group with nonzero std has ``sum_i A_i = 0`` and, with ``eps = 0``,
@@ -85,7 +93,7 @@ def grpo_std_advantages(
     """
     r = as_rewards(rewards)
     eps = _check_std_options(r.shape[1], ddof=ddof, eps=eps, std_scope=std_scope,
-                             on_zero_std=on_zero_std)
+                             on_zero_std=on_zero_std, eps_mode=eps_mode)
     # Scaled form (exact powers of two, see pow2_scale): the result is scale-free, so it is
     # computed on r / k and never multiplied back; bit-identical to the plain formula whenever
     # that does not overflow, finite for rewards near the float limit.
@@ -104,12 +112,15 @@ def grpo_std_advantages(
             "equal) with eps=0: the advantage is 0/0. Pass eps>0, or on_zero_std='zero' to "
             "return 0 for them."
         )
-    denom = where(zero, std * 0.0 + 1.0, std + eps / k)  # eps in the units of u
+    eps_k = eps / k  # eps in the units of u
+    # add_var: sqrt(var + eps) in the units of u, var / k^2 + eps / k^2
+    stab = (std**2 + eps_k / k) ** 0.5 if eps_mode == "add_var" else std + eps_k
+    denom = where(zero, std * 0.0 + 1.0, stab)
     return where(zero, c * 0.0, c / denom)
 
 
-def _check_std_options(R: int, *, ddof: Any, eps: Any, std_scope: Any, on_zero_std: Any
-                       ) -> float:
+def _check_std_options(R: int, *, ddof: Any, eps: Any, std_scope: Any, on_zero_std: Any,
+                       eps_mode: Any) -> float:
     """Validate :func:`grpo_std_advantages`' options for groups of ``R``; ``eps`` as a float."""
     if isinstance(ddof, bool) or not isinstance(ddof, int | np.integer):
         raise TypeError(f"ddof must be an integer, got {ddof!r}")
@@ -121,6 +132,8 @@ def _check_std_options(R: int, *, ddof: Any, eps: Any, std_scope: Any, on_zero_s
         raise ValueError(f"std_scope must be 'group' or 'batch', got {std_scope!r}")
     if on_zero_std not in ("zero", "raise"):
         raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
+    if eps_mode not in ("add_std", "add_var"):
+        raise ValueError(f"eps_mode must be 'add_std' or 'add_var', got {eps_mode!r}")
     return eps
 
 
@@ -150,7 +163,10 @@ def exact_grpo_std(
     eps: Any = 0.0,
     std_scope: str = "group",
     on_zero_std: str = "zero",
+    eps_mode: str = "add_std",
 ) -> tuple[Any, Any]:
+    """Exact ``(a_S, a_F)`` of :func:`grpo_std_advantages` for ``k`` successes of ``R`` (one
+    group: ``std_scope="group"`` only)."""
     import sympy as sp
 
     if isinstance(ddof, bool) or not isinstance(ddof, int):
@@ -169,6 +185,8 @@ def exact_grpo_std(
         raise ValueError(f"eps must be >= 0, got {eps}")
     if on_zero_std not in ("zero", "raise"):
         raise ValueError(f"on_zero_std must be 'zero' or 'raise', got {on_zero_std!r}")
+    if eps_mode not in ("add_std", "add_var"):
+        raise ValueError(f"eps_mode must be 'add_std' or 'add_var', got {eps_mode!r}")
     cs, cf = exact_centred(R, k)
     if k in (0, R):
         if on_zero_std == "raise" and e == 0:
@@ -177,8 +195,9 @@ def exact_grpo_std(
                 "0/0. Use on_zero_std='zero' (advantage 0) or eps>0."
             )
         return sp.Integer(0), sp.Integer(0)
-    std = sp.sqrt(sp.Rational(k * (R - k), R) / (R - ddof))
-    return cs / (std + e), cf / (std + e)
+    var = sp.Rational(k * (R - k), R) / (R - ddof)
+    d = sp.sqrt(var + e) if eps_mode == "add_var" else sp.sqrt(var) + e
+    return cs / d, cf / d
 
 
 EpsMode = Literal["add_var", "clamp_var", "add_std"]

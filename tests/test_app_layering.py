@@ -172,10 +172,22 @@ NO_PRIVATE_IMPORTS = ("grpo_theory", "paper_checks", "framework_checks", "grpo_a
 
 
 def _private_names_imported(path: Path) -> list[str]:
+    """``from X import _y`` where ``_y`` is a private name of module ``X`` (a private submodule of
+    the importer's own package, ``from . import _helpers``, is the package's business)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    return [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}"
-            for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-            for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    hits = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for a in node.names:
+            if not a.name.startswith("_") or a.name.startswith("__"):
+                continue
+            here = path.parent
+            if node.level == 1 and not node.module and ((here / f"{a.name}.py").is_file()
+                                                         or (here / a.name).is_dir()):
+                continue
+            hits.append(f"{path.relative_to(ROOT)}:{node.lineno} {a.name}")
+    return hits
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
