@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .success_dynamics import Normalisation, success_weights
+from .surrogate import ppo_clip_objective
 
 __all__ = [
     "as_policy",
@@ -41,8 +42,7 @@ __all__ = [
     "renyi_correction",
     "grpo_policy_step",
     "grpo_policy_iterates",
-    "ppo_clip_objective",
-    "clipped_surrogate",
+    "expected_clipped_surrogate",
     "sampled_group_update",
 ]
 
@@ -217,18 +217,8 @@ def grpo_policy_iterates(pi_ref: Any, success: Any, *, beta: float, eps: float, 
     return out
 
 
-def ppo_clip_objective(ratio: Any, advantage: Any, *, clip: float) -> np.ndarray:
-    """``f_c(x, y) = min(x y, clip(x, 1 - c, 1 + c) y)`` elementwise (PPO/GRPO-Clip; arXiv
-    2503.06639 Eq. GRPO-Clip; ``clip = inf`` gives ``x y``)."""
-    x = np.asarray(ratio, dtype=np.float64)
-    y = np.asarray(advantage, dtype=np.float64)
-    c = float(clip)
-    if not c >= 0:
-        raise ValueError(f"clip must be >= 0, got {clip!r}")
-    return np.minimum(x * y, np.clip(x, 1.0 - c, 1.0 + c) * y)
-
-
-def clipped_surrogate(pi: Any, pi_old: Any, advantage: Any, *, clip: float) -> float:
+def expected_clipped_surrogate(pi: Any, pi_old: Any, advantage: Any, *, clip: float
+                               ) -> float:
     """``E_{o ~ pi_old} f_c(pi(o) / pi_old(o), A(o))`` for one prompt (outputs where
     ``pi_old = 0`` are never sampled and do not enter)."""
     p, q = as_policy(pi), as_policy(pi_old, "pi_old")

@@ -24,14 +24,14 @@ from grpo_theory.success_dynamics import (
     sigmoid,
     success_weights,
 )
+from grpo_theory.surrogate import ppo_clip_objective
 from grpo_theory.tilted_policies import (
-    clipped_surrogate,
+    expected_clipped_surrogate,
     conditional,
     geometric_mean,
     grpo_policy_iterates,
     grpo_policy_step,
     kl_divergence,
-    ppo_clip_objective,
     regularised_objective,
     renyi_correction,
     renyi_divergence,
@@ -161,7 +161,7 @@ def test_ppo_clip_hand_checked():
     assert ppo_clip_objective(2.0, 0.5, clip=0.2).tolist() == pytest.approx(0.6)
     assert ppo_clip_objective(0.5, -1.0, clip=0.2).tolist() == pytest.approx(-0.8)
     assert ppo_clip_objective(2.0, 0.5, clip=math.inf).tolist() == pytest.approx(1.0)
-    assert clipped_surrogate([0.5, 0.5], [0.5, 0.5], [1.0, -1.0], clip=0.2) == 0.0
+    assert expected_clipped_surrogate([0.5, 0.5], [0.5, 0.5], [1.0, -1.0], clip=0.2) == 0.0
 
 
 def test_sampled_group_update_hand_checked():

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from grpo_theory import binom_pmf
+from grpo_theory.surrogate import ppo_clip_objective
 from grpo_theory.tilted_policies import (
-    clipped_surrogate,
+    expected_clipped_surrogate,
     kl_divergence,
-    ppo_clip_objective,
     regularised_objective,
     tilt,
 )
@@ -140,7 +140,7 @@ def check_clip_contrastive(seed: int = 0, form: Callable[..., float] = P.contras
             wm = -wm if eps == 0 else wm
             A = np.where(s, wp, -wm)
             for c in (0.1, 0.2, 0.5):
-                lhs = clipped_surrogate(pi, pi_old, A, clip=c)
+                lhs = expected_clipped_surrogate(pi, pi_old, A, clip=c)
                 worst = max(worst, abs(lhs - form(pi, pi_old, s, float(wp), float(wm), c)))
                 n += 1
     ok = worst < 1e-12
@@ -213,7 +213,7 @@ def check_no_clip(seed: int = 0, contrast: Callable[..., float] = P.no_clip_pos_
         p = float(pi_old[s].sum())
         wp, wm = P.weights_eq4(p, 1e-3)
         A = np.where(s, wp, -wm)
-        full = max(full, abs(clipped_surrogate(pi, pi_old, A, clip=np.inf)
+        full = max(full, abs(expected_clipped_surrogate(pi, pi_old, A, clip=np.inf)
                              - contrast(pi, s, float(wp), float(wm))))
         hole = pi_old.copy()
         hole[np.flatnonzero(s)[0]] = 0.0  # pi_old never samples one success pi puts mass on
@@ -221,7 +221,7 @@ def check_no_clip(seed: int = 0, contrast: Callable[..., float] = P.no_clip_pos_
         ph = float(hole[s].sum())
         wp, wm = P.weights_eq4(ph, 1e-3)
         A = np.where(s, wp, -wm)
-        gap = max(gap, abs(clipped_surrogate(pi, hole, A, clip=np.inf)
+        gap = max(gap, abs(expected_clipped_surrogate(pi, hole, A, clip=np.inf)
                            - contrast(pi, s, float(wp), float(wm))))
     ok_full, breaks = full < 1e-12, gap > 1e-6
     ev = {"max_abs_difference_full_support": full,
