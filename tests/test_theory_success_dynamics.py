@@ -26,8 +26,8 @@ from grpo_theory.success_dynamics import (
 )
 from grpo_theory.surrogate import ppo_clip_objective
 from grpo_theory.tilted_policies import (
-    expected_clipped_surrogate,
     conditional,
+    expected_clipped_surrogate,
     geometric_mean,
     grpo_policy_iterates,
     grpo_policy_step,
