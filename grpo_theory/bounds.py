@@ -50,7 +50,7 @@ from ._validate import (
     is_exact_number,
     to_fraction,
 )
-from .bernoulli import _freeze, advantage_value_table, binom_pmf, group_outcomes
+from .bernoulli import advantage_value_table, binom_pmf, freeze_options, group_outcomes
 from .limits import ARRAY_R_MAX, EXACT_P_R_MAX, SUP_R_MAX, check_R_limit
 
 __all__ = [
@@ -479,7 +479,7 @@ def advantage_tail_event(
     e = _check_eps(eps)
     merged = {**(estimator_options or {}), **opts}
     advantage_value_table(estimator, R=R, **merged)  # validates estimator, options and R
-    return np.array(_tail_event_cached(estimator, R, _freeze(merged), e), dtype=bool)
+    return np.array(_tail_event_cached(estimator, R, freeze_options(merged), e), dtype=bool)
 
 
 @lru_cache(maxsize=1024)

@@ -86,6 +86,11 @@ CASES: dict[str, tuple[str, str]] = {
     # sims
     "expected_update (length dynamics)": ("ld.expected_update(rb, 'dr_grpo', G=R)",
                                           "SQUARE_R_MAX"),
+    "group_advantage_table (success dynamics)": (
+        "sd.group_advantage_table(R, estimator='grpo', opts={})", "TABLE_R_MAX"),
+    "compositions": ("sd.compositions(R, 3)", "ARRAY_R_MAX"),
+    "exact_sampled_expectation": (
+        "sd.exact_sampled_expectation(fwd, G=R, beta=1.0, eps=0.1, n_steps=2)", "BRANCHES_MAX"),
     "own_reward_table": ("se.own_reward_table('grpo', R=R)", "TABLE_R_MAX"),
     "pair_table": ("se.pair_table('grpo', R=R)", "TABLE_R_MAX"),
     "cond_advantage_given_reward": ("se.cond_advantage_given_reward('grpo', R=R, p=0.5)",
@@ -129,10 +134,11 @@ import numpy as np
 import sympy  # imported before the clock starts: the timings are of the routines, not imports
 import grpo_theory as gt
 import grpo_theory.bounds as gb
-import grpo_theory.framework_estimators as gfe
+import grpo_theory.outcome_baselines as gfe
 import grpo_theory.length_bias as lb
 import grpo_theory.question_weights as qw
 import sims.length_dynamics as ld
+import sims.success_dynamics as sd
 from sims.length_worlds import ResponseBandit
 import sims.checks as sc
 import sims.exact as se
@@ -143,6 +149,7 @@ from sims.multiturn import MultiTurnMDP
 R = 10**9
 fw = fd.FadeWorld(SoftmaxBandit(np.array([0.0, 0.5]), np.array([0.2, 0.7])))
 mdp = MultiTurnMDP.random(np.random.default_rng(0), H=3, S=2, A=2)
+fwd = sd.FiniteWorld(np.array([0.5, 0.3, 0.2]), np.array([1, 0, 0]))
 rb = ResponseBandit(np.zeros(2), np.array([3, 8]), np.array([0.3, 0.8]))
 out = {}
 for name, (expr, _) in json.loads(sys.argv[1]).items():
