@@ -261,7 +261,8 @@ def test_pytest_turns_runtime_warnings_from_the_library_modules_into_errors() ->
 
     code = "import numpy as np\ndef f():\n    return np.float64(1e308) * 10.0\n"
     for module in ("grpo_theory.advantages", "sims.checks", "real_model", "grpo_io.locks",
-                   "paper_checks.report", "grpo_audit.cli"):
+                   "paper_checks.report", "framework_checks.audit", "paper_values",
+                   "grpo_audit.cli"):
         ns: dict[str, Any] = {"__name__": module}
         exec(compile(code, f"<{module}>", "exec"), ns)
         with pytest.raises(RuntimeWarning, match="overflow"):
@@ -272,7 +273,8 @@ def test_pytest_turns_runtime_warnings_from_the_library_modules_into_errors() ->
         warnings.simplefilter("default")
         warnings.filterwarnings(
             "error", category=RuntimeWarning,
-            module="(grpo_io|paper_values|grpo_theory|sims|real_model|paper_checks|grpo_audit)([.]|$)",
+            module="(grpo_io|paper_values|grpo_theory|sims|real_model|paper_checks|"
+                   "framework_checks|grpo_audit)([.]|$)",
         )
         assert ns["f"]() == float("inf")
     assert [w.category for w in seen] == [RuntimeWarning]
