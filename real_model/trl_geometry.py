@@ -876,10 +876,13 @@ class TrlGeometryMeter:
     def _gram(self, rows: GeometryRows) -> RowsMeasurement:
         tr = self.trainer
         model = tr.accelerator.unwrap_model(tr.model)
-        with _eval_mode(model), _without_input_require_grads(model):
-            return measure_rows(model, rows, config=self.config,
-                                temperature=float(tr.temperature),
-                                group_size=int(tr.num_generations))
+        try:
+            with _eval_mode(model), _without_input_require_grads(model):
+                return measure_rows(model, rows, config=self.config,
+                                    temperature=float(tr.temperature),
+                                    group_size=int(tr.num_generations))
+        finally:
+            _reshard_fsdp(model)
 
     def _step_record(self, st: _StepState) -> dict[str, Any]:
         tr = self.trainer
@@ -1009,6 +1012,19 @@ def _free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _reshard_fsdp(model: Any) -> None:
+    """Reshard every FSDP2 module after the Gram pass (its backward asks for no parameter
+    gradient, so FSDP's post-backward resharding may not run; stale unsharded weights would
+    then serve the next forward after the optimizer step)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
 
 
 def _rng_devices() -> list[int]:
