@@ -391,22 +391,34 @@ def _row_multiples(weights: Any, mask: Any) -> tuple[np.ndarray, bool]:
     return a.cpu().numpy(), bool(float(resid) <= PROPORTIONAL_RTOL * max(scale, 1e-300))
 
 
-def _gram_pass(model: Any, rows: GeometryRows, weights: Any, sel: np.ndarray, *,
-               temperature: float, method: str) -> np.ndarray:
-    """``[n, n]`` Gram of the rows ``sel`` with per-token ``weights`` (float64 numpy)."""
+def _gram_pass(model: Any, rows: GeometryRows, weights: Any, sel: np.ndarray,
+               blocks: list[list[int]] | None, *, temperature: float,
+               config: GeometryConfig) -> list[np.ndarray]:
+    """Grams of the rows ``sel`` with per-token ``weights``: the full ``[n, n]`` (``blocks``
+    None, one pass) or one matrix per block (positions in ``sel``), float64 numpy.
+
+    ``gram_method="exact"``: :func:`real_model.gram.rows_gram` (log-probs in vocabulary tiles,
+    whole blocks per pass within ``memory_budget_mb``); ``"naive"``: the per-row reference of
+    :func:`real_model.gram.trajectory_gram`.
+    """
     import torch
 
-    from .gram import trajectory_gram
+    from .gram import rows_gram, trajectory_gram
 
     idx = torch.as_tensor(sel, dtype=torch.long, device=rows.input_ids.device)
     ids, am = rows.input_ids[idx], rows.attention_mask[idx]
-    pos, w = rows.position_ids[idx], weights[idx]
-    live = am.bool().any(dim=0).nonzero().reshape(-1)
-    c0, c1 = int(live[0]), int(live[-1]) + 1
-    net = model if temperature == 1.0 else TemperatureScaled(model, temperature)
-    K = trajectory_gram(net, ids[:, c0:c1], am[:, c0:c1], w[:, c0:c1], method=method,
-                        position_ids=pos[:, c0:c1])
-    return K.detach().cpu().double().numpy()
+    pos, w = rows.position_ids[idx], weights[idx].to(torch.float64)
+    if config.gram_method == "naive":
+        net = model if temperature == 1.0 else TemperatureScaled(model, temperature)
+        K = trajectory_gram(net, ids, am, w, method="naive", position_ids=pos)
+        K = K.detach().cpu().double().numpy()
+        return [K] if blocks is None else [K[np.ix_(b, b)] for b in blocks]
+    budget = (None if config.memory_budget_mb is None
+              else int(config.memory_budget_mb * 2**20))
+    out = rows_gram(model, ids, am, w, blocks=blocks, temperature=temperature,
+                    position_ids=pos, memory_budget_bytes=budget)
+    mats = [out] if blocks is None else list(out)
+    return [m.detach().cpu().double().numpy() for m in mats]
 
 
 def measure_rows(
@@ -422,45 +434,50 @@ def measure_rows(
     A group (rows with the same ``rows.group``) is measured when any of its rows has a nonzero
     weight; its rows with an empty loss mask (``psi_i = 0 = g_i``) are left out of its Grams.
     ``K`` uses ``loss_mask`` as token weights, ``Kg`` the host's ``weights``; when every row's
-    weights are a multiple ``a_i`` of its mask, ``Kg = diag(a) K diag(a)`` from one pass.
+    weights are a multiple ``a_i`` of its mask, ``Kg = diag(a) K diag(a)`` from one pass. With
+    ``config.grad_norm`` the Grams span all rows (one pass; ``local_grad_sq`` from the cross-group
+    terms), else only the groups' diagonal blocks (passes within ``memory_budget_mb``).
 
     Args:
         model: the host's (unwrapped) model; measured in its current mode (pass eval).
         rows: :class:`GeometryRows`.
         config: :class:`GeometryConfig` (``gram_method``, ``rtol``, ``success_threshold``,
-            ``grad_norm``).
+            ``grad_norm``, ``memory_budget_mb``).
         temperature: the host's sampling temperature (log-probs of ``logits / T``).
         group_size: ``R``, rows per complete group.
     """
     out = RowsMeasurement()
     L = rows.loss_mask.sum(dim=1).cpu().numpy()
     wmax = rows.weights.abs().amax(dim=1).cpu().numpy()
-    active = {int(g) for g in np.unique(rows.group) if np.any(wmax[rows.group == g] > 0)}
-    sel = np.nonzero(np.isin(rows.group, sorted(active)) & (L > 0))[0]
+    active = sorted({int(g) for g in np.unique(rows.group) if np.any(wmax[rows.group == g] > 0)})
+    sel = np.nonzero(np.isin(rows.group, active) & (L > 0))[0]
+    blocks = [np.nonzero(rows.group[sel] == g)[0].tolist() for g in active]
+    full = bool(config.grad_norm)
+    kw = {"temperature": temperature, "config": config}
     if sel.size:
-        sub_w, sub_m = rows.weights[sel], rows.loss_mask[sel]
-        a, prop = _row_multiples(sub_w, sub_m)
+        a, prop = _row_multiples(rows.weights[sel], rows.loss_mask[sel])
         out.proportional = prop
-        K = _gram_pass(model, rows, rows.loss_mask, sel, temperature=temperature,
-                       method=config.gram_method)
+        Ks = _gram_pass(model, rows, rows.loss_mask, sel, None if full else blocks, **kw)
         out.passes = 1
         if prop:
-            Kg = a[:, None] * K * a[None, :]
+            Kgs = [a[b][:, None] * K * a[b][None, :]
+                   for K, b in zip(Ks, [list(range(sel.size))] if full else blocks, strict=True)]
         else:
-            Kg = _gram_pass(model, rows, rows.weights, sel, temperature=temperature,
-                            method=config.gram_method)
+            Kgs = _gram_pass(model, rows, rows.weights, sel, None if full else blocks, **kw)
             out.passes = 2
-        loc = rows.local[sel]
-        if config.grad_norm:
-            out.local_grad_sq = float(max(Kg[np.ix_(loc, loc)].sum(), 0.0))
+        if full:
+            loc = rows.local[sel]
+            out.local_grad_sq = float(max(Kgs[0][np.ix_(loc, loc)].sum(), 0.0))
+            Ks = [Ks[0][np.ix_(b, b)] for b in blocks]
+            Kgs = [Kgs[0][np.ix_(b, b)] for b in blocks]
+    grams = dict(zip(active, zip(Ks, Kgs, blocks, strict=True), strict=True)) if sel.size else {}
     for g in np.unique(rows.group):
         mine = np.nonzero(rows.group == g)[0]
         rec = _group_record(rows, mine, L, group_size=group_size, config=config)
-        rec["has_gradient"] = int(g) in active
-        if int(g) in active:
-            pos = np.nonzero(np.isin(sel, mine))[0]
-            Kb, Kgb = K[np.ix_(pos, pos)], Kg[np.ix_(pos, pos)]
-            rec.update(_measured_fields(rows, sel[pos], Kb, Kgb, a[pos] if prop else None,
+        rec["has_gradient"] = int(g) in grams
+        if int(g) in grams:
+            Kb, Kgb, b = grams[int(g)]
+            rec.update(_measured_fields(rows, sel[b], Kb, Kgb, a[b] if out.proportional else None,
                                         config=config))
             out.grams[int(g)], out.row_grams[int(g)] = Kb, Kgb
         out.groups.append(rec)

@@ -506,6 +506,14 @@ def test_measure_rows_without_trl_matches_per_row_gradients():
     tot = Gu.sum(dim=0)
     assert out.local_grad_sq == pytest.approx(float(tot @ tot), rel=1e-9)
     assert [r["mixed"] for r in out.groups] == [True, True]
+    # blocks only, one group per pass (tiny budget): the same blocks, no cross-group norm
+    blk = tg.measure_rows(model, rows, config=tg.GeometryConfig(grad_norm=False,
+                                                                memory_budget_mb=1e-3),
+                          group_size=3)
+    assert blk.local_grad_sq is None
+    for grp in (0, 1):
+        np.testing.assert_allclose(blk.row_grams[grp], out.row_grams[grp], rtol=1e-10)
+        np.testing.assert_allclose(blk.grams[grp], out.grams[grp], rtol=1e-10)
 
 
 def test_active_dropout_names_modules_and_config_fields():
