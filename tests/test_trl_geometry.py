@@ -599,3 +599,16 @@ def test_trl_train_writes_real_train_outputs_and_compare_accepts_them(tmp_path):
     assert any(r["source"] == "real:tiny" for r in cmp_["rows"])
     with pytest.raises(FileExistsError, match="overwrite"):
         run_trl_train(out, cfg, loaded=loaded, progress=False)
+
+
+def test_group_records_from_the_row_gram_hand_checked():
+    """Rows g = (1, 0), (0, 2): Kg = diag(1, 4), grad_norm = sqrt(5), rank 2, top-1 4/5."""
+    from real_model.geometry_metrics import group_records
+
+    K = np.array([[2.0, 0.0], [0.0, 3.0]])
+    rec = group_records(K, [1.0, 0.0], [1.0, -1.0], None, [3, 4],
+                        row_gram=np.diag([1.0, 4.0]))
+    assert rec["grad_norm"] == pytest.approx(np.sqrt(5.0))
+    assert rec["rank"] == 2 and rec["top1_fraction"] == pytest.approx(0.8)
+    assert rec["norms"] == pytest.approx([np.sqrt(2.0), np.sqrt(3.0)])
+    assert "weights" not in rec  # no row weights given: only the row Gram's metrics
