@@ -1,10 +1,12 @@
 """Peak memory and step-time overhead of the in-training geometry on TRL's GRPOTrainer.
 
-Trains the offline SmolLM2 with TRL (CPU, float32) on the generated word problems with a
-benchmark-only reward that makes EVERY group mixed (the first half of each group's completions
-score 1, the rest 0, whatever they say), so every step pays for the geometry of every group.
+Trains the offline SmolLM2 with TRL (CPU and float32 by default; ``--device cuda --dtype
+bfloat16`` on a GPU, where the peak GPU memory is reported too) on the generated word problems
+with a benchmark-only reward that makes EVERY group mixed (the first half of each group's
+completions score 1, the rest 0, whatever they say), so every step pays for the geometry of
+every group.
 
-* Step time (``--mode interleaved``, default; robust to a loaded machine): ONE run with geometry
+* Step time (robust to a loaded machine): ONE run with geometry
   every step, timing in every step the whole step and the geometry (which runs inside the step,
   before TRL's forward/backward). Then "off" = step - geometry, "every step" = step,
   "every 10" = off + geometry / 10, all from the same steps under the same load.
@@ -54,7 +56,7 @@ def _run(a: argparse.Namespace, every: int, out: str) -> dict[str, Any]:
     cfg = TRLTrainConfig(steps=a.steps, prompts_per_step=a.prompts_per_step,
                          num_generations=a.num_generations, max_new_tokens=a.max_new_tokens,
                          shots=a.shots, loss_type=a.loss_type, lr=1e-6)
-    loaded = load_model(cfg.model, device="cpu", dtype="float32")
+    loaded = load_model(cfg.model, device=a.device, dtype=a.dtype)
     torch.manual_seed(cfg.seed)
     P, R = cfg.prompts_per_step, cfg.num_generations
     probs, shots = load_problems(cfg, cfg.steps * P)
@@ -75,7 +77,8 @@ def _run(a: argparse.Namespace, every: int, out: str) -> dict[str, Any]:
         output_dir=out, per_device_train_batch_size=P * R, num_generations=R,
         max_completion_length=cfg.max_new_tokens, temperature=cfg.temperature,
         learning_rate=cfg.lr, max_steps=cfg.steps, logging_steps=1, report_to=[],
-        save_strategy="no", seed=cfg.seed, bf16=False, use_cpu=True, loss_type=cfg.loss_type,
+        save_strategy="no", seed=cfg.seed, bf16=a.dtype == "bfloat16", use_cpu=a.device == "cpu",
+        loss_type=cfg.loss_type,
         shuffle_dataset=False, disable_tqdm=True, gradient_checkpointing=False,
         geometry_every=every, geometry_jsonl_path=f"{out}/geometry.jsonl",
     )
@@ -89,7 +92,9 @@ def _run(a: argparse.Namespace, every: int, out: str) -> dict[str, Any]:
     return {"steps": times, "geometry": geo, "step_mean": float(np.mean(times)),
             "mixed": [r.get("mixed_groups") for r in tr.geometry_records],
             "skipped": [r.get("skipped_reason") for r in tr.geometry_records if r.get("skipped")],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_gpu_mb": (torch.cuda.max_memory_allocated() / 2**20
+                            if torch.cuda.is_available() else None)}
 
 
 def _child(a: argparse.Namespace, every: int) -> dict[str, Any]:
@@ -97,7 +102,8 @@ def _child(a: argparse.Namespace, every: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(every), "--steps", str(a.steps),
            "--prompts-per-step", str(a.prompts_per_step), "--num-generations",
            str(a.num_generations), "--max-new-tokens", str(a.max_new_tokens), "--shots",
-           str(a.shots), "--loss-type", a.loss_type, "--out", a.out]
+           str(a.shots), "--loss-type", a.loss_type, "--out", a.out, "--device", a.device,
+           "--dtype", a.dtype]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -112,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loss-type", default="dapo")
     ap.add_argument("--out", default="/tmp/bench_trl_geometry")
     ap.add_argument("--memory", action="store_true", help="also peak memory off vs every step")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
@@ -119,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import numpy as np
 
-    print(f"SmolLM2-135M float32 on CPU, loss_type={a.loss_type}, {a.steps} steps x "
+    print(f"SmolLM2-135M {a.dtype} on {a.device}, loss_type={a.loss_type}, {a.steps} steps x "
           f"{a.prompts_per_step} groups x R={a.num_generations}, {a.max_new_tokens} new tokens, "
           f"{a.shots} shot(s); every group mixed (benchmark reward)")
     r = _child(a, 1)
@@ -136,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {t:.2f} | {t / off.mean() - 1:+.1%} |")
     print(f"\n({len(step)} steps, one run, geometry every step; off = step - geometry)")
     if a.memory:
-        m_off = _child(a, 0)["peak_rss_mb"]
-        m_on = r["peak_rss_mb"]
-        print(f"\npeak resident memory: off {m_off:.0f} MB, every step {m_on:.0f} MB, "
-              f"ratio {m_on / m_off:.2f}")
+        off_run = _child(a, 0)
+        for key, name in (("peak_rss_mb", "peak resident memory"),
+                          ("peak_gpu_mb", "peak GPU memory")):
+            if off_run[key] is not None:
+                print(f"\n{name}: off {off_run[key]:.0f} MB, every step {r[key]:.0f} MB, "
+                      f"ratio {r[key] / off_run[key]:.2f}")
     return 0
 
 

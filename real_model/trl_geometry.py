@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from grpo_theory.aggregation import aggregation_weights
+from grpo_theory.conventions import TRL_LOSS_AGGREGATION  # loss_type -> (mode, normaliser scope)
 from grpo_theory.spectral import DEFAULT_RTOL
 
 from .geometry_metrics import aggregate_groups, cos_success_failure, group_records
@@ -87,17 +88,6 @@ __all__ = [
     "TemperatureScaled",
 ]
 
-# loss_type -> (grpo_theory aggregation mode, scope of the normaliser): the hand-derived route
-TRL_LOSS_AGGREGATION: dict[str, tuple[str, str]] = {
-    "grpo": ("sequence_mean", "micro_batch"),
-    "sapo": ("sequence_mean", "micro_batch"),
-    "bnpo": ("token_mean", "micro_batch"),
-    "dr_grpo": ("dr_grpo", "micro_batch"),
-    "dapo": ("token_mean", "generation_batch"),
-    "vespo": ("token_mean", "generation_batch"),
-    "cispo": ("token_mean", "generation_batch"),
-    "luspo": ("sequence_sum", "micro_batch"),
-}
 SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_AGGREGATION)
 
 # relative tolerance of "u_i is a multiple of the loss mask m_i" (one Gram pass instead of two)
