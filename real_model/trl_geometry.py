@@ -460,6 +460,8 @@ def measure_rows(
             out.local_grad_sq = float(max(Kgs[0][np.ix_(loc, loc)].sum(), 0.0))
             Ks = [Ks[0][np.ix_(b, b)] for b in blocks]
             Kgs = [Kgs[0][np.ix_(b, b)] for b in blocks]
+    elif full:
+        out.local_grad_sq = 0.0  # no row with a nonzero weight: the gradient is 0
     grams = dict(zip(active, zip(Ks, Kgs, blocks, strict=True), strict=True)) if sel.size else {}
     for g in np.unique(rows.group):
         mine = np.nonzero(rows.group == g)[0]
