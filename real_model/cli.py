@@ -258,9 +258,9 @@ def _trl_parser(rsub: Any) -> None:
         "--geometry-every", type=int, default=1, help="measure every k steps (0: off; default 1)"
     )
     p.add_argument(
-        "--geometry-memory-budget-mb", type=float, default=None,
-        help="memory budget of one geometry Gram pass in MiB: whole groups per pass, no "
-        "geometry grad norm (default: one pass over all rows)",
+        "--geometry-memory-budget-mb", type=float, default=1024.0,
+        help="memory budget of one geometry Gram pass in MiB: whole groups per pass, no geometry "
+        "grad norm (default 1024: one group per pass; 0: one pass over all rows, with the norm)",
     )
     p.add_argument(
         "--report-to", nargs="*", default=[], help="TRL/transformers loggers (default none)"

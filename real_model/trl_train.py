@@ -76,7 +76,9 @@ class TRLTrainConfig(RankConfig):
     lora_r: int = 0
     gradient_checkpointing: bool = False
     geometry_every: int = 1
-    geometry_memory_budget_mb: float | None = None
+    # one group per Gram pass (a pass holds whole groups): peak memory close to TRL's own step;
+    # 0 / None: one pass over all rows, which also gives the geometry's gradient norm
+    geometry_memory_budget_mb: float | None = 1024.0
     report_to: tuple[str, ...] = ()
 
 
@@ -114,6 +116,9 @@ def _validate(cfg: TRLTrainConfig) -> None:
         raise ValueError(f"beta must be >= 0, got {cfg.beta}")
     if cfg.num_iterations < 1:
         raise ValueError(f"num_iterations must be >= 1, got {cfg.num_iterations}")
+    if cfg.geometry_memory_budget_mb is not None and cfg.geometry_memory_budget_mb < 0:
+        raise ValueError("geometry_memory_budget_mb must be >= 0 (0: one pass over all rows), "
+                         f"got {cfg.geometry_memory_budget_mb}")
     if cfg.lora_r < 0:
         raise ValueError(f"lora_r must be >= 0 (0: full fine-tuning), got {cfg.lora_r}")
 
@@ -202,8 +207,8 @@ def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -
         geometry_every=cfg.geometry_every,
         geometry_jsonl_path=str(out / "geometry.jsonl"),
         geometry_gram_method=cfg.gram_method,
-        geometry_memory_budget_mb=cfg.geometry_memory_budget_mb,
-        geometry_grad_norm=cfg.geometry_memory_budget_mb is None,  # a budget splits the pass
+        geometry_memory_budget_mb=cfg.geometry_memory_budget_mb or None,
+        geometry_grad_norm=not cfg.geometry_memory_budget_mb,  # a budget splits the pass
     )
 
 
