@@ -56,7 +56,6 @@ _EXPORTS: dict[str, str] = {
     "grpo_loss": "train",
     "run_compare": "compare",
     "toy_rank_rows": "compare",
-    "PAPER_TABLE1": "compare",
 }
 
 __all__ = sorted(_EXPORTS)
