@@ -1,0 +1,157 @@
+"""Framework-agnostic per-group gradient-geometry metrics of a host trainer's step.
+
+Shared by the host adapters (TRL: :mod:`real_model.trl_geometry`; verl): given one group's Gram
+of trajectory scores ``K [R, R]`` (``K_ij = <psi_i, psi_j>``, seed paper Eq. 18), the host's
+rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is ``c_i A_i psi_i``),
+:func:`group_records` gives every per-group metric (spectra of ``G = diag(w) Psi`` with
+``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
+:func:`grpo_theory.mass.gradient_mass`; score geometry :func:`real_model.geometry.score_geometry`;
+``cos(S, F)``), and :func:`aggregate_groups` the per-step mean / sd / min / max / count over the
+mixed groups. No host framework is imported here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from grpo_theory.mass import gradient_mass
+from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics
+
+from .geometry import score_geometry
+
+__all__ = [
+    "SPECTRAL_KEYS",
+    "SCORE_KEYS",
+    "cos_success_failure",
+    "group_records",
+    "metric_stats",
+    "aggregate_groups",
+]
+
+# Scalar per-group metrics aggregated per step (over mixed groups unless stated).
+SPECTRAL_KEYS = ("rank", "effective_rank", "entropy_effective_rank", "stable_rank",
+                 "top1_fraction", "m_S", "m_F", "grad_norm")
+SCORE_KEYS = ("common_share", "top_eig_share", "cos_within_success", "cos_within_failure",
+              "cos_between", "cos_SF", "score_norm_mean", "score_norm_success",
+              "score_norm_failure")
+
+
+
+def cos_success_failure(K: Any, success: Any) -> float | None:
+    """``cos(g_S, g_F)`` of the mean success and mean failure scores, from ``K [R, R]``.
+
+    ``<g_S, g_F> = mean K[S, F]``, ``||g_S||^2 = mean K[S, S]`` (means over index pairs).
+    ``None`` when the group has no success or no failure.
+
+    >>> cos_success_failure(np.eye(2), [True, False])
+    0.0
+    """
+    k = np.asarray(K, dtype=np.float64)
+    s = np.asarray(success, dtype=bool)
+    if s.all() or not s.any():
+        return None
+    ss, ff, sf = k[np.ix_(s, s)].mean(), k[np.ix_(~s, ~s)].mean(), k[np.ix_(s, ~s)].mean()
+    den = math.sqrt(max(ss, 0.0) * max(ff, 0.0))
+    return float(sf / den) if den > 0 else None
+
+
+def _none_if_nan(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def group_records(
+    K: Any,
+    rewards: Any,
+    advantages: Any,
+    c: Any,
+    lengths: Any,
+    *,
+    rtol: float = DEFAULT_RTOL,
+    success_threshold: float = 0.5,
+    exact_structure: bool = True,
+) -> dict[str, Any]:
+    """All metrics of one group (JSON-ready; NaN -> None).
+
+    Args:
+        K: ``[R, R]`` Gram of the trajectory scores.
+        rewards: ``[R]`` the host's (weighted-sum) rewards.
+        advantages: ``[R]`` the host's advantages ``A_i``.
+        c: ``[R]`` row weights ``c_i`` of the host's loss aggregation (the row's gradient is
+            ``c_i A_i psi_i``; e.g. :func:`real_model.trl_geometry.trl_row_weights`).
+        lengths: ``[R]`` loss tokens per row.
+        rtol: numerical-rank tolerance.
+        success_threshold: success when ``reward > success_threshold``.
+        exact_structure: False when the host's gradient is not ``sum_i c_i A_i psi_i`` (e.g.
+            :func:`real_model.trl_geometry.structure_issues` found a problem): the
+            weight-dependent metrics are then left out.
+    """
+    k = np.asarray(K, dtype=np.float64)
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    A = np.asarray(advantages, dtype=np.float64).reshape(-1)
+    w = A * np.asarray(c, dtype=np.float64).reshape(-1)
+    succ = r > success_threshold
+    rec: dict[str, Any] = {
+        "R": int(r.size),
+        "num_success": int(succ.sum()),
+        "mixed": bool(succ.any() and not succ.all()),
+        "rewards": r.tolist(),
+        "lengths": [int(x) for x in np.asarray(lengths).reshape(-1)],
+        "advantages": A.tolist(),
+    }
+    # score geometry uses r > 0.5; pass the thresholded labels as 0/1
+    sg = score_geometry(k, succ.astype(np.float64))
+    norms = np.asarray(sg.pop("norms"))
+    rec["norms"] = norms.tolist()
+    rec.update(sg)
+    rec["cos_SF"] = cos_success_failure(k, succ)
+    rec["score_norm_mean"] = float(norms.mean())
+    rec["score_norm_success"] = float(norms[succ].mean()) if succ.any() else None
+    rec["score_norm_failure"] = float(norms[~succ].mean()) if (~succ).any() else None
+    mS, mF = gradient_mass(A[None, :], succ[None, :].astype(np.float64))
+    rec["m_S"], rec["m_F"] = float(mS[0]), float(mF[0])
+    if exact_structure:
+        m = spectral_metrics(k, w, rtol=rtol).as_dict()
+        rec["row_weights"] = np.asarray(c, dtype=np.float64).reshape(-1).tolist()
+        rec["weights"] = w.tolist()
+        rec["grad_norm"] = float(math.sqrt(max(float(w @ k @ w), 0.0)))
+        for key, val in m.items():
+            rec[key] = _none_if_nan(val) if isinstance(val, float) else val
+    return rec
+
+
+def metric_stats(vals: Sequence[float | None]) -> dict[str, Any]:
+    """Mean, sd (ddof 1; ``None`` below 2 values), min, max and count of the finite values.
+
+    >>> metric_stats([1.0, 3.0, None, float("nan")])["sd"]
+    1.4142135623730951
+    """
+    x = np.asarray([v for v in vals if v is not None and math.isfinite(v)], dtype=np.float64)
+    if x.size == 0:
+        return {"mean": None, "sd": None, "min": None, "max": None, "count": 0}
+    return {
+        "mean": float(x.mean()),
+        "sd": float(x.std(ddof=1)) if x.size > 1 else None,
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "count": int(x.size),
+    }
+
+
+def aggregate_groups(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per-step aggregates over the MIXED groups: mean, sd (ddof 1), min, max, count per metric.
+
+    Returns ``{"groups": n, "mixed_groups": m, "metrics": {name: stats}}``.
+    """
+    mixed = [g for g in groups if g["mixed"]]
+    keys = [k for k in (*SPECTRAL_KEYS, *SCORE_KEYS) if any(k in g for g in mixed)]
+    return {
+        "groups": len(groups),
+        "mixed_groups": len(mixed),
+        "metrics": {k: metric_stats([g.get(k) for g in mixed]) for k in keys},
+    }
