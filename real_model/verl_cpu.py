@@ -299,10 +299,12 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
 
 
 def make_loss_fn(*, rollout_n: int, loss_agg_mode: str = "token-mean",
-                 loss_mode: str = "vanilla", micro_batch_size: int = 2, **actor: Any) -> Any:
+                 loss_mode: str = "vanilla", micro_batch_size: int = 2,
+                 policy: dict[str, Any] | None = None, **actor: Any) -> Any:
     """``functools.partial(ppo_loss, config=actor_config)`` as verl's actor worker builds it.
 
-    ``actor`` are further ``FSDPActorConfig`` fields (``clip_ratio_high``, ``entropy_coeff``,
+    ``policy``: further ``PolicyLossConfig`` fields (``dro_beta``, ``clip_cov_ratio``, ...);
+    ``actor``: further ``FSDPActorConfig`` fields (``clip_ratio_high``, ``entropy_coeff``,
     ``use_kl_loss``, ...).
     """
     import functools
@@ -313,7 +315,8 @@ def make_loss_fn(*, rollout_n: int, loss_agg_mode: str = "token-mean",
     cfg = FSDPActorConfig(
         strategy="fsdp2", rollout_n=rollout_n, ppo_mini_batch_size=rollout_n,
         ppo_micro_batch_size_per_gpu=micro_batch_size, use_dynamic_bsz=False,
-        loss_agg_mode=loss_agg_mode, policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+        loss_agg_mode=loss_agg_mode,
+        policy_loss=PolicyLossConfig(loss_mode=loss_mode, **(policy or {})),
         use_torch_compile=False, **actor,
     )
     return functools.partial(ppo_loss, config=cfg)

@@ -74,8 +74,9 @@ import torch
 
 from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics
 
+from .geometry_metrics import aggregate_groups, group_records
 from .gram import trajectory_gram
-from .trl_geometry import TemperatureScaled, aggregate_groups, group_records
+from .trl_geometry import TemperatureScaled
 
 __all__ = [
     "GeometryConfig",
@@ -183,7 +184,8 @@ def tapped_log_probs(model_output: Mapping[str, Any], sink: list) -> dict[str, A
 class _DevRowCapture:
     """Per-row gradients of every trainable leaf module, materialised (tiny models only).
 
-    Rows: the batch axis, or ``segments`` (cu_seqlens) of a packed ``[1, N]`` input.
+    Rows: the batch axis, or ``segments`` (cu_seqlens) of a packed ``[1, N]`` input. ``skip``:
+    a module name not to hook (tests of the coverage check).
     """
 
     def __init__(self, model: torch.nn.Module, *, rows: int, segments: torch.Tensor | None):
@@ -192,14 +194,17 @@ class _DevRowCapture:
         self.errors: list[str] = []
         self.handles: list[Any] = []
         self.seen: set[str] = set()
-        self.names: list[str] = []
+        self.owners: dict[str, list[str]] = {}
+        self.skip: str | None = None
 
     def __enter__(self) -> _DevRowCapture:
         for name, mod in self.model.named_modules():
             own = [n for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
             if own:
-                self.names.append(name)
-                self.handles.append(mod.register_forward_hook(functools.partial(self._fwd, name)))
+                self.owners[name] = own
+                if name != self.skip:
+                    self.handles.append(
+                        mod.register_forward_hook(functools.partial(self._fwd, name)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -207,12 +212,11 @@ class _DevRowCapture:
             h.remove()
         self.handles = []
 
-    def _rows_of_tokens(self, x: torch.Tensor) -> torch.Tensor:
+    def _rows_of_tokens(self, x: torch.Tensor, feat: int) -> torch.Tensor:
+        """Row of each token of ``x`` (``feat`` trailing features per token); -1: padding."""
         if self.segments is None:
-            return torch.arange(x.shape[0]).repeat_interleave(x[0].numel() // max(1, x.shape[-1])
-                                                              if x.dim() > 2 else 1)
-        n = x.shape[1]
-        pos = torch.arange(n)
+            return torch.arange(x.shape[0]).repeat_interleave(x[0].numel() // feat)
+        pos = torch.arange(x.numel() // feat)
         idx = torch.bucketize(pos, self.segments[1:].cpu(), right=True)
         idx[pos >= int(self.segments[-1])] = -1
         return idx
@@ -233,9 +237,10 @@ class _DevRowCapture:
             self.errors.append(f"{name}: {e!r}")
 
     def _add(self, name: str, mod: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> None:
-        idx = self._rows_of_tokens(x if x.dim() > 1 else x[None])
+        emb = isinstance(mod, torch.nn.Embedding)
+        idx = self._rows_of_tokens(x, 1 if emb else x.shape[-1])
         cls = type(mod).__name__
-        if isinstance(mod, torch.nn.Embedding):
+        if emb:
             ids, d = x.reshape(-1), g.reshape(-1, g.shape[-1])
             for b in range(self.R):
                 m = idx == b
@@ -264,9 +269,13 @@ class _DevRowCapture:
         rows[b] = v if rows[b] is None else rows[b] + v
 
     def result(self) -> torch.Tensor:
-        missing = [n for n in self.names if n not in self.seen]
+        missing = [n for n in self.owners if n not in self.seen]
         if missing:
-            self.errors.append(f"module(s) {missing} received no gradient")
+            self.errors.append(
+                f"module(s) {missing} own trainable parameters but gave no per-row gradient")
+        return self.gram_ignoring_errors()
+
+    def gram_ignoring_errors(self) -> torch.Tensor:
         K = torch.zeros(self.R, self.R, dtype=torch.float64)
         for rows in self.grads.values():
             G = torch.stack([r if r is not None else torch.zeros_like(next(
@@ -846,6 +855,9 @@ def metrics_for_verl(aggregate: Mapping[str, Any], layout: Mapping[str, int],
 # ---------------------------------------------------------------------------------------------
 # verl classes, built lazily (no verl import at module import)
 def _make_engine_class() -> type:
+    from .verl_cpu import register_cpu_platform
+
+    register_cpu_platform()  # no-op with an accelerator; before verl caches its device name
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
     class GeometryFSDPEngine(FSDPEngineWithLMHead):  # type: ignore[misc, valid-type]
