@@ -100,8 +100,7 @@ def test_in_run_and_second_pass_grams_agree(env):
     _fresh(env)
     a = H.check_step(env["engine"], env["path"], _data(env), loss_fn)
     _fresh(env)
-    order = [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]  # every micro-batch of 4 mixes groups
-    b = H.check_step(env["engine"], env["path"], _data(env, order=order), loss_fn)
+    b = H.check_step(env["engine"], env["path"], _data(env, order=H.INTERLEAVED), loss_fn)
     assert set(a["paths"].values()) == {"in_run"} and set(b["paths"].values()) == {"second_pass"}
     for uid in a["grams"]:
         assert H.rel_err(b["grams"][uid], a["grams"][uid]) <= 1e-6
@@ -179,7 +178,7 @@ def test_metrics_reach_verl_trainer_through_its_worker(env):
     worker.loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
     worker.flops_counter, worker.profiler = None, DistProfiler(rank=0)
     data = _data(env)
-    tu.assign_non_tensor(data, mini_batch_size=12, epochs=1, seed=1,
+    tu.assign_non_tensor(data, mini_batch_size=16, epochs=1, seed=1,
                          dataloader_kwargs={"shuffle": False})
     out = TrainingWorker.train_mini_batch(worker, data)
     logged = reduce_metrics(rename_dict(tu.get(out, "metrics"), "actor/"))
@@ -187,7 +186,7 @@ def test_metrics_reach_verl_trainer_through_its_worker(env):
     assert logged["actor/geometry/failed"] == 0.0
     for name in ("effective_rank", "cos_SF", "grad_norm"):
         assert logged[f"actor/geometry/{name}/mean"] == pytest.approx(agg[name]["mean"])
-    assert logged["actor/geometry/in_run_groups"] == 3.0
+    assert logged["actor/geometry/in_run_groups"] == 4.0
 
 
 def test_jsonl_has_one_record_per_measured_step(env, tmp_path):
@@ -202,7 +201,7 @@ def test_jsonl_has_one_record_per_measured_step(env, tmp_path):
     assert has_score == [True, False, True]
     g = recs[0]["groups"][0]
     assert g["path"] == "in_run" and len(g["gram"]) == 4 and g["placement"] == [[0, 0]]
-    assert recs[0]["aggregate"]["mixed_groups"] == 3
+    assert recs[0]["aggregate"]["mixed_groups"] == 4
 
 
 def test_failure_in_the_geometry_does_not_stop_verl_step(env, monkeypatch, caplog):

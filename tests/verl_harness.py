@@ -18,7 +18,8 @@ import torch
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
              "seq-mean-token-sum-norm")
 AUDITED_POLICY_LOSSES = ("vanilla", "gspo", "sapo", "cispo")
-REWARDS = [[1, 0, 0, 1], [0, 1, 1, 1], [1, 1, 0, 0]]  # 3 groups of 4 rollouts, all mixed
+REWARDS = [[1, 0, 0, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 0]]  # 4 groups of 4, all mixed
+INTERLEAVED = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]  # every 2 rows: 2 groups
 
 
 def full_params(engine: Any) -> dict[str, torch.Tensor]:
