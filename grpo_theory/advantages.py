@@ -233,7 +233,8 @@ def grpo_advantages(rewards: Array) -> Array:
 
 
 def dr_grpo_advantages(rewards: Array) -> Array:
-    """Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training", Eq. 3).
+    """Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training", arXiv
+    2503.20783, Sec. 3.2 and Fig. 1: ``A~_i = R_i - mean(R)``; Eq. 3 there is GRPO's objective).
 
     ``A_i = r_i - mean``: identical to :func:`grpo_advantages`. Dr.GRPO's other change, dropping
     the per-sequence length normalisation in favour of a constant, is a *loss aggregation*
@@ -603,7 +604,7 @@ for _spec in (
         fn=dr_grpo_advantages,
         exact=_exact_grpo,
         linear=_linear_grpo,
-        source="Liu et al. 2025 (Dr.GRPO), Eq. (3)",
+        source="Liu et al. 2025 (Dr.GRPO, arXiv 2503.20783), Sec. 3.2 and Fig. 1",
     ),
     EstimatorSpec(
         name="rloo",

@@ -1,9 +1,10 @@
-"""paper_checks: the proof audit of arXiv 2606.29238, every checkable claim recomputed.
+"""paper_checks: the proof audit of arXiv 2606.29238 (and FADE), every checkable claim recomputed.
 
 Each claim is registered (:mod:`paper_checks.registry`) with its location, our paraphrase, the
 check and a verdict computed by it (``holds``, ``holds-with-conditions``, ``refuted``,
-``inconclusive``). ``grpo-audit audit --out DIR`` writes ``claims.json``, ``REPORT.md`` and
-figures; ``grpo-audit tables appendix-a2|table1`` prints the regenerated tables.
+``inconclusive``), in the module of its paper section (:mod:`paper_checks.claims`; one package per
+paper, :mod:`paper_checks.papers`). ``grpo-audit audit --out DIR`` writes ``claims.json``,
+``REPORT.md`` and figures; ``grpo-audit tables appendix-a2|table1`` prints the regenerated tables.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ __all__ = [
 
 
 def all_claim_ids() -> list[str]:
-    """Every registered claim id, in registration (paper) order."""
-    from .registry import REGISTRY, _load_all
+    """Every registered claim id of every paper, in report order (paper by paper)."""
+    from .papers import papers
+    from .registry import ordered_ids
 
-    _load_all()
-    return list(REGISTRY)
+    return [cid for key in papers() for cid in ordered_ids(key)]
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep `import paper_checks` cheap (no numpy)
@@ -62,7 +63,7 @@ def __getattr__(name: str) -> Any:  # lazy: keep `import paper_checks` cheap (no
 
         return getattr(tables, name)
     if name == "effective_rank_range":
-        from .claims_rank import effective_rank_range
+        from ._spectra import effective_rank_range
 
         return effective_rank_range
     raise AttributeError(f"module 'paper_checks' has no attribute {name!r}")

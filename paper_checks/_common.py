@@ -1,5 +1,6 @@
 """Helpers shared by the claim modules: estimator conventions, the statistical-tier threshold,
-the sims Monte Carlo and training runs (cached per seed), and the token MDP used in Sec. 2."""
+the sims Monte Carlo and training runs (cached per seed), the token MDP of Sec. 2 and the
+multi-turn world of Sec. 6 and App. A.3."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ._exact import TokenMDPView, advantage_values
 from .registry import CheckContext
 
 __all__ = ["K_SE", "STD", "P_GRID", "mc_evidence", "mc_theorem41", "training_run", "token_mdp",
-           "scale_factor", "ratio"]
+           "multiturn_mdp", "multiturn_bias_rows", "scale_factor", "ratio"]
 
 K_SE = Z_THRESHOLD  # statistical tier: |estimate - exact| <= K_SE * SE (the one k)
 STD = {"ddof": 1, "eps": 0.0}  # std-normalised GRPO as TRL/verl/OpenRLHF run it (eps set to 0)
@@ -72,8 +73,6 @@ def training_run(ctx: CheckContext) -> dict[str, Any]:
     return _training_cached(ctx.seed, ctx.quick)
 
 
-
-
 def token_mdp(ctx: CheckContext) -> TokenMDPView:
     """A :class:`sims.token_mdp.TokenMDP` (V=2, T=3, binary terminal reward), 0.2 < J < 0.8."""
     from sims.token_mdp import TokenMDP
@@ -83,6 +82,22 @@ def token_mdp(ctx: CheckContext) -> TokenMDPView:
         m = TokenMDP.random(rng, vocab=2, length=3, success_fraction=0.5, binary_rewards=True)
         if 0.2 < m.J() < 0.8:
             return TokenMDPView(m)
+
+
+def multiturn_mdp(ctx: CheckContext) -> Any:
+    """The multi-turn world of Sec. 6 and App. A.3: a :class:`sims.multiturn.MultiTurnMDP` with
+    H = 3 stages, 3 states and 2 actions (stochastic transitions, Bernoulli stage rewards)."""
+    from sims.multiturn import MultiTurnMDP
+
+    return MultiTurnMDP.random(ctx.rng(60), H=3, S=3, A=2)
+
+
+def multiturn_bias_rows(ctx: CheckContext, R: int) -> list[dict]:
+    """Exact ``E[A_hat(h) | prefix]`` of mean-centred GRPO per stage and prefix in
+    :func:`multiturn_mdp` (:func:`sims.checks.multiturn_bias_table`)."""
+    from sims.checks import multiturn_bias_table
+
+    return multiturn_bias_table(multiturn_mdp(ctx), "grpo", R=R)
 
 
 def scale_factor(estimator: str, R: int, J: float, **opts: Any) -> float:

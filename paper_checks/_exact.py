@@ -8,7 +8,9 @@
 * "Outcome worlds": outcomes ``tau`` (bandit arms of :class:`sims.bandit.SoftmaxBandit`, token
   sequences of :class:`sims.token_mdp.TokenMDP`) with probabilities, trajectory scores ``psi``
   (Eq. 18) and success probabilities; :func:`brute_force_expected_gradient` enumerates every joint
-  group, independently of the conditioning argument of :mod:`sims.exact`.
+  group, independently of the conditioning argument of :mod:`sims.exact`;
+  :func:`group_estimator_moments` gives the exact mean, variance and MSE of per-group gradient
+  estimators the same way.
 * :class:`TokenMDPView`: prefix-level access (``v``, ``q``, ``grad log pi``) to a sims TokenMDP
   and finite differences of ``J(theta)`` as an independent ``grad J``.
 """
@@ -37,6 +39,7 @@ __all__ = [
     "bandit_world",
     "expected_gradient",
     "brute_force_expected_gradient",
+    "group_estimator_moments",
     "TokenMDPView",
 ]
 
@@ -252,3 +255,40 @@ class TokenMDPView:
             jm = self.mdp.with_logits(tm.reshape(self.theta.shape)).J()
             g[i] = (jp - jm) / (2 * h)
         return g
+
+
+def group_estimator_moments(
+    world: OutcomeWorld, R: int, baselines: dict[str, Any]
+) -> dict[str, dict[str, float]]:
+    """Exact mean, variance and MSE of per-group gradient estimators, by enumerating every joint
+    (outcome, reward) of the ``R`` rollouts.
+
+    ``g_hat = (1/R) sum_i w_i psi_i`` with ``w_i`` from ``baselines[name]``: an estimator name of
+    :func:`grpo_theory.compute_advantages` (``"grpo"``, ``"rloo"``) or a float ``b`` (the oracle
+    constant baseline, ``w_i = r_i - b``).
+
+    Returns:
+        ``{name: {"scale": <E g, grad J>/|grad J|^2, "cosine", "trace_var", "mse"}}``.
+    """
+    N = world.prob.size
+    cell_t = np.repeat(np.arange(N), 2)
+    cell_r = np.tile([0.0, 1.0], N)
+    pcell = world.prob[cell_t] * np.where(cell_r == 1.0, world.q[cell_t], 1 - world.q[cell_t])
+    combos = np.array(list(product(range(2 * N), repeat=R)), dtype=np.int64)
+    pr = np.prod(pcell[combos], axis=1)
+    rew = cell_r[combos]
+    psi = world.psi[cell_t[combos]]  # [n, R, d]
+    gJ = world.grad_J
+    out: dict[str, dict[str, float]] = {}
+    for name, b in baselines.items():
+        A = (np.asarray(compute_advantages(b, rew)) if isinstance(b, str) else rew - float(b))
+        g = np.einsum("nr,nrd->nd", A, psi) / R
+        m = pr @ g
+        second = float(pr @ np.einsum("nd,nd->n", g, g))
+        out[name] = {
+            "scale": float(m @ gJ / (gJ @ gJ)),
+            "cosine": float(m @ gJ / (np.linalg.norm(m) * np.linalg.norm(gJ))),
+            "trace_var": second - float(m @ m),
+            "mse": float(pr @ np.einsum("nd,nd->n", g - gJ, g - gJ)),
+        }
+    return out

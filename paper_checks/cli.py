@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .papers import DEFAULT_PAPER, papers
+
 __all__ = ["register", "register_tables", "TABLE_KINDS"]
 
 #: Table kinds this package adds to ``grpo-audit tables``.
@@ -21,19 +23,17 @@ TABLE_KINDS: dict[str, str] = {
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .registry import REGISTRY, _load_all
+    from .registry import REGISTRY, load_claims, ordered_ids
     from .report import run_audit
 
     if args.list:
-        _load_all()
-        for cid, c in REGISTRY.items():
-            if c.paper == args.paper:
-                print(f"{cid}\t{c.location}")
+        for cid in ordered_ids(args.paper):
+            print(f"{cid}\t{REGISTRY[cid].location}")
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (unless --list)")
     if args.only:
-        _load_all()
+        load_claims()
         bad = [i for i in args.only if i not in REGISTRY or REGISTRY[i].paper != args.paper]
         if bad:
             raise ValueError(f"--only: {bad} are not claims of --paper {args.paper} "
@@ -56,19 +56,23 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``grpo-audit audit --out DIR [--quick] [--seed N] [--only ID ...] [--list]``."""
+    """Add ``grpo-audit audit --out DIR [--paper KEY] [--quick] [--seed N] [--only ID ...]
+    [--list]``; the ``--paper`` keys are the registered papers (:mod:`paper_checks.papers`)."""
+    registered = papers()
+    keys = "{" + ",".join(registered) + "}"
     p = sub.add_parser(
         "audit",
-        help="audit every checkable claim of arXiv 2606.29238 (or, with --paper fade, of the "
-        "FADE abstract, arXiv 2607.01490): claims.json, REPORT.md, figures",
+        help=f"audit every checkable claim of arXiv {registered[DEFAULT_PAPER].arxiv} (or, with "
+        "--paper, of another registered paper): claims.json, REPORT.md, figures",
         description="Check every registered claim of a paper by computation and write "
         "DIR/claims.json, DIR/REPORT.md, DIR/claims_summary.csv|tex and DIR/figures/*.png.",
-        usage="grpo-audit audit --out DIR [--paper {seed,fade}] [--quick] [--seed N] "
+        usage=f"grpo-audit audit --out DIR [--paper {keys}] [--quick] [--seed N] "
         "[--only ID [ID ...]]\n"
-        "       grpo-audit audit --list [--paper {seed,fade}]",
+        f"       grpo-audit audit --list [--paper {keys}]",
     )
-    p.add_argument("--paper", choices=["seed", "fade"], default="seed",
-                   help="seed: arXiv 2606.29238 (default); fade: the FADE abstract, 2607.01490")
+    p.add_argument("--paper", choices=list(registered), default=DEFAULT_PAPER,
+                   help="; ".join(f"{k}: {v.citation}" for k, v in registered.items())
+                   + f" (default {DEFAULT_PAPER})")
     p.add_argument(
         "--out",
         default=None,
@@ -78,7 +82,8 @@ def register(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of every random generator (default 0)")
     p.add_argument("--only", nargs="+", metavar="ID", default=None, help="audit only these claims")
-    p.add_argument("--list", action="store_true", help="list the registered claim ids and exit")
+    p.add_argument("--list", action="store_true",
+                   help="list the registered claim ids and locations (report order) and exit")
     p.set_defaults(func=_audit)
 
 

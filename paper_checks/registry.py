@@ -1,4 +1,4 @@
-"""The claim registry: every checkable statement of arXiv 2606.29238, with a computed verdict.
+"""The claim registry: every checkable statement of an audited paper, with a computed verdict.
 
 A :class:`Claim` names one statement of the paper (``id``, ``location``, our paraphrase) and the
 function that checks it. The check returns an :class:`Outcome`: a verdict computed from the
@@ -20,13 +20,18 @@ Verdicts (:data:`VERDICTS`):
   verdict the computation alone points to), and the summary and the report give that reason,
   not the correction written for the refuted case.
 
-Claims belong to a paper (:data:`PAPERS`): ``"seed"`` (arXiv 2606.29238, the default) or
-``"fade"`` (arXiv 2607.01490, abstract only; ids prefixed ``fade_``).
+Claims belong to a paper and a section, both taken from the module that registers them
+(:mod:`paper_checks.papers`): the seed paper's section modules are :mod:`paper_checks.claims`, and
+every other paper's (``"fade"``: arXiv 2607.01490, abstract only, ids prefixed ``fade_``) a
+sub-package of it. :func:`ordered_ids` gives them in report order: the paper's section modules in
+the order its registration lists them, then registration order within a module.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from grpo_io import to_jsonable
-from paper_values import PAPER_ID as SEED_PAPER_ID
+
+from .papers import DEFAULT_PAPER, get_paper, paper_of_module, papers, section_of_module
 
 __all__ = [
     "VERDICTS",
@@ -50,8 +56,7 @@ __all__ = [
     "run_claim",
     "run_claims",
     "ordered_ids",
-    "PAPERS",
-    "SECTION_ORDER",
+    "load_claims",
     "VERDICT_LEGEND",
     "verdict_from",
 ]
@@ -68,13 +73,6 @@ VERDICT_LEGEND: dict[str, str] = {
     "counterexample or the right value",
     "inconclusive": "it cannot be decided here (e.g. measurements on a model we do not have, a "
     "statement too vague to test), or a computation the verdict rests on failed or is missing",
-}
-
-#: Papers with a claim registry: id -> (citation, prefix every claim id of that paper carries).
-PAPERS: dict[str, tuple[str, str]] = {
-    "seed": (SEED_PAPER_ID, ""),
-    "fade": ("arXiv 2607.01490 (Don't Let Gains FADE: Breaking Down Policy Gradient Weights in "
-             "RL), abstract only", "fade_"),
 }
 
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
@@ -170,7 +168,7 @@ class Claim:
     fn: Callable[[CheckContext], Outcome]
     variants: tuple[str, ...] = ()
     section: str = ""
-    paper: str = "seed"
+    paper: str = DEFAULT_PAPER
 
 
 @dataclass
@@ -191,7 +189,7 @@ class ClaimResult:
     plot: PlotFn | None = field(default=None, repr=False, compare=False)
     plot_title: str | None = None
     short: str | None = None
-    paper: str = "seed"
+    paper: str = DEFAULT_PAPER
     undecided: str | None = None
 
     @property
@@ -240,42 +238,49 @@ def claim(
     text: str,
     check: str,
     variants: Iterable[str] = (),
-    section: str = "",
-    paper: str = "seed",
 ) -> Callable[[Callable[[CheckContext], Outcome]], Callable[[CheckContext], Outcome]]:
     """Decorator: register ``fn`` as the check of claim ``id``.
 
+    The paper and the section are those of the module ``fn`` is defined in: a section module
+    listed in a paper's registration (:mod:`paper_checks.papers`), with its ``SECTION`` heading
+    declared above its claims; anything else is an error.
+
     Args:
-        id: snake_case identifier, unique (also the pytest id: ``pytest -k <id>``).
+        id: snake_case identifier, unique, starting with the paper's claim prefix (also the
+            pytest id: ``pytest -k <id>``).
         location: where the statement is (section, equation, table).
         text: our paraphrase of the statement.
         check: what the check computes, in which world, with which estimator variants.
         variants: estimator names used (``grpo`` mean-centred, ``grpo_std`` std-normalised, ...).
-        section: report grouping.
-        paper: key of :data:`PAPERS` (default ``"seed"``); the id must carry that paper's prefix.
     """
-    if paper not in PAPERS:
-        raise ValueError(f"unknown paper {paper!r}; known: {sorted(PAPERS)}")
-    prefix = PAPERS[paper][1]
-    if prefix and not id.startswith(prefix):
-        raise ValueError(f"claim {id!r} of paper {paper!r} must start with {prefix!r}")
-    if not prefix and any(p and id.startswith(p) for _, p in PAPERS.values()):
-        raise ValueError(f"claim {id!r} of paper {paper!r} uses another paper's prefix")
+    if not id.replace("_", "").isalnum() or id.lower() != id:
+        raise ValueError(f"claim id must be snake_case, got {id!r}")
 
     def deco(fn: Callable[[CheckContext], Outcome]) -> Callable[[CheckContext], Outcome]:
+        paper = paper_of_module(fn.__module__)
+        section = section_of_module(sys.modules[fn.__module__])
+        _check_prefix(id, paper.key)
         if id in REGISTRY:
             raise ValueError(f"claim id {id!r} registered twice")
-        if not id.replace("_", "").isalnum() or id.lower() != id:
-            raise ValueError(f"claim id must be snake_case, got {id!r}")
-        REGISTRY[id] = Claim(id, location, text, check, fn, tuple(variants), section, paper)
+        REGISTRY[id] = Claim(id, location, text, check, fn, tuple(variants), section, paper.key)
         return fn
 
     return deco
 
 
+def _check_prefix(cid: str, paper: str) -> None:
+    """A claim id carries its paper's prefix and no other paper's."""
+    prefix = get_paper(paper).claim_prefix
+    if prefix and not cid.startswith(prefix):
+        raise ValueError(f"claim {cid!r} of paper {paper!r} must start with {prefix!r}")
+    others = [p.claim_prefix for p in papers().values() if p.key != paper and p.claim_prefix]
+    if any(cid.startswith(p) for p in others if not prefix or len(p) > len(prefix)):
+        raise ValueError(f"claim {cid!r} of paper {paper!r} uses another paper's prefix")
+
+
 def get_claim(claim_id: str) -> Claim:
     """Look a claim up by id (loading every claim module first)."""
-    _load_all()
+    load_claims()
     try:
         return REGISTRY[claim_id]
     except KeyError:
@@ -318,47 +323,27 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
     )
 
 
-#: Report order of the sections (the paper's order; the appendix after the body).
-SECTION_ORDER: tuple[str, ...] = (
-    "2. From policy gradients to GRPO",
-    "3. Credit assignment",
-    "4. Structural constraints on advantages",
-    "5. Sparse updates",
-    "6 / A.3 Multi-turn bias",
-    "7. Experiments and Table 1",
-    "8-9. Discussion and related work",
-    "Cross-references",
-    "A.1 Proof of Theorem 4.1",
-    "A.2 Baseline concentration",
-    # FADE (arXiv 2607.01490, abstract)
-    "FADE: gradient masses",
-    "FADE: sign axis",
-    "FADE: difficulty axis",
-    "FADE: schedule",
-)
-
-
-def ordered_ids(paper: str = "seed") -> list[str]:
-    """Every claim id of ``paper`` in paper order (section, then registration)."""
-    _load_all()
-    if paper not in PAPERS:
-        raise ValueError(f"unknown paper {paper!r}; known: {sorted(PAPERS)}")
-    rank = {s: i for i, s in enumerate(SECTION_ORDER)}
-    mods = {f"{__package__}.{m}": i for i, m in enumerate(CLAIM_MODULES)}
-    ids = [i for i, c in REGISTRY.items() if c.paper == paper]
-
-    def key(c: str) -> tuple[int, int, int]:
-        return (rank.get(REGISTRY[c].section, len(rank)),
-                mods.get(REGISTRY[c].fn.__module__, len(mods)), ids.index(c))
-
-    return sorted(ids, key=key)
+def ordered_ids(paper: str = DEFAULT_PAPER) -> list[str]:
+    """Every claim id of ``paper`` in report order: its section modules in the order of its
+    registration, then registration order within each module."""
+    load_claims()
+    spec = get_paper(paper)
+    by_module: dict[str, list[str]] = {spec.section_module(s): [] for s in spec.sections}
+    for cid, c in REGISTRY.items():
+        if c.paper == paper:
+            if c.fn.__module__ not in by_module:
+                raise ValueError(f"claim {cid!r} of paper {paper!r} is not defined in one of its "
+                                 f"section modules ({c.fn.__module__})")
+            by_module[c.fn.__module__].append(cid)
+    return [cid for ids in by_module.values() for cid in ids]
 
 
 def run_claims(
-    ids: Iterable[str] | None = None, *, seed: int = 0, quick: bool = True, paper: str = "seed"
+    ids: Iterable[str] | None = None, *, seed: int = 0, quick: bool = True,
+    paper: str = DEFAULT_PAPER,
 ) -> list[ClaimResult]:
-    """Run the given claims (default: all of ``paper``, in paper order)."""
-    _load_all()
+    """Run the given claims (default: all of ``paper``, in report order)."""
+    load_claims()
     chosen = ordered_ids(paper) if ids is None else list(ids)
     return [run_claim(i, seed=seed, quick=quick) for i in chosen]
 
@@ -394,24 +379,11 @@ def verdict_from(
     return Verdict(indicated)
 
 
-#: Claim modules in paper order (this also orders claims that share a section).
-CLAIM_MODULES: tuple[str, ...] = (
-    "claims_derivation",
-    "claims_grpo_gradient",
-    "claims_structure",
-    "claims_theorem41",
-    "claims_rank",
-    "claims_appendix",
-    "claims_new",
-    "claims_fade",
-)
-
-
-def _load_all() -> None:
-    import importlib
-
-    for name in CLAIM_MODULES:
-        importlib.import_module(f"{__package__}.{name}")
+def load_claims() -> None:
+    """Import every section module of every registered paper (registering their claims)."""
+    for spec in papers().values():
+        for section in spec.sections:
+            importlib.import_module(spec.section_module(section))
 
 
 def _check_evidence(cid: str, ev: Any, path: str = "") -> None:

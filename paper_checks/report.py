@@ -13,11 +13,14 @@
 * ``figures/*.png``; ``tables/*.md|csv`` (seed paper); ``meta.json`` (seed, versions, device,
   timing).
 
-``paper="fade"`` audits the FADE abstract (arXiv 2607.01490) instead of the seed paper.
+``paper="fade"`` audits the FADE abstract (arXiv 2607.01490) instead of the seed paper; every
+registered paper (:func:`paper_checks.papers.papers`) is audited the same way, with the tables its
+registration names (``Paper.report_tables``).
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,7 +28,8 @@ from typing import Any
 
 from grpo_io import environment, write_json
 
-from .registry import PAPERS, VERDICT_LEGEND, VERDICTS, ClaimResult, run_claims
+from .papers import DEFAULT_PAPER, Paper, get_paper
+from .registry import REGISTRY, VERDICT_LEGEND, VERDICTS, ClaimResult, run_claims
 from .tables import AuditTable
 
 __all__ = ["run_audit", "summary_table", "summary_rows", "summary_latex", "verdict_legend"]
@@ -143,45 +147,10 @@ def _figures(results: list[ClaimResult], fig_dir: Path) -> None:
         r.figure = f"figures/{path.name}"
 
 
-def _a2_figure(fig_dir: Path, *, quick: bool) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from grpo_theory.bounds import hoeffding_bound
-
-    from .claims_appendix import sup_baseline_tail_bernoulli
-    from .paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    Rs = np.arange(1, 17 if quick else 33)
-    for j, eps in enumerate(PAPER_A2_EPS):
-        c = f"C{j}"
-        ax.plot(Rs, [hoeffding_bound(R=int(R), eps=eps) for R in Rs], "-", c=c,
-                label=f"2exp(-2R eps^2), eps={eps}")
-        ax.plot(Rs, [sup_baseline_tail_bernoulli(R=int(R), eps=eps)[0] for R in Rs], ":", c=c,
-                label=f"exact sup_p tail, eps={eps}")
-        ax.plot(PAPER_A2_R, [PAPER_A2_TABLE[(R, eps)][0] for R in PAPER_A2_R], "x", c=c,
-                ms=8, label=f"paper's printed, eps={eps}")
-    ax.axhline(1.0, c="k", lw=0.8)
-    ax.set_xlabel("group size R")
-    ax.set_ylabel("P(|v_hat_R - v| > eps)")
-    ax.set_title("App. A.2: Hoeffding vs exact worst-case tail vs printed")
-    ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    path = fig_dir / "appendix_a2.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return f"figures/{path.name}"
-
-
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
-              ids: list[str] | None = None, paper: str = "seed") -> list[ClaimResult]:
+              ids: list[str] | None = None, paper: str = DEFAULT_PAPER) -> list[ClaimResult]:
     """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""
-    if paper not in PAPERS:
-        raise ValueError(f"unknown paper {paper!r}; known: {sorted(PAPERS)}")
+    spec = get_paper(paper)
     out = Path(out_dir)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -189,29 +158,40 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
     results = run_claims(ids, seed=seed, quick=quick, paper=paper)
     t_claims = time.perf_counter() - t0
     _figures(results, fig_dir)
-    tables_md: list[str] = []
-    if paper == "seed":
-        from .tables import appendix_a2_table, table1_toy
+    tables_md = _report_tables(spec, out, fig_dir, seed=seed, quick=quick)
+    meta = _meta(spec, results, out_dir, seed=seed, quick=quick, t_claims=t_claims,
+                 elapsed=time.perf_counter() - t0)
+    write_json(out / "claims.json", [r.as_dict() for r in results])
+    write_json(out / "meta.json", meta)
+    summ = summary_rows(results)
+    (out / "claims_summary.csv").write_text(summ.to_csv(), encoding="utf-8")
+    (out / "claims_summary.tex").write_text(summary_latex(summ), encoding="utf-8")
+    report = _report_head(spec, results, meta) + tables_md + _claim_sections(results)
+    (out / "REPORT.md").write_text("\n".join(report), encoding="utf-8")
+    return results
 
-        tab_dir = out / "tables"
-        tab_dir.mkdir(parents=True, exist_ok=True)
-        a2_fig = _a2_figure(fig_dir, quick=quick)
-        a2 = appendix_a2_table()
-        t1 = table1_toy(seed=seed, quick=quick)
-        for name, tab in (("appendix_a2", a2), ("table1_toy", t1)):
-            (tab_dir / f"{name}.md").write_text(tab.to_markdown(), encoding="utf-8")
-            (tab_dir / f"{name}.csv").write_text(tab.to_csv(), encoding="utf-8")
-        tables_md = ["## Regenerated tables", "", a2.to_markdown(),
-                     f"![appendix A.2]({a2_fig})", "", t1.to_markdown()]
-    elapsed = time.perf_counter() - t0
-    paper_id = PAPERS[paper][0]
-    meta = {
-        "paper": paper_id,
-        "paper_key": paper,
+
+def _report_tables(spec: Paper, out: Path, fig_dir: Path, *, seed: int, quick: bool
+                   ) -> list[str]:
+    """The paper's regenerated tables (``Paper.report_tables``), as Markdown lines."""
+    if not spec.report_tables:
+        return []
+    module, _, name = spec.report_tables.partition(":")
+    write_tables = getattr(importlib.import_module(module), name)
+    return list(write_tables(out, fig_dir, seed=seed, quick=quick))
+
+
+def _meta(spec: Paper, results: list[ClaimResult], out_dir: str | Path, *, seed: int,
+          quick: bool, t_claims: float, elapsed: float) -> dict[str, Any]:
+    """``meta.json``: the paper, the command, the counts, the timings and the environment."""
+    return {
+        "paper": spec.citation,
+        "paper_key": spec.key,
         "seed": seed,
         "quick": quick,
         "command": f"grpo-audit audit --out {out_dir} --seed {seed}"
-        + (f" --paper {paper}" if paper != "seed" else "") + (" --quick" if quick else ""),
+        + (f" --paper {spec.key}" if spec.key != DEFAULT_PAPER else "")
+        + (" --quick" if quick else ""),
         "n_claims": len(results),
         "verdict_counts": dict(Counter(r.verdict for r in results)),
         "refuted": [r.id for r in results if r.verdict == "refuted"],
@@ -219,19 +199,17 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         "seconds_total": round(elapsed, 2),
         "environment": environment(),  # numpy, scipy, sympy, matplotlib, torch; device cpu
     }
-    write_json(out / "claims.json", [r.as_dict() for r in results])
-    write_json(out / "meta.json", meta)
-    summ = summary_rows(results)
-    (out / "claims_summary.csv").write_text(summ.to_csv(), encoding="utf-8")
-    (out / "claims_summary.tex").write_text(summary_latex(summ), encoding="utf-8")
+
+
+def _report_head(spec: Paper, results: list[ClaimResult], meta: dict[str, Any]) -> list[str]:
+    """``REPORT.md`` up to the tables: provenance, legend, summary, counts and the run."""
     env = meta["environment"]
-    md = [
-        f"# Proof audit of {paper_id}",
+    mode = "quick" if meta["quick"] else "full"
+    return [
+        f"# Proof audit of {spec.citation}",
         "",
         "Every verdict below is computed by the check described in its section"
-        + ("; the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
-           "place they are typed in) and labelled as the paper's." if paper == "seed" else
-           "; only the abstract is available, so each claim is our paraphrase of it."),
+        + (f"; {spec.provenance}" if spec.provenance else "."),
         "",
         "## Verdict legend",
         "",
@@ -247,24 +225,23 @@ def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
         "### Run",
         "",
         f"- Command: `{meta['command']}`",
-        f"- Seed: {seed}; mode: {'quick' if quick else 'full'}; time: {elapsed:.1f} s",
+        f"- Seed: {meta['seed']}; mode: {mode}; time: {meta['seconds_total']:.1f} s",
         f"- Versions: python {env['python']}, numpy {env['numpy']}, scipy {env['scipy']}, "
         f"sympy {env['sympy']}, torch {env['torch']}, matplotlib {env['matplotlib']}",
         f"- Device: {env['device']} ({env['processor']}; {env['platform']})",
         "- Statistical checks: |estimate - exact| <= 4 SE (k = 4).",
         "",
-        *tables_md,
-        "## Claims",
-        "",
     ]
-    section = None
-    from .registry import REGISTRY
 
+
+def _claim_sections(results: list[ClaimResult]) -> list[str]:
+    """``## Claims``: one heading per paper section (in report order), one entry per claim."""
+    md = ["## Claims", ""]
+    section = None
     for r in results:
         sec = REGISTRY[r.id].section
         if sec != section:
             md += [f"### {sec}", ""]
             section = sec
         md.append(_section(r))
-    (out / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
-    return results
+    return md

@@ -2,8 +2,9 @@
 (recomputed for toy worlds, with the feasible range of effective rank).
 
 Each builder returns an :class:`AuditTable` with ``to_markdown()``, ``to_csv()``, ``to_latex()``
-and ``as_dict()``. The paper's values come from :mod:`paper_checks.paper_values` and are labelled
-as the paper's in the headers.
+and ``as_dict()``. The paper's values come from :mod:`paper_values` and are labelled as the
+paper's in the headers. :func:`seed_report_tables` writes both (and the App. A.2 figure) for the
+seed paper's report (its registration names it).
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_TABLE1
+from paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE, PAPER_TABLE1
 
-__all__ = ["AuditTable", "appendix_a2_table", "table1_toy", "TABLE1_WORLDS"]
+__all__ = ["AuditTable", "appendix_a2_table", "appendix_a2_figure", "table1_toy", "TABLE1_WORLDS",
+           "seed_report_tables"]
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def appendix_a2_table() -> AuditTable:
     """App. A.2 cell by cell: the printed bound and label next to ``2 exp(-2 R eps^2)``, the
     difference (marked ``!`` when it exceeds the printing precision), and the exact Bernoulli
     tails (worst case over p, and p = 1/2)."""
-    from .claims_appendix import PRINT_TOL, a2_cell
+    from .claims.appA2_concentration import PRINT_TOL, a2_cell
 
     rows = []
     for R in PAPER_A2_R:
@@ -146,7 +149,7 @@ def table1_toy(*, seed: int = 0, quick: bool = True, p: float = 0.5) -> AuditTab
     groups (with SE for sampled worlds), the paper's printed row, and the effective-rank range
     that the definitions allow for the PRINTED top-1 range with rank R.
     """
-    from .claims_rank import effective_rank_range, expected_metric
+    from ._spectra import effective_rank_range, expected_metric
 
     rng = np.random.default_rng([seed, 101])
     n = 200 if quick else 2000
@@ -188,3 +191,52 @@ def table1_toy(*, seed: int = 0, quick: bool = True, p: float = 0.5) -> AuditTab
                "the rank is R (the true maximum)."),
         meta={"seed": seed, "quick": quick},
     )
+
+
+def appendix_a2_figure(fig_dir: Path, *, quick: bool) -> str:
+    """App. A.2's bound, the exact worst-case tail and the printed values against R; the file
+    written under ``fig_dir``, relative to the report."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from grpo_theory.bounds import hoeffding_bound
+
+    from .claims.appA2_concentration import sup_baseline_tail_bernoulli
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    Rs = np.arange(1, 17 if quick else 33)
+    for j, eps in enumerate(PAPER_A2_EPS):
+        c = f"C{j}"
+        ax.plot(Rs, [hoeffding_bound(R=int(R), eps=eps) for R in Rs], "-", c=c,
+                label=f"2exp(-2R eps^2), eps={eps}")
+        ax.plot(Rs, [sup_baseline_tail_bernoulli(R=int(R), eps=eps)[0] for R in Rs], ":", c=c,
+                label=f"exact sup_p tail, eps={eps}")
+        ax.plot(PAPER_A2_R, [PAPER_A2_TABLE[(R, eps)][0] for R in PAPER_A2_R], "x", c=c,
+                ms=8, label=f"paper's printed, eps={eps}")
+    ax.axhline(1.0, c="k", lw=0.8)
+    ax.set_xlabel("group size R")
+    ax.set_ylabel("P(|v_hat_R - v| > eps)")
+    ax.set_title("App. A.2: Hoeffding vs exact worst-case tail vs printed")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    path = fig_dir / "appendix_a2.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"figures/{path.name}"
+
+
+def seed_report_tables(out: Path, fig_dir: Path, *, seed: int, quick: bool) -> list[str]:
+    """The seed paper's regenerated tables: App. A.2 (with its figure) and the toy Table 1,
+    written to ``out/tables/*.md|csv``; returns the report's "Regenerated tables" lines."""
+    tab_dir = out / "tables"
+    tab_dir.mkdir(parents=True, exist_ok=True)
+    a2_fig = appendix_a2_figure(fig_dir, quick=quick)
+    a2 = appendix_a2_table()
+    t1 = table1_toy(seed=seed, quick=quick)
+    for name, tab in (("appendix_a2", a2), ("table1_toy", t1)):
+        (tab_dir / f"{name}.md").write_text(tab.to_markdown(), encoding="utf-8")
+        (tab_dir / f"{name}.csv").write_text(tab.to_csv(), encoding="utf-8")
+    return ["## Regenerated tables", "", a2.to_markdown(), f"![appendix A.2]({a2_fig})", "",
+            t1.to_markdown()]

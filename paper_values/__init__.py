@@ -2,19 +2,21 @@
 
 Nothing in this module is a result of ours: these are the numbers and labels as the paper prints
 them, so that the checks can compare the recomputed values with them. Every check that uses a
-paper value takes it from here.
+paper value takes it from here, and imports it from here (``from paper_values import
+PAPER_TABLE1``: one import path). Another audited paper's printed values go beside these, in
+``paper_values/<paper_package>.py`` (the paper's identity, its arXiv id and title, is its
+registration in ``paper_checks/claims/``).
 
 Why a package of its own, at the bottom of the stack: both ``paper_checks`` (the audit) and
 ``real_model`` (``grpo-audit compare`` draws Table 1 beside the real model) need the printed
 Table 1, and ``real_model`` may not import ``paper_checks`` (above it); ``grpo_theory`` is the
 mathematics and ``grpo_io`` is IO, so neither is the place for a paper's printed numbers. This
-package is data only: it imports nothing. ``paper_checks.paper_values`` re-exports it.
+package is data only: it imports nothing.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "PAPER_ID",
     "PAPER_A2_EPS",
     "PAPER_A2_R",
     "PAPER_A2_TABLE",
@@ -23,8 +25,6 @@ __all__ = [
     "PAPER_LABELLED_STATEMENTS",
     "PAPER_CROSS_REFERENCES",
 ]
-
-PAPER_ID = "arXiv 2606.29238 (On the Policy Gradient Foundations of GRPO)"
 
 #: Appendix A.2, "Interpretation by group size": columns are P(|v_hat_R - v| > eps).
 PAPER_A2_R: tuple[int, ...] = (2, 4, 8, 16)

@@ -37,6 +37,10 @@ _EXPORTS: dict[str, str] = {
     "sample_prompts": "rollouts",
     # gram
     "trajectory_gram": "gram",
+    "rows_gram": "gram",
+    "GramCapture": "gram_capture",
+    "active_dropout_modules": "gram_capture",
+    "head_logprobs": "gram_head",
     # geometry
     "group_gram": "geometry",
     "rollout_weights": "geometry",
@@ -52,7 +56,6 @@ _EXPORTS: dict[str, str] = {
     "grpo_loss": "train",
     "run_compare": "compare",
     "toy_rank_rows": "compare",
-    "PAPER_TABLE1": "compare",
 }
 
 __all__ = sorted(_EXPORTS)

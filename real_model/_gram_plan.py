@@ -52,6 +52,12 @@ class Plan:
 
     @staticmethod
     def _kind(mname: str, mod: nn.Module, names: list[str]) -> str:
+        if type(mod).__name__.startswith("Dora"):
+            raise ValueError(
+                f"module {mname!r} ({type(mod).__name__}) is PEFT's DoRA magnitude: DoRA uses the "
+                "adapters' weights outside their modules' forward, which the exact Gram cannot "
+                "attribute (use plain LoRA, or method='naive')"
+            )
         if type(mod) is nn.Linear or isinstance(mod, nn.Linear):
             return "linear"
         if isinstance(mod, nn.Embedding):

@@ -36,7 +36,7 @@ from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
 from ._io import write_json
 
-__all__ = ["PAPER_TABLE1", "TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
+__all__ = ["TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
 
 #: World name -> (psi model of :func:`sims.psi_models.limit_gram`, its parameters). A world's name
 #: carries the parameters that distinguish it (the audit's world is "common (strength 4)").

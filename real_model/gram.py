@@ -24,18 +24,24 @@ to row ``i``, is exactly the gradient of rollout ``i``'s own term, and per modul
 * ``nn.Embedding``: ``<dE_i, dE_j> = sum_{t,t'} [id_it == id_jt'] (delta_it . delta_jt')``.
 * tied embeddings (``lm_head.weight is embed_tokens.weight``): the parameter's gradient is the sum
   ``H_i + E_i`` of both uses, so the cross terms ``<H_i, E_j> + <E_i, H_j>`` are included.
-* norms: closed forms (``out = weight * z`` of RMSNorm, from the ``z`` autograd saved;
+* norms: closed forms (``out = weight * z`` of RMSNorm, from the ``z`` of a re-run of the norm;
   ``nn.LayerNorm`` and subclasses such as Nemotron's LayerNorm1P), each module class checked once
-  per call against the generic path;
+  per pass against the generic path;
 * any other small leaf module: exact per-sample vector-Jacobian products of the module on its
   captured input (:func:`torch.func.vmap`).
 
-The backward only asks autograd for the gradients w.r.t. the outputs of the modules whose inputs
-need no gradient (the embeddings), so autograd skips
-the batched weight gradients, which the per-sample products replace: the cost stays close to one
-plain forward + backward. Every trainable parameter must be accounted for, or a ``ValueError``
-names the module type that is not supported. No ``[R, num_parameters]`` buffer is created; Gram
-entries are accumulated in float64.
+The per-layer identities are applied by :class:`real_model.gram_capture.GramCapture` (the same
+engine that measures a host's own backward in-run). For Hugging Face causal LMs the pass runs the
+backbone and then the head in vocabulary tiles (:func:`real_model.gram_head.head_logprobs`), so
+no ``[R, T, V]`` logits tensor exists; the head's Gram (weight, bias, tied cross terms) is added
+tile by tile. The backward asks autograd only for what the capture's hooks need
+(:meth:`GramCapture.grad_inputs`), so autograd skips the batched weight gradients, which the
+per-sample products replace: the cost stays close to one plain forward + backward. Every trainable
+parameter must be accounted for exactly once, or a ``ValueError`` names the module. No
+``[R, num_parameters]`` buffer is created; Gram entries are accumulated in float64.
+
+:func:`rows_gram` is the bounded-memory second pass for any real token weights (e.g. a trainer's
+``dL/d log p``): per-block Grams, as many blocks per forward + backward as a memory budget allows.
 
 ``method="naive"`` is the reference: ``R`` separate forward + backward passes (one per rollout),
 each ``psi_i`` flattened and stored (at most ``naive_stored`` at once), and ``K`` from float64
@@ -45,9 +51,10 @@ chunked dot products. Docs and benchmark: ``docs/real_model_gram.md``,
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import inspect
-from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -55,9 +62,19 @@ from torch import nn
 
 from real_model import _gram_modules as gm
 from real_model import _gram_triton
-from real_model._gram_plan import Plan
+from real_model.gram_capture import GramCapture, validate_blocks
+from real_model.gram_head import head_logprobs, head_transform
 
-__all__ = ["trajectory_gram", "token_logprobs", "trainable_parameters"]
+__all__ = [
+    "trajectory_gram",
+    "rows_gram",
+    "token_logprobs",
+    "trainable_parameters",
+    "causal_lm_parts",
+    "CausalLMParts",
+    "pass_bytes_per_row",
+    "default_memory_budget",
+]
 
 Method = Literal["exact", "naive"]
 LinearMethod = Literal["auto", "measured", "identity", "per_sample", "triton"]
@@ -70,10 +87,13 @@ def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 
 def _check_inputs(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    wname: str = "completion_mask",
 ) -> torch.Tensor:
     for name, x in (("input_ids", input_ids), ("attention_mask", attention_mask),
-                    ("completion_mask", completion_mask)):
+                    (wname, completion_mask)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 2:
@@ -82,7 +102,7 @@ def _check_inputs(
         raise ValueError(
             f"input_ids needs R >= 1 rows and T >= 2 tokens, got {tuple(input_ids.shape)}"
         )
-    for name, x in (("attention_mask", attention_mask), ("completion_mask", completion_mask)):
+    for name, x in (("attention_mask", attention_mask), (wname, completion_mask)):
         if x.shape != input_ids.shape:
             raise ValueError(
                 f"{name} shape {tuple(x.shape)} differs from input_ids shape "
@@ -96,16 +116,16 @@ def _check_inputs(
     w = completion_mask.to(torch.float64)
     if not bool(torch.isfinite(w).all()):
         idx = tuple(int(i) for i in torch.nonzero(~torch.isfinite(w))[0])
-        raise ValueError(f"completion_mask contains a non-finite value at index {idx}")
+        raise ValueError(f"{wname} contains a non-finite value at index {idx}")
     if bool((w[:, 0] != 0).any()):
         raise ValueError(
-            "completion_mask[:, 0] must be 0: the first token has no conditional log-probability "
+            f"{wname}[:, 0] must be 0: the first token has no conditional log-probability "
             "(put the weights on completion tokens, never on the first prompt token)"
         )
     if bool(((am == 0) & (w != 0)).any()):
         idx = tuple(int(i) for i in torch.nonzero((am == 0) & (w != 0))[0])
         raise ValueError(
-            f"completion_mask is non-zero on a padding token (attention_mask 0) at {idx}"
+            f"{wname} is non-zero on a padding token (attention_mask 0) at {idx}"
         )
     return w
 
@@ -116,14 +136,19 @@ def _forward_kwargs(model: nn.Module, attention_mask: torch.Tensor, position_ids
         sig = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # pragma: no cover - exotic callables
         sig = {}
-    if "use_cache" in sig:
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+
+    def accepts(name: str) -> bool:  # wrappers such as PEFT's pass **kwargs to the model
+        return name in sig or var_kw
+
+    if accepts("use_cache"):
         kw["use_cache"] = False
     if isinstance(position_ids, str):
         if position_ids != "from_mask":
             raise ValueError(
                 f"position_ids must be 'from_mask', None or a tensor, got {position_ids!r}"
             )
-        if "position_ids" in sig:
+        if accepts("position_ids"):
             kw["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     elif position_ids is not None:
         kw["position_ids"] = position_ids
@@ -136,20 +161,53 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     *,
     position_ids: Any = "from_mask",
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """``log pi(input_ids[i,t] | input_ids[i,<t])`` shaped ``[R, T]`` (column 0 is 0), with graph.
 
-    Logits are upcast to float32 when the model computes in a lower precision (float64 is kept).
-    ``position_ids="from_mask"`` (default) passes ``cumsum(attention_mask) - 1`` so that a
-    left-padded row scores exactly like the unpadded sequence; ``None`` lets the model decide.
+    The full-logits route (``[R, T, V]``; the naive reference and models without a separable
+    head use it). Logits are upcast to float32 when the model computes in a lower precision
+    (float64 is kept) and divided by ``temperature``. ``position_ids="from_mask"`` (default)
+    passes ``cumsum(attention_mask) - 1`` so that a left-padded row scores exactly like the
+    unpadded sequence; ``None`` lets the model decide.
     """
     out = model(input_ids=input_ids, **_forward_kwargs(model, attention_mask, position_ids))
     logits = out.logits if hasattr(out, "logits") else out[0]
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     lp = torch.log_softmax(logits[:, :-1], dim=-1)
     tok = lp.gather(-1, input_ids[:, 1:].long().unsqueeze(-1)).squeeze(-1)
     return torch.cat([torch.zeros_like(tok[:, :1]), tok], dim=1)
+
+
+@dataclass(frozen=True)
+class CausalLMParts:
+    """A Hugging Face causal LM split as TRL's fused head splits it: ``backbone(...)`` returns
+    ``last_hidden_state`` ``[R, T, d]``; ``head`` is the ``nn.Linear`` of the output embeddings;
+    ``lm`` is the model whose config gives the head transform (:func:`gram_head.head_transform`)."""
+
+    lm: nn.Module
+    backbone: nn.Module
+    head: nn.Linear
+
+
+def causal_lm_parts(model: nn.Module) -> CausalLMParts | None:
+    """The backbone / head split of a (PEFT-wrapped) Hugging Face causal LM, or ``None``.
+
+    ``None`` when the model exposes no ``nn.Linear`` output embedding or no separate
+    ``base_model`` (e.g. a wrapper computing its own logits): callers then use the full logits.
+    """
+    lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    try:
+        head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
+    except (NotImplementedError, AttributeError):
+        head = None
+    backbone = getattr(lm, "base_model", None)
+    if not isinstance(head, nn.Linear) or not isinstance(backbone, nn.Module) or backbone is lm:
+        return None
+    return CausalLMParts(lm=lm, backbone=backbone, head=head)
 
 
 def trajectory_gram(
@@ -215,6 +273,30 @@ def trajectory_gram(
     """
     if method not in ("exact", "naive"):
         raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
+    _check_options(linear_method, gram_precision, chunk_size)
+    if naive_stored is not None and int(naive_stored) < 1:
+        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
+    w = _check_inputs(input_ids, attention_mask, completion_mask)
+    if method == "exact" and linear_method == "triton":
+        _gram_triton.require(input_ids.device)  # before the forward: clear, early errors
+    if not trainable_parameters(model):
+        raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
+    if method == "exact":
+        opts = PassOptions(linear_method=linear_method, gram_precision=gram_precision,
+                           chunk_size=None if chunk_size is None else int(chunk_size))
+        K, lp = _gram_pass(model, input_ids, attention_mask, w, position_ids, blocks=None,
+                           opts=opts, all_logprobs=return_logprobs)
+        return (K, lp) if return_logprobs else K
+    chunk = gm.default_chunk_size(input_ids.device) if chunk_size is None else int(chunk_size)
+    K, lp = _naive_gram(model, input_ids, attention_mask, w, chunk, position_ids, naive_stored)
+    K = 0.5 * (K + K.T)
+    if not bool(torch.isfinite(K).all()):
+        raise ValueError("the Gram matrix holds non-finite values: the model's log-probabilities "
+                         "or gradients overflowed (try float32 or float64)")
+    return (K, lp) if return_logprobs else K
+
+
+def _check_options(linear_method: str, gram_precision: str, chunk_size: int | None) -> None:
     if linear_method not in gm.LINEAR_METHODS:
         raise ValueError(
             f"linear_method must be one of {gm.LINEAR_METHODS}, got {linear_method!r}"
@@ -223,30 +305,8 @@ def trajectory_gram(
         raise ValueError(
             f"gram_precision must be auto, float64 or float32, got {gram_precision!r}"
         )
-    if naive_stored is not None and int(naive_stored) < 1:
-        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    w = _check_inputs(input_ids, attention_mask, completion_mask)
-    if method == "exact" and linear_method == "triton":
-        _gram_triton.require(input_ids.device)  # before the forward: clear, early errors
-    if not trainable_parameters(model):
-        raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
-    if method == "naive":
-        chunk = gm.default_chunk_size(input_ids.device) if chunk_size is None else int(chunk_size)
-        K, lp = _naive_gram(
-            model, input_ids, attention_mask, w, chunk, position_ids, naive_stored
-        )
-    else:
-        K, lp = _exact_gram(
-            model, input_ids, attention_mask, w, None if chunk_size is None else int(chunk_size),
-            position_ids, linear_method, gram_precision,
-        )
-    K = 0.5 * (K + K.T)
-    if not bool(torch.isfinite(K).all()):
-        raise ValueError("the Gram matrix holds non-finite values: the model's log-probabilities "
-                         "or gradients overflowed (try float32 or float64)")
-    return (K, lp) if return_logprobs else K
 
 
 def _naive_gram(
@@ -317,258 +377,313 @@ def _naive_gram(
     return K, torch.cat(lps)
 
 
-def _product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
-    if gram_precision == "float64":
-        return torch.float64
-    if gram_precision == "float32":
-        return torch.float32
-    low = {torch.bfloat16, torch.float16}
-    return torch.float32 if all(p.dtype in low for _, p in trainable_parameters(model)) else (
-        torch.float64
+
+# --------------------------------------------------------------------------- the exact pass
+@dataclass(frozen=True)
+class PassOptions:
+    """Options of one exact forward + backward (see :func:`rows_gram` for their meaning)."""
+
+    linear_method: str = "auto"
+    gram_precision: str = "auto"
+    chunk_size: int | None = None
+    vocab_tile: int | None = None
+    temperature: float = 1.0
+
+
+def _weight_window(w: torch.Tensor, all_logprobs: bool) -> tuple[int, int]:
+    """Columns ``[a, b)`` (``a >= 1``) holding every non-zero token weight (all if asked)."""
+    T = w.shape[1]
+    cols = (w != 0).any(dim=0).nonzero().reshape(-1)
+    if all_logprobs or cols.numel() == 0:
+        return 1, T
+    return max(1, int(cols[0])), int(cols[-1]) + 1
+
+
+def _pass_logprobs(
+    model: nn.Module,
+    ids: torch.Tensor,
+    am: torch.Tensor,
+    pos: Any,
+    window: tuple[int, int],
+    cap: GramCapture,
+    opts: PassOptions,
+) -> torch.Tensor:
+    """``log pi(ids[:, t] | ids[:, <t])`` for ``t`` in the window, ``[R, b - a]``, with graph.
+
+    Hugging Face causal LMs: the backbone's last hidden state and the head in vocabulary tiles
+    (:func:`gram_head.head_logprobs`, the head's Gram added by the capture; no ``[R, T, V]``
+    tensor). Other models: their full logits (:func:`token_logprobs`).
+    """
+    a, b = window
+    parts = causal_lm_parts(model)
+    if parts is None:
+        return token_logprobs(model, ids, am, position_ids=pos,
+                              temperature=opts.temperature)[:, a:b]
+    out = parts.backbone(input_ids=ids, **_forward_kwargs(parts.backbone, am, pos))
+    h = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    lp, _ = head_logprobs(
+        h[:, a - 1 : b - 1], parts.head.weight, parts.head.bias, ids[:, a:b],
+        transform=head_transform(parts.lm, opts.temperature), vocab_tile=opts.vocab_tile,
+        capture=cap,
     )
+    return lp
 
 
-def _exact_gram(
+def _reentrant_checkpointing(model: nn.Module) -> bool:
+    """Whether a Hugging Face layer will run reentrant activation checkpointing (which
+    ``torch.autograd.grad`` does not support)."""
+    for mod in model.modules():
+        if getattr(mod, "gradient_checkpointing", False) and mod.training:
+            fn = getattr(mod, "_gradient_checkpointing_func", None)
+            kw = getattr(fn, "keywords", None) or {}
+            if kw.get("use_reentrant", True):
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def _grads_kept(model: nn.Module) -> Iterator[None]:
+    """Restore every trainable parameter's ``.grad`` afterwards (a full ``.backward()`` inside)."""
+    params = [p for _, p in trainable_parameters(model)]
+    kept = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, g in zip(params, kept, strict=True):
+            p.grad = g
+
+
+def _gram_pass(
     model: nn.Module,
     ids: torch.Tensor,
     am: torch.Tensor,
     w: torch.Tensor,
-    chunk: int | None,
     pos: Any,
-    linear_method: str,
-    gram_precision: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    engine = _ExactGram(
-        model, R=ids.shape[0], device=ids.device, chunk=chunk, linear_method=linear_method,
-        product_dtype=_product_dtype(model, gram_precision),
-    )
-    return engine.run(model, ids, am, w, pos)
+    *,
+    blocks: Sequence[Sequence[int]] | None,
+    opts: PassOptions,
+    all_logprobs: bool,
+) -> tuple[Any, torch.Tensor]:
+    """One forward + backward of ``L = sum_it w_it log pi(y_it)`` inside a :class:`GramCapture`.
 
-
-class _ExactGram:
-    """The exact Gram of one batch: forward hooks record inputs, backward hooks add identities.
-
-    One instance serves one :func:`trajectory_gram` call. The forward (:meth:`record`) keeps each
-    parameterised module's input row-block; the backward delivers the output gradient ``delta`` of
-    every such module (:meth:`add_contribution`), which adds that module's per-layer identity to
-    ``K``:
-
-    * :meth:`add_linear`: ``<dW_i, dW_j>`` with ``dW_i = delta_i^T a_i`` and ``<db_i, db_j>``;
-    * :meth:`add_embedding`: ``sum_{t,t'} [id_it = id_jt'] (delta_it . delta_jt')`` plus, for a
-      tied LM head, the cross terms ``<H_i, E_j> + <E_i, H_j>``;
-    * :meth:`add_leaf`: closed-form norm gradients (verified once per module class) or per-row
-      VJPs of any other small leaf module.
-
-    State (all attributes): ``K`` (float64 ``[R, R]``), ``saved`` (module name -> captured input),
-    ``calls`` (forward calls per module), ``roots`` (outputs whose inputs need no gradient: the
-    backward starts from them), the tied-head rows ``tied_rows``/``tied_values``, the per-class
-    verdicts ``norm_closed_form_ok``, and ``recording`` (False once the forward is over, so that
-    re-runs of a module for its per-sample gradients are not counted).
+    Returns ``(K or [K_b], logprobs [R, T] float64)`` (log-probs are 0 outside the window of
+    non-zero weights unless ``all_logprobs``). The backward asks autograd only for what the
+    capture needs (:meth:`GramCapture.grad_inputs`), so the batched weight gradients are never
+    formed; under reentrant checkpointing (no ``autograd.grad``) it runs ``.backward()`` and
+    restores ``.grad``.
     """
+    cap = GramCapture(model, blocks=blocks, linear_method=opts.linear_method,
+                      gram_precision=opts.gram_precision, chunk_size=opts.chunk_size,
+                      strict=True)
+    window = _weight_window(w, all_logprobs)
+    with torch.enable_grad(), cap:
+        lp = _pass_logprobs(model, ids, am, pos, window, cap, opts)
+        loss = (lp * w[:, window[0] : window[1]].to(lp.dtype)).sum()
+        if loss.requires_grad:
+            if _reentrant_checkpointing(model):
+                with _grads_kept(model):
+                    loss.backward()
+            else:
+                torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
+    full = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
+    full[:, window[0] : window[1]] = lp.detach().to(torch.float64)
+    return cap.result(), full
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        R: int,
-        device: torch.device,
-        chunk: int | None,
-        linear_method: str,
-        product_dtype: torch.dtype,
-    ) -> None:
-        self.plan = Plan(model)
-        self.R = R
-        self.device = device
-        self._chunk = chunk
-        self.linear_method = linear_method
-        self.product_dtype = product_dtype
-        self.K = torch.zeros(R, R, dtype=torch.float64, device=device)
-        self.scratch = gm.Scratch()
-        self.saved: dict[str, Any] = {}
-        self.calls: dict[str, int] = defaultdict(int)
-        self.roots: list[tuple[str, torch.Tensor]] = []
-        self.tied_embeddings = {emb for emb, _ in self.plan.tied.values()}
-        self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
-        self.tied_rows: dict[str, torch.Tensor] = {}  # embedding name -> sorted distinct ids
-        self.tied_values: dict[str, torch.Tensor] = {}  # embedding name -> head rows [R, U, d]
-        self.norm_closed_form_ok: dict[type, bool] = {}
-        self.errors: list[str] = []
-        self.recording = False
 
-    @property
-    def chunk(self) -> int:
-        """Entries of one temporary block; by default sized from free memory at first use (the
-        backward, when the forward's activations are held), see ``default_chunk_size``."""
-        if self._chunk is None:
-            self._chunk = gm.default_chunk_size(self.device)
-        return self._chunk
+# --------------------------------------------------------------------------- bounded memory
+ACT_PER_D = 24
+"""Activation values one token keeps per decoder layer and hidden feature during an exact pass
+(forward activations autograd saves for the backward, the tapped inputs sharing their storage,
+plus the backward's transient gradients; calibrated on SmolLM2-135M, see
+``docs/real_model_gram.md``, "Memory model")."""
+ACT_PER_F = 6
+"""The same per MLP intermediate feature (gate, up, activation, product, their gradients)."""
+ACT_PER_KEY = 3
+"""The same per attention head and key position (eager/math attention keeps scores and
+probabilities, ``[heads, T, T]`` per row and layer; fused kernels keep less)."""
 
-    # ----------------------------------------------------------------- the pass
-    def run(
-        self, model: nn.Module, ids: torch.Tensor, am: torch.Tensor, w: torch.Tensor, pos: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One forward with hooks, one backward of ``sum_it w_it log pi``; returns ``(K, lp)``."""
-        handles = [
-            mod.register_forward_hook(functools.partial(self.record, mname), with_kwargs=True)
-            for mname, (mod, _, _) in self.plan.modules.items()
-        ]
-        try:
-            with torch.enable_grad():
-                self.recording = True
-                tok = token_logprobs(model, ids, am, position_ids=pos)
-                self.recording = False
-                loss = (tok * w.to(tok.dtype)).sum()
-                self._check_coverage()
-                if loss.requires_grad:
-                    names = [m for m, _ in self.roots]
-                    grads = torch.autograd.grad(
-                        loss, [r for _, r in self.roots], allow_unused=True
-                    )
-                    # roots run last (they feed everything else); embeddings after the tied head
-                    for mname, g in zip(names, grads, strict=True):
-                        if g is not None:
-                            self.add_contribution(mname, g)
-        finally:
-            self.recording = False
-            for h in handles:
-                h.remove()
-        if self.errors:
-            raise ValueError("; ".join(self.errors))
-        return self.K, tok.detach().to(torch.float64)
 
-    def _check_coverage(self) -> None:
-        missing = [m for m in self.plan.modules if self.calls[m] == 0]
-        if missing:
-            m = missing[0]
-            raise ValueError(
-                f"module {m!r} ({type(self.plan.modules[m][0]).__name__}) owns trainable "
-                f"parameters {self.plan.modules[m][2]} but was never called in the forward: its "
-                "parameters may be used outside its forward, which the exact Gram cannot "
-                "attribute (use method='naive', or set requires_grad=False on them)"
-            )
-        if not self.roots:
-            raise ValueError("no trainable module output depends on the parameters only: "
-                             "cannot run the exact Gram")
+def _text_config(model: nn.Module) -> Any:
+    lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    cfg = getattr(lm, "config", None)
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
-    # ----------------------------------------------------------------- forward side
-    def _check_rows(self, mname: str, x: torch.Tensor) -> None:
-        if x.dim() < 2 or x.shape[0] != self.R:
-            raise ValueError(
-                f"module {mname!r} ({type(self.plan.modules[mname][0]).__name__}) was called "
-                f"with an input of shape {tuple(x.shape)} whose first axis is not the R={self.R} "
-                "rollouts; the exact Gram needs batch-first per-rollout rows (use method='naive')"
-            )
 
-    def record(self, mname: str, mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
-        """Forward hook: keep the module's input and hook its output's gradient."""
-        if not self.recording:  # re-runs of a module for its per-sample gradients
-            return
-        self.calls[mname] += 1
-        if self.calls[mname] > 1:
-            raise ValueError(
-                f"module {mname!r} ({type(mod).__name__}) was called {self.calls[mname]} times "
-                "in one forward (weight reuse or activation checkpointing): not supported by the "
-                "exact Gram (use method='naive')"
-            )
-        if not isinstance(out, torch.Tensor):
-            raise ValueError(
-                f"module {mname!r} ({type(mod).__name__}) returned a {type(out).__name__}, "
-                "not one tensor: unsupported by the exact Gram"
-            )
-        if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-            raise ValueError(f"module {mname!r} ({type(mod).__name__}) got tensor keyword "
-                             "arguments: unsupported by the exact Gram")
-        kind = self.plan.modules[mname][1]
-        if kind in ("linear", "embedding"):
-            x = args[0]
-            self._check_rows(mname, x)
-            self.saved[mname] = x.detach()
-            if mname in self.tied_embeddings:
-                self.tied_rows[mname] = torch.unique(x.reshape(-1), sorted=True)
-            needs_input_grad = x.requires_grad
+def pass_bytes_per_row(model: nn.Module, T: int) -> int:
+    """Estimated bytes one row of ``T`` tokens adds to the peak of an exact pass.
+
+    ``L T (24 d + 6 f + 3 H T) s`` for ``L`` layers of width ``d``, MLP width ``f``, ``H``
+    attention heads and ``s`` bytes per activation (the trainable parameters' dtype; float32 for
+    bf16/fp16, whose backward upcasts norms), from the config (``hidden_size``,
+    ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``); without a config,
+    ``64 d`` per token and layer from the largest Linear. The head's vocabulary tiles and the
+    Gram's chunk buffers do not grow with the rows (:func:`pass_fixed_bytes`).
+    """
+    cfg = _text_config(model)
+    params = [p for p in model.parameters() if p.is_floating_point()]
+    s = max(4, max((p.element_size() for p in params), default=4))
+    d = getattr(cfg, "hidden_size", None)
+    if d is None:
+        lins = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        d = max((m.in_features for m in lins), default=1)
+        return int(T * 64 * d * max(1, len(lins) // 7) * s)
+    L = int(getattr(cfg, "num_hidden_layers", 1))
+    f = int(getattr(cfg, "intermediate_size", None) or 4 * d)
+    H = int(getattr(cfg, "num_attention_heads", 1))
+    return int(L * T * (ACT_PER_D * d + ACT_PER_F * f + ACT_PER_KEY * H * T) * s)
+
+
+def pass_fixed_bytes(chunk_size: int | None, device: torch.device) -> int:
+    """Bytes of an exact pass that do not grow with the rows: four vocabulary tiles of
+    ``gram_head.TILE_ENTRIES`` (logits, probabilities, their gradient, float64 at most) and three
+    chunk buffers of the Gram (``chunk_size`` float64 entries each)."""
+    from real_model.gram_head import TILE_ENTRIES
+
+    chunk = gm.default_chunk_size(device) if chunk_size is None else int(chunk_size)
+    return 4 * TILE_ENTRIES * 8 + 3 * chunk * 8
+
+
+def default_memory_budget(device: torch.device) -> int:
+    """Half of the memory available now: ``MemAvailable`` of ``/proc/meminfo`` on CPU (8 GiB if
+    unreadable), free plus cached-unused memory on CUDA."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free // 2)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def _plan_passes(sizes: list[int], max_rows: int) -> list[list[int]]:
+    """Group consecutive blocks (by index) so that each group holds at most ``max_rows`` rows;
+    a block larger than that is a group of its own (a block is never split)."""
+    passes: list[list[int]] = []
+    rows = 0
+    for b, n in enumerate(sizes):
+        if passes and rows + n <= max_rows:
+            passes[-1].append(b)
+            rows += n
         else:
-            tensors = [v for v in args if isinstance(v, torch.Tensor)]
-            for v in tensors:
-                self._check_rows(mname, v)
-            self.saved[mname] = (
-                tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in args),
-                out.grad_fn,
-            )
-            needs_input_grad = any(v.requires_grad for v in tensors)
-        if not out.requires_grad:
-            return
-        self._check_rows(mname, out)
-        if needs_input_grad:
-            out.register_hook(functools.partial(self.add_contribution, mname))
-        else:
-            self.roots.append((mname, out))
+            passes.append([b])
+            rows = n
+    return passes
 
-    # ----------------------------------------------------------------- backward side
-    def add_contribution(self, mname: str, delta: torch.Tensor) -> None:
-        """Backward hook: ``delta`` is d(loss)/d(module output); add the module's Gram term."""
-        mod, kind, names = self.plan.modules[mname]
-        x = self.saved.pop(mname)
-        if kind == "linear":
-            self.add_linear(mname, names, x, delta)
-        elif kind == "embedding":
-            self.add_embedding(mname, mod, x, delta)
-        else:
-            args, grad_fn = x
-            self.add_leaf(mod, names, args, grad_fn, delta)
 
-    def add_linear(
-        self, mname: str, names: list[str], x: torch.Tensor, delta: torch.Tensor
-    ) -> None:
-        """``<dW_i, dW_j>`` for ``dW_i = delta_i^T a_i``; ``<db_i, db_j>`` for ``sum_t delta_i``."""
-        R = self.R
-        a = x.reshape(R, -1, x.shape[-1])
-        g = delta.reshape(R, -1, delta.shape[-1])
-        if "weight" in names:
-            gm.linear_weight_gram(
-                self.K, a, g, method=self.linear_method, chunk_size=self.chunk,
-                scratch=self.scratch, product_dtype=self.product_dtype,
-            )
-            emb = self.embedding_of_head.get(mname)
-            if emb is not None:  # tied head: keep H_i on the batch's ids for the cross terms
-                if emb not in self.tied_rows:
-                    self.errors.append(f"tied embedding {emb!r} was not called before {mname!r}")
-                else:
-                    self.tied_values[emb] = gm.linear_weight_rows(
-                        a, g.to(a.dtype), self.tied_rows[emb]
-                    )
-        if "bias" in names:
-            gm.bias_gram(self.K, g)
+def rows_gram(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    token_weights: torch.Tensor,
+    *,
+    blocks: Sequence[Sequence[int]] | None = None,
+    temperature: float = 1.0,
+    position_ids: Any = "from_mask",
+    memory_budget_bytes: int | None = None,
+    linear_method: LinearMethod = "auto",
+    gram_precision: GramPrecision = "auto",
+    chunk_size: int | None = None,
+    vocab_tile: int | None = None,
+    return_logprobs: bool = False,
+) -> Any:
+    """Per-block Grams ``K_b = [<g_i, g_j>]_{i,j in b}`` of ``g_i = grad sum_t u_it log pi_it``.
 
-    def add_embedding(
-        self, mname: str, mod: nn.Module, x: torch.Tensor, delta: torch.Tensor
-    ) -> None:
-        """``<E_i, E_j> = sum_{t,t'} [id_it = id_jt'] (delta_it . delta_jt')`` (+ tied terms)."""
-        ids = x.reshape(self.R, -1)
-        g = delta.reshape(self.R, ids.shape[1], -1)
-        tied = mname in self.tied_rows
-        if tied and mname not in self.tied_values:
-            self.errors.append(
-                f"tied head of {mname!r} received no gradient before the embedding"
-            )
-        gm.embedding_rows_gram(
-            self.K, ids, g, chunk_size=self.chunk, padding_idx=mod.padding_idx,
-            tied_rows=self.tied_rows.get(mname), tied_values=self.tied_values.pop(mname, None),
-        )
+    ``u = token_weights`` (any real per-token weights, e.g. a host's ``dL/d log p``), log-probs at
+    ``temperature`` (TRL's ``log softmax(z / T)``), over every trainable parameter; exact, by
+    forward + backward passes inside a :class:`GramCapture`, each over as many whole blocks as
+    ``memory_budget_bytes`` allows (:func:`pass_bytes_per_row` per row, plus
+    :func:`pass_fixed_bytes`); the head runs in vocabulary tiles (no ``[rows, T, V]`` tensor).
 
-    def add_leaf(
-        self, mod: nn.Module, names: list[str], args: tuple, grad_fn: Any, delta: torch.Tensor
-    ) -> None:
-        """Per-sample gradients of a small leaf module (closed-form norms, else per-row VJPs)."""
-        R, cls = self.R, type(mod)
-        grads = None
-        if self.norm_closed_form_ok.get(cls, True):
-            grads = gm.fast_leaf_grads(mod, names, args, delta, grad_fn, R=R)
-        if grads is not None and cls not in self.norm_closed_form_ok:  # verify the closed form once
-            ref = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
-            tol = 64 * torch.finfo(ref.dtype).eps * float(ref.abs().max())
-            ok = bool((grads.to(ref.dtype) - ref).abs().max() <= tol)
-            self.norm_closed_form_ok[cls] = ok
-            grads = grads if ok else ref
-        if grads is None:
-            grads = gm.generic_per_sample_grads(mod, names, args, delta, R=R)
-        gm.flat_gram(self.K, grads, self.scratch, product_dtype=self.product_dtype)
+    Args:
+        model: a causal LM (Hugging Face style; PEFT-wrapped models work), used as it is (its
+            mode, hence its dropout, is the caller's: see ``gram_capture.active_dropout_modules``).
+        input_ids, attention_mask: ``[R, T]``; token_weights: ``[R, T]`` real weights, 0 on
+            padding and in column 0.
+        blocks: row-index lists (e.g. the rows of each group); ``None``: the full ``[R, R]`` in
+            one pass, whatever the budget.
+        temperature: divides the logits (after logit scale and soft-cap, as TRL does).
+        position_ids: ``"from_mask"`` (default), ``None`` (the model's default) or ``[R, T]``.
+            With explicit positions, columns that are padding in every row of a pass are
+            dropped (exact: padding is masked out).
+        memory_budget_bytes: peak bytes for one pass (default :func:`default_memory_budget`).
+        linear_method, gram_precision, chunk_size: as :func:`trajectory_gram`.
+        vocab_tile: columns per vocabulary tile (default ``gram_head.default_vocab_tile``).
+        return_logprobs: also return the detached log-probs ``[R, T]`` float64 (0 at column 0,
+            outside the window of non-zero weights of each pass, and in rows of no block).
+
+    Returns:
+        ``K`` float64 ``[R, R]`` (``blocks=None``) or a list of ``[n_b, n_b]``; with
+        ``return_logprobs``, ``(that, logprobs)``.
+    """
+    _check_options(linear_method, gram_precision, chunk_size)
+    w = _check_inputs(input_ids, attention_mask, token_weights, "token_weights")
+    if not trainable_parameters(model):
+        raise ValueError("model has no parameter with requires_grad=True: the rows are empty")
+    if memory_budget_bytes is not None and int(memory_budget_bytes) < 1:
+        raise ValueError(f"memory_budget_bytes must be positive, got {memory_budget_bytes!r}")
+    opts = PassOptions(linear_method=linear_method, gram_precision=gram_precision,
+                       chunk_size=None if chunk_size is None else int(chunk_size),
+                       vocab_tile=vocab_tile, temperature=float(temperature))
+    R, T = input_ids.shape
+    groups = validate_blocks(blocks, R) or [list(range(R))]
+    budget = default_memory_budget(input_ids.device) if memory_budget_bytes is None else int(
+        memory_budget_bytes)
+    per_row = pass_bytes_per_row(model, T)
+    max_rows = max(1, (budget - pass_fixed_bytes(chunk_size, input_ids.device)) // per_row)
+    passes = [[0]] if blocks is None else _plan_passes([len(g) for g in groups], max_rows)
+    Ks: list[torch.Tensor | None] = [None] * len(groups)
+    lp_all = torch.zeros(R, T, dtype=torch.float64, device=input_ids.device)
+    for pas in passes:
+        rows = [r for b in pas for r in groups[b]]
+        rel, k = [], 0
+        for b in pas:
+            rel.append(list(range(k, k + len(groups[b]))))
+            k += len(groups[b])
+        K_pass, lp = _rows_pass(model, input_ids, attention_mask, w, position_ids, rows, rel,
+                                opts, return_logprobs)
+        for b, Kb in zip(pas, K_pass, strict=True):
+            Ks[b] = Kb
+        lp_all[rows] = lp
+    out = Ks[0] if blocks is None else Ks
+    return (out, lp_all) if return_logprobs else out
+
+
+def _rows_pass(
+    model: nn.Module,
+    ids: torch.Tensor,
+    am: torch.Tensor,
+    w: torch.Tensor,
+    pos: Any,
+    rows: list[int],
+    blocks: list[list[int]],
+    opts: PassOptions,
+    all_logprobs: bool,
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """One exact pass over ``rows`` (``blocks`` relative to them); columns that are padding in
+    every row are dropped when the positions are explicit (and the first kept column carries no
+    weight); returns the block Grams and the log-probs ``[len(rows), T]``."""
+    idx = torch.tensor(rows, dtype=torch.long, device=ids.device)
+    ids_r, am_r, w_r = ids[idx], am[idx], w[idx]
+    if isinstance(pos, torch.Tensor):
+        pos_r = pos[idx]
+    elif pos is not None:
+        pos_r = (am_r.long().cumsum(-1) - 1).clamp(min=0)
+    else:
+        pos_r = None
+    keep = am_r.bool().any(dim=0).nonzero().reshape(-1)
+    if pos_r is None or keep.numel() < 2 or bool((w_r[:, keep[0]] != 0).any()):
+        keep = torch.arange(ids.shape[1], device=ids.device)
+    else:
+        pos_r = pos_r[:, keep]
+    Ks, lp = _gram_pass(model, ids_r[:, keep], am_r[:, keep], w_r[:, keep], pos_r,
+                        blocks=blocks, opts=opts, all_logprobs=all_logprobs)
+    full = torch.zeros(len(rows), ids.shape[1], dtype=torch.float64, device=ids.device)
+    full[:, keep] = lp
+    return Ks, full

@@ -40,12 +40,13 @@ def audit_record(request: pytest.FixtureRequest):
 
 
 def _write_audit_summary(tr: pytest.TerminalReporter, audit: dict[str, dict[str, str]]) -> None:
-    from paper_checks.registry import PAPERS, VERDICTS
+    from paper_checks.papers import get_paper
+    from paper_checks.registry import VERDICTS
 
     tr.write_sep("=", "audit summary (computed verdicts, quick checks, seed 0)")
     for paper, verdicts in audit.items():
         counts = Counter(verdicts.values())
-        tr.write_line(f"{PAPERS[paper][0]}: {len(verdicts)} claims checked; "
+        tr.write_line(f"{get_paper(paper).citation}: {len(verdicts)} claims checked; "
                       + ", ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS))
         refuted = [c for c, v in verdicts.items() if v == "refuted"]
         if refuted:

@@ -1,5 +1,5 @@
-"""The audit as a test suite: one test per registered claim of arXiv 2606.29238 and of the FADE
-abstract (arXiv 2607.01490).
+"""The audit as a test suite: one test per registered claim of arXiv 2606.29238, of the FADE
+abstract (arXiv 2607.01490) and of Dr. GRPO (arXiv 2503.20783).
 
 ``pytest -k <claim id>`` audits one claim. Each test runs the claim's quick check and asserts the
 verdict that the computation gives (recorded below from the computation, not from the paper). A
@@ -112,10 +112,45 @@ EXPECTED_FADE = {
 }
 
 
+#: Dr. GRPO (arXiv 2503.20783 v1), quick checks, seed 0.
+EXPECTED_DR_GRPO = {
+    "drgrpo_headline_empirical_numbers": "inconclusive",
+    "drgrpo_sec2_no_template_gain": "holds-with-conditions",
+    "drgrpo_eq1_objective_gradient": "holds",
+    "drgrpo_eq1_kl_is_entropy_regularisation": "holds-with-conditions",
+    "drgrpo_eq2_ppo_unbiased": "holds",
+    "drgrpo_eq3_grpo_objective": "holds",
+    "drgrpo_fig5_effective_advantage": "holds",
+    "drgrpo_sec3_1_length_bias_response_level": "holds",
+    "drgrpo_sec3_1_length_bias_token_mdp": "holds",
+    "drgrpo_sec3_1_difficulty_bias_per_group": "holds",
+    "drgrpo_sec3_1_difficulty_bias_expected_weight": "holds-with-conditions",
+    "drgrpo_listing1_length_normalised_losses": "holds",
+    "drgrpo_table2_repositories_length_bias": "inconclusive",
+    "drgrpo_sec3_2_definition": "holds",
+    "drgrpo_sec3_2_unbiased_policy_gradient": "holds-with-conditions",
+    "drgrpo_fig6_length_growth_empirical": "inconclusive",
+    "drgrpo_fig6_length_growth_mechanism": "holds",
+    "drgrpo_fig8_llama_double_increase": "inconclusive",
+    "drgrpo_eq5_baseline_no_bias": "holds",
+    "drgrpo_eq6_group_mean_baseline": "refuted",
+    "drgrpo_eq6_no_std_no_length": "holds",
+    "drgrpo_appa_rloo_scale": "holds",
+    "drgrpo_table5_r1_zero_lengths": "inconclusive",
+    "drgrpo_appd_selection_effect_mechanism": "holds",
+    "drgrpo_appd_selection_effect_attribution": "inconclusive",
+    "drgrpo_cross_group_mean_factor": "holds",
+    "drgrpo_cross_std_convention": "holds",
+    "drgrpo_cross_population_weights": "holds",
+}
+
+
 def test_expected_table_covers_every_registered_claim():
     assert set(EXPECTED) == set(ordered_ids())
     assert set(EXPECTED_FADE) == set(ordered_ids("fade"))
-    assert set(EXPECTED.values()) | set(EXPECTED_FADE.values()) <= set(VERDICTS)
+    assert set(EXPECTED_DR_GRPO) == set(ordered_ids("dr-grpo"))
+    assert (set(EXPECTED.values()) | set(EXPECTED_FADE.values())
+            | set(EXPECTED_DR_GRPO.values())) <= set(VERDICTS)
 
 
 def _numbers(ev, path=""):
@@ -129,7 +164,7 @@ def _numbers(ev, path=""):
         yield path, ev
 
 
-ALL_EXPECTED = {**EXPECTED, **EXPECTED_FADE}
+ALL_EXPECTED = {**EXPECTED, **EXPECTED_FADE, **EXPECTED_DR_GRPO}
 
 
 @pytest.mark.parametrize("claim_id", list(ALL_EXPECTED), ids=list(ALL_EXPECTED))

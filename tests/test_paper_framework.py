@@ -12,19 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paper_checks.claims_rank import effective_rank_range
-from paper_checks.paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
+from paper_checks._spectra import effective_rank_range
 from paper_checks.registry import (
     REGISTRY,
-    SECTION_ORDER,
     CheckContext,
     Outcome,
-    _load_all,
     claim,
+    load_claims,
     ordered_ids,
     run_claim,
     verdict_from,
 )
+from paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
 
 
 # --- registry -----------------------------------------------------------------------------------
@@ -32,8 +31,17 @@ def test_registry_ids_unique_snake_case_and_every_section_covered():
     ids = ordered_ids()
     assert len(ids) == len(set(ids)) >= 55
     assert all(i == i.lower() and " " not in i for i in ids)
-    sections = {REGISTRY[i].section for i in ids + ordered_ids("fade")}
-    assert sections == set(SECTION_ORDER)
+    import importlib
+
+    from paper_checks.papers import papers
+
+    for key, paper in papers().items():
+        modules = [importlib.import_module(paper.section_module(s)) for s in paper.sections]
+        headings = [m.SECTION for m in modules]
+        assert len(set(headings)) == len(headings), f"{key}: two modules declare one section"
+        got = [REGISTRY[i].section for i in ordered_ids(key)]
+        # report order is module order: each section's claims are contiguous, in listed order
+        assert list(dict.fromkeys(got)) == headings, key
 
 
 def test_registry_has_one_claim_per_appendix_a2_cell():
@@ -54,14 +62,15 @@ def test_outcome_rejects_unknown_verdict_and_missing_correction_or_conditions():
 
 def test_duplicate_claim_id_is_rejected():
     with pytest.raises(ValueError, match="registered twice"):
-        claim("thm4_1_i_zero_sum", location="-", text="-", check="-")(lambda ctx: None)
+        claim("thm4_1_i_zero_sum", location="-", text="-", check="-")(
+            _defined_in("paper_checks.claims.s4_theorem41"))
 
 
 def test_nonfinite_evidence_raises_naming_the_entry(monkeypatch):
     def bad(ctx: CheckContext) -> Outcome:
         return Outcome("holds", {"inner": {"x": float("nan")}})
 
-    _load_all()
+    load_claims()
     monkeypatch.setitem(REGISTRY, "tmp_bad_claim",
                         REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_bad_claim", "-", "-", "-",
                                                                 bad))
@@ -73,7 +82,7 @@ def test_infinite_evidence_is_kept_and_written_as_inf(monkeypatch):
     def inf_z(ctx: CheckContext) -> Outcome:
         return Outcome("inconclusive", {"z": float("inf"), "arr": np.array([-np.inf, 1.0])})
 
-    _load_all()
+    load_claims()
     monkeypatch.setitem(REGISTRY, "tmp_inf_claim",
                         REGISTRY["thm4_1_i_zero_sum"].__class__("tmp_inf_claim", "-", "-", "-",
                                                                 inf_z))
@@ -271,7 +280,7 @@ def test_verdict_from_maps_a_missing_computation_to_inconclusive():
 
 
 def _synthetic(monkeypatch, name: str, fn) -> None:
-    _load_all()
+    load_claims()
     monkeypatch.setitem(REGISTRY, name, REGISTRY["thm4_1_i_zero_sum"].__class__(
         name, "-", "-", "-", fn))
 
@@ -322,8 +331,10 @@ def test_claim_modules_use_the_one_verdict_helper():
     import pathlib
     import re
 
-    root = pathlib.Path(__file__).resolve().parents[1] / "paper_checks"
-    for f in root.glob("claims_*.py"):
+    root = pathlib.Path(__file__).resolve().parents[1] / "paper_checks" / "claims"
+    files = list(root.rglob("*.py"))
+    assert len(files) > 10
+    for f in files:
         text = f.read_text()
         assert not re.search(r'"holds" if .* else "refuted"', text), f.name
         assert not re.search(r'"refuted" if .* else "holds"', text), f.name
@@ -364,13 +375,84 @@ def test_eq15_with_a_failed_monte_carlo_is_inconclusive(monkeypatch):
     assert run_claim("eq15_grpo_gradient_is_unbiased_reinforce").verdict == "inconclusive"
 
 
+def _defined_in(module: str):
+    def fn(ctx: CheckContext) -> Outcome:
+        return Outcome("holds", {})
+
+    fn.__module__ = module
+    return fn
+
+
 def test_claim_ids_carry_their_papers_prefix():
     assert all(not i.startswith("fade_") for i in ordered_ids())
     assert ordered_ids("fade") and all(i.startswith("fade_") for i in ordered_ids("fade"))
+    load_claims()
     with pytest.raises(ValueError, match="must start with 'fade_'"):
-        claim("x_no_prefix", location="-", text="-", check="-", paper="fade")
-    with pytest.raises(ValueError, match="unknown paper"):
-        claim("x_other", location="-", text="-", check="-", paper="nope")
+        claim("x_no_prefix", location="-", text="-", check="-")(
+            _defined_in("paper_checks.claims.fade.abstract"))
+    with pytest.raises(ValueError, match="another paper's prefix"):
+        claim("fade_in_the_seed", location="-", text="-", check="-")(
+            _defined_in("paper_checks.claims.s4_theorem41"))
+    assert "x_no_prefix" not in REGISTRY and "fade_in_the_seed" not in REGISTRY
+
+
+def test_a_claim_outside_a_listed_section_module_is_an_error():
+    from paper_checks.papers import PaperRegistrationError, get_paper
+
+    with pytest.raises(PaperRegistrationError, match="not a section of paper 'seed'"):
+        claim("x_unlisted", location="-", text="-", check="-")(
+            _defined_in("paper_checks.claims.s10_conclusion"))
+    with pytest.raises(PaperRegistrationError, match="section modules of a paper package"):
+        claim("x_elsewhere", location="-", text="-", check="-")(_defined_in(__name__))
+    with pytest.raises(PaperRegistrationError, match="unknown paper 'nope'"):
+        get_paper("nope")
+    with pytest.raises(PaperRegistrationError, match="unknown paper"):
+        ordered_ids("nope")
+
+
+def test_a_section_module_must_declare_its_section(monkeypatch):
+    import sys
+    import types
+
+    from paper_checks.papers import PaperRegistrationError
+
+    bare = types.ModuleType("paper_checks.claims.s3_credit")  # no SECTION
+    monkeypatch.setitem(sys.modules, "paper_checks.claims.s3_credit", bare)
+    with pytest.raises(PaperRegistrationError, match="SECTION"):
+        claim("x_no_section", location="-", text="-", check="-")(
+            _defined_in("paper_checks.claims.s3_credit"))
+
+
+def test_a_paper_package_lists_every_module_it_holds(tmp_path):
+    import types
+
+    from paper_checks.papers import Paper, PaperRegistrationError, check_sections
+
+    (tmp_path / "s1_intro.py").write_text("SECTION = '1. Intro'\n")
+    (tmp_path / "s2_method.py").write_text("SECTION = '2. Method'\n")
+    (tmp_path / "_helpers.py").write_text("")
+    pkg = types.ModuleType("toy")
+    pkg.__path__ = [str(tmp_path)]
+    ok = Paper(key="toy", arxiv="0000.00000", title="t", sections=("s1_intro", "s2_method"),
+               claim_prefix="toy_", package="toy")
+    check_sections(ok, pkg)
+    for sections, what in ((("s1_intro",), "not listed: \\['s2_method'\\]"),
+                           (("s1_intro", "s2_method", "s3_gone"), "missing: \\['s3_gone'\\]")):
+        with pytest.raises(PaperRegistrationError, match=what):
+            check_sections(Paper(key="toy", arxiv="0", title="t", sections=sections,
+                                  package="toy"), pkg)
+
+
+def test_papers_are_found_by_their_registration_and_are_cheap_to_list():
+    code = ("import sys; from paper_checks.papers import papers; ps = papers(); "
+            "print(sorted(ps)); print(ps['fade'].citation); "
+            "print('numpy' in sys.modules, any(m.startswith('paper_checks.claims.s') "
+            "for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[0] == "['dr-grpo', 'fade', 'seed']"
+    assert out[1].startswith("arXiv 2607.01490 (Don't Let Gains FADE") and "abstract only" in out[1]
+    assert out[2] == "False False"
 
 
 def test_every_refuted_or_conditional_claim_writes_a_short_form_that_is_never_cut():
@@ -388,7 +470,7 @@ def test_every_refuted_or_conditional_claim_writes_a_short_form_that_is_never_cu
 # --- Sec. 7.1 metric ranges -------------------------------------------------------------------
 @pytest.mark.parametrize("R", [2, 4, 8])
 def test_top1_range_inverts_the_effective_rank_range(R):
-    from paper_checks.claims_new import top1_range
+    from paper_checks._spectra import top1_range
 
     lo, hi = top1_range(2.0, R)
     assert 1 / R <= lo <= hi <= 1
@@ -397,7 +479,7 @@ def test_top1_range_inverts_the_effective_rank_range(R):
 
 
 def test_top1_range_hand_checked_cases():
-    from paper_checks.claims_new import top1_range
+    from paper_checks._spectra import top1_range
 
     assert top1_range(2.0, 2) == pytest.approx((0.5, 0.5), abs=1e-9)  # rank 2: flat only
     assert top1_range(1.0, 5) == pytest.approx((1.0, 1.0), abs=1e-9)
@@ -408,8 +490,7 @@ def test_top1_range_hand_checked_cases():
 
 
 def test_group_estimator_moments_grpo_is_scaled_rloo():
-    from paper_checks._exact import bandit_world
-    from paper_checks.claims_new import group_estimator_moments
+    from paper_checks._exact import bandit_world, group_estimator_moments
 
     w = bandit_world([0.2, -0.1], [0.7, 0.2])
     m = group_estimator_moments(w, 3, {"grpo": "grpo", "rloo": "rloo", "v": w.J})
@@ -490,7 +571,7 @@ def test_sec7_1_effective_rank_checks_the_converse():
 
 
 def test_sec7_1_effective_rank_is_not_holds_when_near_flat_spectra_reach_the_rank(monkeypatch):
-    import paper_checks.claims_new as cn
+    import paper_checks.claims.s7_experiments as cn
     from grpo_theory import effective_rank
 
     def blunt(s):  # rounds a near-flat spectrum's r_eff up to its rank: "only if" broken
@@ -502,3 +583,14 @@ def test_sec7_1_effective_rank_is_not_holds_when_near_flat_spectra_reach_the_ran
     r = run_claim("sec7_1_effective_rank_definition")
     assert r.verdict != "holds"
     assert r.evidence["min_rank_minus_eff_rank_near_flat"] == 0.0
+
+
+def test_the_papers_printed_values_have_one_import_path():
+    import importlib.util
+
+    import real_model
+
+    assert importlib.util.find_spec("paper_checks.paper_values") is None
+    assert "PAPER_TABLE1" not in real_model.__all__
+    with pytest.raises(AttributeError):
+        real_model.PAPER_TABLE1  # noqa: B018

@@ -1,4 +1,5 @@
-"""Claims of Section 4: Theorem 4.1 (ii)-(iv), Corollary 4.2 and the curriculum remark.
+"""Section 4, Structural constraints on advantages: Theorem 4.1 (i)-(iv), Corollary 4.2 and the
+curriculum remark, each as stated (mean-centred GRPO) and as practised (std-normalised GRPO).
 
 Exact tier: Binomial enumeration of binary-reward groups by two routes (:mod:`grpo_theory.bernoulli`
 conditions on rollout 1; :func:`paper_checks._exact.group_moments` enumerates the whole group) and
@@ -18,12 +19,38 @@ from grpo_theory import compute_advantages
 from grpo_theory import symbolic as sym
 from grpo_theory.bernoulli import exact_advantage_moments
 from grpo_theory.bounds import chebyshev_bound, exact_advantage_tail_bernoulli
+from paper_checks._common import K_SE, P_GRID, STD, mc_evidence, mc_theorem41, training_run
+from paper_checks._exact import advantage_tail, advantage_values, group_moments
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._common import K_SE, P_GRID, STD, mc_evidence, mc_theorem41, training_run
-from ._exact import advantage_tail, advantage_values, group_moments
-from .registry import CheckContext, Outcome, claim, verdict_from
+SECTION = "4. Structural constraints on advantages"
 
-SEC4 = "4. Structural constraints on advantages"
+
+@claim(
+    "thm4_1_i_zero_sum",
+    location="Sec. 4, Theorem 4.1 (i); App. A.1",
+    text="The GRPO advantages of a group sum to zero.",
+    check="Every binary group (all 2^R reward vectors, R = 2..8) and 1000 continuous groups: "
+    "max |sum_i A_i| for mean-centred GRPO, std-normalised GRPO and RLOO; AsymGRPO(0.5) as a "
+    "contrast (not zero-sum).",
+    variants=("grpo", "grpo_std", "rloo", "asym_grpo"),
+)
+def _thm4_1_i(ctx: CheckContext) -> Outcome:
+    ev: dict[str, float] = {}
+    rng = ctx.rng(40)
+    for est, opts in (("grpo", {}), ("grpo_std", STD), ("rloo", {}), ("asym_grpo", {"delta": 0.5})):
+        worst = 0.0
+        for R in range(2, 9):
+            rows = ((np.arange(2**R)[:, None] >> np.arange(R)) & 1).astype(float)
+            worst = max(worst, float(np.max(np.abs(
+                np.asarray(compute_advantages(est, rows, **opts)).sum(1)))))
+        cont = rng.random((1000, 8))
+        worst = max(worst, float(np.max(np.abs(
+            np.asarray(compute_advantages(est, cont, **opts)).sum(1)))))
+        ev[f"max_abs_sum_{est}"] = worst
+    ok = max(ev["max_abs_sum_grpo"], ev["max_abs_sum_grpo_std"], ev["max_abs_sum_rloo"]) < 1e-9
+    return Outcome(verdict_from(ok), ev,
+                   correction=None if ok else "advantages do not sum to zero")
 
 
 @lru_cache(maxsize=4)
@@ -79,7 +106,6 @@ def _std_nonconstant_var_error() -> float:
     "routes); Monte Carlo (sims, softmax bandit, R=4, k=4). The std-normalised GRPO that is run "
     "in practice is a separate claim (thm4_1_ii_variance_std_normalised).",
     variants=("grpo",),
-    section=SEC4,
 )
 def _thm4_1_ii(ctx: CheckContext) -> Outcome:
     R, s2 = sp.symbols("R sigma2", positive=True)
@@ -105,7 +131,6 @@ def _thm4_1_ii(ctx: CheckContext) -> Outcome:
     check="Exact Bernoulli enumeration (two routes), R in {2,4,8,16}, p grid: Var(A_i) vs the "
     "paper's formula and vs (R-1)/R P(group not constant); Monte Carlo (sims, k=4).",
     variants=("grpo_std",),
-    section=SEC4,
 )
 def _thm4_1_ii_std(ctx: CheckContext) -> Outcome:
     pairs, _, e_std, routes = _moment_evidence("var")
@@ -137,7 +162,6 @@ def _thm4_1_ii_std(ctx: CheckContext) -> Outcome:
     "exact Bernoulli enumeration (two routes); Monte Carlo (k=4). Std-normalised GRPO: "
     "thm4_1_iii_covariance_std_normalised.",
     variants=("grpo",),
-    section=SEC4,
 )
 def _thm4_1_iii(ctx: CheckContext) -> Outcome:
     R, s2 = sp.symbols("R sigma2", positive=True)
@@ -161,7 +185,6 @@ def _thm4_1_iii(ctx: CheckContext) -> Outcome:
     check="Exact Bernoulli enumeration (two routes), R in {2,4,8,16}, p grid: Cov vs the paper's "
     "formula and vs -Var(A_i)/(R-1) (zero-sum + exchangeability); Monte Carlo (k=4).",
     variants=("grpo_std",),
-    section=SEC4,
 )
 def _thm4_1_iii_std(ctx: CheckContext) -> Outcome:
     pairs, _, e_std, routes = _moment_evidence("cov")
@@ -221,7 +244,6 @@ def _tail_scan() -> tuple[dict[str, float], dict[str, float], tuple[float, ...],
     "bound over R in {2,4,8,16}, p grid, eps in {0.1,0.2,0.3,0.5}; Monte Carlo tails (sims). "
     "Std-normalised GRPO: thm4_1_iv_chebyshev_sparsity_bound_std_normalised.",
     variants=("grpo",),
-    section=SEC4,
 )
 def _thm4_1_iv(ctx: CheckContext) -> Outcome:
     worst, extra, _, routes = _tail_scan()
@@ -264,7 +286,6 @@ def _min_abs_std(R: int) -> float:
     check="Exact tail of std-normalised GRPO (ddof=1, eps=0; two routes) vs the bound over R in "
     "{2,4,8,16}, p grid, eps in {0.1,0.2,0.3,0.5}; Monte Carlo tails (sims).",
     variants=("grpo_std",),
-    section=SEC4,
 )
 def _thm4_1_iv_std(ctx: CheckContext) -> Outcome:
     worst, _, arg, routes = _tail_scan()
@@ -322,7 +343,6 @@ def _mean_grad_norm(est: str, arms: np.ndarray, r: np.ndarray, psi: np.ndarray,
     "(8 token-MDP prompts, R=8): log-log slope and Spearman correlation of |g_hat| against "
     "sigma_r over steps. Std-normalised GRPO: cor4_2_std_normalised_scale_invariance.",
     variants=("grpo",),
-    section=SEC4,
 )
 def _cor4_2(ctx: CheckContext) -> Outcome:
     R = 8
@@ -374,7 +394,6 @@ def _cor4_2(ctx: CheckContext) -> Outcome:
     "eps = 0 and TRL's eps = 1e-4; binary rewards: exact E[sum_i A_i^2] = (R-1) P(group not "
     "constant) and RMS/sigma_r as p -> 0 (R=8).",
     variants=("grpo_std",),
-    section=SEC4,
 )
 def _cor4_2_std(ctx: CheckContext) -> Outcome:
     R = 8
@@ -433,7 +452,6 @@ def _cor4_2_std(ctx: CheckContext) -> Outcome:
     check="Constant groups (all 0, all 1, all 0.3) for R in {2,4,8}: max |A_i| for grpo, "
     "grpo_std (ddof=1, eps=0 with the documented zero rule, and eps=1e-4 as in TRL), rloo.",
     variants=("grpo", "grpo_std", "rloo"),
-    section=SEC4,
 )
 def _cor4_2_zero(ctx: CheckContext) -> Outcome:
     worst = 0.0
@@ -454,7 +472,6 @@ def _cor4_2_zero(ctx: CheckContext) -> Outcome:
     check="Exact: P(group not constant) = 1 - p^R - (1-p)^R and E[sum_i A_i^2] (mean-centred and "
     "std-normalised) as functions of p, R in {2,4,8,16}: where are they maximal?",
     variants=("grpo", "grpo_std"),
-    section=SEC4,
 )
 def _sec4_curr(ctx: CheckContext) -> Outcome:
     ps = np.linspace(0.01, 0.99, 99)
@@ -470,5 +487,3 @@ def _sec4_curr(ctx: CheckContext) -> Outcome:
         ok = ok and abs(ev[f"argmax_p_signal_grpo_R{R}"] - 0.5) < 1e-9
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "signal is not maximal at p = 1/2")
-
-

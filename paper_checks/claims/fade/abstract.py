@@ -1,20 +1,18 @@
-"""Claims of the FADE abstract (arXiv 2607.01490, "Don't Let Gains FADE: Breaking Down Policy
-Gradient Weights in RL"), checked on the toy worlds with exact expected dynamics.
+"""Abstract of FADE (arXiv 2607.01490): the gradient-mass decomposition, the sign axis, the
+difficulty axis, and the schedule, checked on the toy worlds with exact expected dynamics.
 
 Only the abstract is available (``../shared/papers/fade-2607.01490.md``): each claim is the
 abstract's statement as we paraphrase it; the family members (AsymGRPO(delta), Power-alpha, FADE)
-come from secondary sources and are implemented in :mod:`grpo_theory.advantages`. Where the
-abstract is too vague to decide, the verdict is ``inconclusive`` and the claim says what would
-decide it. Worlds and dynamics: :mod:`sims.fade_dynamics` (softmax bandit and token MDP; one
-step exact over every joint group, mean-field trajectories, seeded Monte Carlo of the sampled
-dynamics with k = 4 standard errors).
-
-Run with ``grpo-audit audit --paper fade --out DIR``; ids carry the prefix ``fade_``.
+come from secondary sources and are implemented in :mod:`grpo_theory`. Where the abstract is too
+vague to decide, the verdict is ``inconclusive`` and the claim says what would decide it. Worlds
+and dynamics: :mod:`sims.fade_dynamics` (softmax bandit and token MDP; one step exact over every
+joint group, mean-field trajectories, seeded Monte Carlo of the sampled dynamics with k = 4
+standard errors).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -22,15 +20,11 @@ import numpy as np
 from grpo_theory import compute_advantages
 from grpo_theory.bernoulli import exact_advantage_moments
 from grpo_theory.mass import expected_mass_bernoulli
+from paper_checks._common import K_SE, STD
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._common import K_SE, STD
-from .registry import CheckContext, Outcome, claim, verdict_from
+SECTION = "Abstract"
 
-PAPER = "fade"
-SEC_MASS = "FADE: gradient masses"
-SEC_SIGN = "FADE: sign axis"
-SEC_DIFF = "FADE: difficulty axis"
-SEC_SCHED = "FADE: schedule"
 
 #: Estimators (name, options, label) whose masses are decomposed.
 FAMILY: tuple[tuple[str, dict[str, Any], str], ...] = (
@@ -42,6 +36,8 @@ FAMILY: tuple[tuple[str, dict[str, Any], str], ...] = (
     ("power_alpha", {"alpha": 2.0}, "power_alpha2"),
     ("fade", {"alpha": 2.0, "delta": 0.5}, "fade_alpha2_delta0.5"),
 )
+
+
 DELTAS: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0)
 
 
@@ -73,8 +69,6 @@ def _token_mdp():
     "m_F = m_S / delta for AsymGRPO; and E[g_hat] = (m_S/p + m_F/(1-p)) grad J (the score has "
     "mean 0, so g_F = -p/(1-p) g_S).",
     variants=tuple(lab for _, _, lab in FAMILY),
-    section=SEC_MASS,
-    paper=PAPER,
 )
 def _decomp(ctx: CheckContext) -> Outcome:
     from sims.exact import expected_gradient_bernoulli
@@ -206,6 +200,33 @@ def _mc_entropy_order(ev: dict[str, Any]) -> int:
     return 1 if b - a > K_SE * se else (-1 if a - b > K_SE * se else 0)
 
 
+def _scan_directions(ev: dict[str, Any]) -> tuple[list[int], list[int], list[int]]:
+    """The random-world scan's directions (+1 supports, -1 contradicts), all and split by solve
+    rate above / at most 1/2; their counts are added to ``ev``."""
+    scan = [(ev[k.replace("_direction", "_J")], v) for k, v in ev.items()
+            if k.startswith("scan") and k.endswith("_direction")]
+    hi = [d for J, d in scan if J > 0.5]
+    lo = [d for J, d in scan if J <= 0.5]
+    ev["scan_n_worlds_solve_rate_above_half"] = len(hi)
+    ev["scan_n_worlds_solve_rate_above_half_supporting"] = hi.count(1)
+    ev["scan_n_worlds_solve_rate_below_half"] = len(lo)
+    ev["scan_n_worlds_solve_rate_below_half_supporting"] = lo.count(1)
+    ev["scan_n_worlds_solve_rate_below_half_contradicting"] = lo.count(-1)
+    return [d for _, d in scan], hi, lo
+
+
+def _plot_noise_entropy(ev: dict[str, Any], ax: Any) -> None:
+    """The one-step entropy change due to sampling noise against delta, per world."""
+    for w in ("bandit", "token_mdp"):
+        ax.plot(DELTAS, [ev[f"{w}_delta{d:g}_dH_from_noise"] for d in DELTAS], "o-",
+                label=f"{w}: E[dH] - dH(mean field)")
+    ax.axhline(0.0, c="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("delta = m_S / m_F (AsymGRPO)")
+    ax.set_ylabel("entropy change from sampling noise, one step")
+    ax.legend(fontsize=7)
+
+
 @claim(
     "fade_sign_axis_entropy",
     location="FADE abstract (sign axis: \"an imbalance collapses ... the policy's entropy\")",
@@ -217,8 +238,6 @@ def _mc_entropy_order(ev: dict[str, Any]) -> int:
     "sampling noise, in a 3-arm bandit and a token MDP (V=2, T=3); mean-field entropy at a "
     "common solve rate; seeded Monte Carlo of the sampled bandit dynamics (final entropy, k=4).",
     variants=("asym_grpo",),
-    section=SEC_SIGN,
-    paper=PAPER,
 )
 def _sign_entropy(ctx: CheckContext) -> Outcome:
     ev = dict(_sign_axis(ctx.quick, ctx.seed))
@@ -230,18 +249,10 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
     contradicts = [ev[f"{w}_noise_entropy_loss_shrinks_with_mS_over_mF"] for w in worlds]
     mc = _mc_entropy_order(ev)
     ev["mc_bandit_order_plus1_supports_minus1_contradicts"] = mc
-    scan = [(ev[k.replace("_direction", "_J")], v) for k, v in ev.items()
-            if k.startswith("scan") and k.endswith("_direction")]
-    hi = [d for J, d in scan if J > 0.5]
-    lo = [d for J, d in scan if J <= 0.5]
-    ev["scan_n_worlds_solve_rate_above_half"] = len(hi)
-    ev["scan_n_worlds_solve_rate_above_half_supporting"] = hi.count(1)
-    ev["scan_n_worlds_solve_rate_below_half"] = len(lo)
-    ev["scan_n_worlds_solve_rate_below_half_supporting"] = lo.count(1)
-    ev["scan_n_worlds_solve_rate_below_half_contradicting"] = lo.count(-1)
+    scan, hi, lo = _scan_directions(ev)
     hi_s, lo_s = f"{hi.count(1)} of {len(hi)}", f"{lo.count(1)} of {len(lo)}"
-    votes = supports + [mc == 1] + [d == 1 for _, d in scan]
-    against = contradicts + [mc == -1] + [d == -1 for _, d in scan]
+    votes = supports + [mc == 1] + [d == 1 for d in scan]
+    against = contradicts + [mc == -1] + [d == -1 for d in scan]
     if all(votes):
         verdict = verdict_from(True, agrees="holds-with-conditions", computed=mf_same)
     elif all(against):
@@ -249,17 +260,7 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
     else:
         verdict = "inconclusive"
     where = ", ".join(w for w, s in zip(worlds, supports, strict=True) if s) or "neither world"
-
-    def plot(ax) -> None:
-        for w in worlds:
-            ax.plot(DELTAS, [ev[f"{w}_delta{d:g}_dH_from_noise"] for d in DELTAS], "o-",
-                    label=f"{w}: E[dH] - dH(mean field)")
-        ax.axhline(0.0, c="k", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("delta = m_S / m_F (AsymGRPO)")
-        ax.set_ylabel("entropy change from sampling noise, one step")
-        ax.legend(fontsize=7)
-
+    plot = partial(_plot_noise_entropy, ev)
     return Outcome(
         verdict, ev,
         conditions=None if verdict != "holds-with-conditions" else (
@@ -307,8 +308,6 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
     "step, delta in {0.5, ..., 2}, bandit and token MDP; final logit spread of the sampled "
     "bandit dynamics (Monte Carlo, k=4).",
     variants=("asym_grpo",),
-    section=SEC_SIGN,
-    paper=PAPER,
 )
 def _sign_weights(ctx: CheckContext) -> Outcome:
     ev = dict(_sign_axis(ctx.quick, ctx.seed))
@@ -347,8 +346,6 @@ def _populations() -> dict[str, np.ndarray]:
     "hard prompts (p < 1/2) and Kish's effective sample size per prompt (sum pi M)^2 / "
     "sum pi M^2.",
     variants=("power_alpha",),
-    section=SEC_DIFF,
-    paper=PAPER,
 )
 def _difficulty(ctx: CheckContext) -> Outcome:
     from sims.fade_dynamics import power_alpha_prompt_mass
@@ -415,8 +412,6 @@ def _difficulty(ctx: CheckContext) -> Outcome:
     "and the end, and the difficulty trade-off there (share of Power-3 mass on hard prompts and "
     "Kish ESS relative to alpha = 1).",
     variants=("grpo", "power_alpha"),
-    section=SEC_SCHED,
-    paper=PAPER,
 )
 def _shift(ctx: CheckContext) -> Outcome:
     from sims.bandit import SoftmaxBandit
@@ -461,8 +456,6 @@ def _shift(ctx: CheckContext) -> Outcome:
     "schedule, fade_delta_schedule; constants unconfirmed) evaluated at a few solve rates and "
     "entropies; no check of their effect is possible from the abstract.",
     variants=("fade",),
-    section=SEC_SCHED,
-    paper=PAPER,
 )
 def _schedule(ctx: CheckContext) -> Outcome:
     from grpo_theory.advantages import fade_alpha_schedule, fade_delta_schedule

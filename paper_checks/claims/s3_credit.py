@@ -1,9 +1,10 @@
-"""Claims of Sections 3 and 5 and Theorem 4.1 (i): uniform credit, the factorisation (Eq. 19),
-zero-sum advantages, sparsity and "advantages become small".
+"""Section 3, Credit assignment failure: Theorem 3.1, Remark 3.2 and the gradient factorisation of
+Sec. 3.1 (Eqs. 17-19), as stated (sequence-sum loss) and as practised (length-normalised loss
+aggregation).
 
-Exact tier: token-level constructions with :mod:`grpo_theory.multiturn` / aggregation, every
-binary group enumerated with the paper's mean-centred GRPO and the std-normalised GRPO that
-practitioners run (ddof=1, eps=0); a :mod:`sims.training` run for the sparsity-over-training claim.
+Exact tier: token-level constructions with :mod:`grpo_theory.multiturn` and
+:mod:`grpo_theory.aggregation`, every binary group enumerated; a token MDP of :mod:`sims.token_mdp`
+for the credit a rollout's tokens receive.
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_theory import compute_advantages
+from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._common import STD, training_run
-from ._exact import advantage_values
-from .registry import CheckContext, Outcome, claim, verdict_from
-
-SEC3 = "3. Credit assignment"
-SEC4 = "4. Structural constraints on advantages"
-SEC5 = "5. Sparse updates"
+SECTION = "3. Credit assignment failure"
 
 
 @claim(
@@ -30,7 +26,6 @@ SEC5 = "5. Sparse updates"
     "(0, ..., 0, r_i) [P, R, T] (grpo_theory.multiturn, mode total_minus_group_mean) and of the "
     "reward-to-go minus group mean: spread over t within each rollout.",
     variants=("grpo",),
-    section=SEC3,
 )
 def _thm3_1(ctx: CheckContext) -> Outcome:
     from grpo_theory.multiturn import multiturn_advantages
@@ -57,7 +52,6 @@ def _thm3_1(ctx: CheckContext) -> Outcome:
     check="sims token MDP (V=3, T=4): spread of the true advantages A(s_t, a_t) along each "
     "sequence (probability-weighted), vs the GRPO token advantages (zero spread by Thm 3.1).",
     variants=("grpo",),
-    section=SEC3,
 )
 def _remark3_2(ctx: CheckContext) -> Outcome:
     from grpo_theory.multiturn import multiturn_advantages
@@ -95,7 +89,6 @@ def _remark3_2(ctx: CheckContext) -> Outcome:
     "loss the paper writes) vs Eq. 19. The length-normalised losses GRPO is run with: "
     "eq19_gradient_factorisation_practised_aggregation.",
     variants=("grpo",),
-    section=SEC3,
 )
 def _eq19(ctx: CheckContext) -> Outcome:
     rng = ctx.rng(19)
@@ -121,7 +114,6 @@ def _eq19(ctx: CheckContext) -> Outcome:
     "published loss (mean over each sequence's tokens, then over sequences) and of a batch "
     "token mean (grpo_theory.aggregation) vs Eq. 19; the per-rollout weights they put on psi_i.",
     variants=("grpo",),
-    section=SEC3,
 )
 def _eq19_practised(ctx: CheckContext) -> Outcome:
     from grpo_theory.aggregation import aggregation_weights
@@ -169,7 +161,6 @@ def _eq19_practised(ctx: CheckContext) -> Outcome:
     "contributions with uniform credit (rows A_i psi_i) vs with token-level advantages "
     "(rows sum_t A_it grad log pi_t).",
     variants=("grpo",),
-    section=SEC3,
 )
 def _sec3_1(ctx: CheckContext) -> Outcome:
     rng = ctx.rng(32)
@@ -194,148 +185,3 @@ def _sec3_1(ctx: CheckContext) -> Outcome:
             "not reduce the rank"
         ) if refuted else None,
     )
-
-
-@claim(
-    "thm4_1_i_zero_sum",
-    location="Sec. 4, Theorem 4.1 (i); App. A.1",
-    text="The GRPO advantages of a group sum to zero.",
-    check="Every binary group (all 2^R reward vectors, R = 2..8) and 1000 continuous groups: "
-    "max |sum_i A_i| for mean-centred GRPO, std-normalised GRPO and RLOO; AsymGRPO(0.5) as a "
-    "contrast (not zero-sum).",
-    variants=("grpo", "grpo_std", "rloo", "asym_grpo"),
-    section=SEC4,
-)
-def _thm4_1_i(ctx: CheckContext) -> Outcome:
-    ev: dict[str, float] = {}
-    rng = ctx.rng(40)
-    for est, opts in (("grpo", {}), ("grpo_std", STD), ("rloo", {}), ("asym_grpo", {"delta": 0.5})):
-        worst = 0.0
-        for R in range(2, 9):
-            rows = ((np.arange(2**R)[:, None] >> np.arange(R)) & 1).astype(float)
-            worst = max(worst, float(np.max(np.abs(
-                np.asarray(compute_advantages(est, rows, **opts)).sum(1)))))
-        cont = rng.random((1000, 8))
-        worst = max(worst, float(np.max(np.abs(
-            np.asarray(compute_advantages(est, cont, **opts)).sum(1)))))
-        ev[f"max_abs_sum_{est}"] = worst
-    ok = max(ev["max_abs_sum_grpo"], ev["max_abs_sum_grpo_std"], ev["max_abs_sum_rloo"]) < 1e-9
-    return Outcome(verdict_from(ok), ev,
-                   correction=None if ok else "advantages do not sum to zero")
-
-
-@claim(
-    "sec5_1_binary_advantage_values",
-    location="Sec. 5.1 (1)",
-    text="With binary reward and k of R correct, correct rollouts get 1 - k/R and incorrect "
-    "ones -k/R.",
-    check="grpo_theory advantages of every binary group with k = 1..R-1, R = 2..16.",
-    variants=("grpo",),
-    section=SEC5,
-)
-def _sec5_1_vals(ctx: CheckContext) -> Outcome:
-    worst = 0.0
-    for R in range(2, 17):
-        for k in range(1, R):
-            s, f = advantage_values("grpo", R=R, k=k)
-            worst = max(worst, abs(s - (1 - k / R)), abs(f + k / R))
-    return Outcome(verdict_from(worst < 1e-12), {"max_abs_error": worst},
-                   correction=None if worst < 1e-12 else "values differ")
-
-
-@claim(
-    "sec5_1_small_advantages_near_extremes",
-    location="Sec. 5.1 (1)",
-    text="When k is close to 0 or R the advantages become small and the gradient vanishes.",
-    check="Exact advantages for k = 1 and k = R-1 (the minority rollout and the majority) vs "
-    "k = R/2, R in {4,8,16}, mean-centred and std-normalised; the group's sum of squares "
-    "k(R-k)/R.",
-    variants=("grpo", "grpo_std"),
-    section=SEC5,
-)
-def _sec5_1_small(ctx: CheckContext) -> Outcome:
-    ev: dict[str, float] = {}
-    for R in (4, 8, 16):
-        for est, opts in (("grpo", {}), ("grpo_std", STD)):
-            ev[f"minority_abs_adv_k1_{est}_R{R}"] = abs(advantage_values(est, R=R, k=1, **opts)[0])
-            ev[f"majority_abs_adv_k1_{est}_R{R}"] = abs(advantage_values(est, R=R, k=1, **opts)[1])
-            ev[f"abs_adv_k_half_{est}_R{R}"] = abs(advantage_values(est, R=R, k=R // 2, **opts)[0])
-        for k, tag in ((1, "k1"), (R // 2, "k_half")):
-            A = np.asarray(compute_advantages("grpo", np.array([[1.0] * k + [0.0] * (R - k)])))
-            ev[f"sum_sq_grpo_{tag}_R{R}"] = float((A**2).sum())
-    refuted = ev["minority_abs_adv_k1_grpo_R8"] > ev["abs_adv_k_half_grpo_R8"]
-    Rp = 8
-
-    def plot(ax) -> None:
-        ks = np.arange(1, Rp)
-        for est, opts, m in (("grpo", {}, "o"), ("grpo_std", STD, "s")):
-            ax.plot(ks, [advantage_values(est, R=Rp, k=int(k), **opts)[0] for k in ks],
-                    m + "-", label=f"success, {est}")
-            ax.plot(ks, [abs(advantage_values(est, R=Rp, k=int(k), **opts)[1]) for k in ks],
-                    m + "--", label=f"|failure|, {est}")
-        ax.set_xlabel(f"successes k of R = {Rp}")
-        ax.set_ylabel("|advantage|")
-        ax.legend(fontsize=7)
-
-    return Outcome(
-        verdict_from(not refuted),
-        ev,
-        correction=(
-            "only the MAJORITY's advantages become small; the minority rollout's advantage "
-            f"grows toward 1: at R=8, k=1 the success gets {ev['minority_abs_adv_k1_grpo_R8']:.3f}"
-            f" (mean-centred) and {ev['minority_abs_adv_k1_grpo_std_R8']:.3f} (std-normalised) "
-            f"vs {ev['abs_adv_k_half_grpo_R8']:.3f} and "
-            f"{ev['abs_adv_k_half_grpo_std_R8']:.3f} at k=R/2; the group's sum of squares "
-            f"k(R-k)/R shrinks (R=8: {ev['sum_sq_grpo_k_half_R8']:.3f} at k=4, "
-            f"{ev['sum_sq_grpo_k1_R8']:.3f} at k=1) but the gradient vanishes only at k in {{0, R}}"
-        ) if refuted else None,
-        short="only the majority's advantages shrink; the minority's grows toward 1 (R=8, k=1: "
-        f"{ev['minority_abs_adv_k1_grpo_R8']:.3f} vs {ev['abs_adv_k_half_grpo_R8']:.3f} at k=4)"
-        if refuted else None,
-        plot=plot,
-        plot_title="Sec. 5.1: advantages by number of successes (R = 8)",
-    )
-
-
-@claim(
-    "abstract_sparsity_intensifies_over_training",
-    location="Abstract; Sec. 5 intro",
-    text="Output-only reward induces gradient sparsity that intensifies over training.",
-    check="Exact fraction of zero-gradient (constant) groups p^R + (1-p)^R as a function of the "
-    "solve rate p, R in {2,4,8,16}; sims training run (softmax bandit prompts, GRPO): "
-    "fraction of zero-advantage groups early vs late.",
-    variants=("grpo",),
-    section=SEC5,
-)
-def _abstract_sparsity(ctx: CheckContext) -> Outcome:
-    ev: dict[str, float] = {}
-    mono = True
-    for R in (2, 4, 8, 16):
-        ps = np.linspace(0.5, 0.999, 200)
-        z = ps**R + (1 - ps) ** R
-        mono = mono and bool(np.all(np.diff(z) > 0))
-        ev[f"zero_group_fraction_R{R}_p0.5"] = float(z[0])
-        ev[f"zero_group_fraction_R{R}_p0.95"] = float(0.95**R + 0.05**R)
-    run = training_run(ctx)
-    steps = run["config"]["steps"]
-    h = {k: np.asarray(v, dtype=np.float64) for k, v in run["history"].items()}
-    m = max(1, steps // 10)
-    ev["training_steps"] = steps
-    ev["training_zero_adv_frac_first_10pct"] = float(h["zero_adv_frac"][:m].mean())
-    ev["training_zero_adv_frac_last_10pct"] = float(h["zero_adv_frac"][-m:].mean())
-    ev["training_expected_zero_adv_frac_first_10pct"] = float(h["zero_adv_frac_exact"][:m].mean())
-    ev["training_expected_zero_adv_frac_last_10pct"] = float(h["zero_adv_frac_exact"][-m:].mean())
-    ev["training_J_first"] = float(h["J"][0])
-    ev["training_J_last"] = float(h["J"][-1])
-    return Outcome(
-        verdict_from(mono, agrees="holds-with-conditions"),
-        ev,
-        short="only if training drives solve rates toward 0 or 1; sparsity = whole prompts with "
-        "zero advantage, not sparse parameter updates",
-        conditions="the zero-gradient fraction p^R + (1-p)^R rises monotonically as the solve "
-        "rate moves away from 1/2, so sparsity intensifies IF training drives per-prompt solve "
-        "rates toward 0 or 1; 'sparsity' here means whole prompts with zero advantage, not "
-        "sparse parameter updates",
-        correction=None if mono else "zero-group fraction is not monotone",
-    )
-

@@ -1,0 +1,770 @@
+"""The per-row gradient Gram of whatever loss a host backpropagates, from its own backward.
+
+For rows ``i`` of a batch (rollouts; a causal LM never mixes rows) and any loss ``L = sum_i L_i``,
+the per-row gradients are ``g_i = dL_i/dtheta`` over the trainable parameters, and this module
+computes ``K_ij = <g_i, g_j>`` (float64) from ONE forward and ONE backward, the host's own::
+
+    with GramCapture(model, blocks=[[0, 1, 2, 3], [4, 5, 6, 7]]) as cap:
+        loss = host_loss(model(**batch))       # any forward
+        loss.backward()                        # or accelerator.backward / autograd.grad
+    K_blocks = cap.result()                    # [K_0 (4x4), K_1 (4x4)], float64
+
+Per module, the gradient ``delta`` of ``L`` w.r.t. the module output, restricted to row ``i``, is
+row ``i``'s own (rows do not interact), so the per-layer identities of ``docs/real_model_gram.md``
+(``<dW_i, dW_j>`` of ``nn.Linear`` from its inputs ``a`` and ``delta``; embeddings; a tied LM
+head's cross terms; norms; small leaf modules) give ``K`` exactly. When ``L = sum_it u_it log p_it``
+(``u = dL/d log p``, the host's per-token loss gradient), ``g_i = sum_t u_it grad log p_it``: the
+Gram of rows weighted by ``u`` comes out without ever forming ``u``.
+
+Mechanism (checkpoint-proof, ``.grad``-neutral):
+
+* a forward pre-hook replaces each trainable module's floating input ``x`` by ``tap(x)``, an
+  identity autograd node that saves ``x`` (so activation checkpointing drops and recomputes it
+  like any saved activation) and holds a reference to a per-call record;
+* a forward hook registers a gradient hook on the module output: it stores ``delta``;
+* in the backward, the gradient reaches the output first (``delta`` stored), then the tap, whose
+  backward adds the module's contribution from ``(x, delta)`` and passes the gradient through
+  unchanged. The host's gradients are therefore bit-identical with and without the capture.
+* An embedding (integer input) adds its contribution in its output's gradient hook.
+* Calls whose output never receives a gradient (the first, no-grad forward of reentrant
+  checkpointing; the recomputation of non-reentrant checkpointing) add nothing. So each module is
+  counted once per backward under HF gradient checkpointing, reentrant or not; a module that is
+  counted twice (weight reuse) or never is reported by name (:meth:`GramCapture.problems`).
+* LM heads computed outside the ``lm_head`` module: :func:`real_model.gram_head.head_logprobs`
+  (``capture=``) and TRL 1.16's fused head (``model(..., labels=..., fused_lm_head=True)``; its
+  ``_ChunkedLogProbFunction`` is intercepted while the capture is active) hand the head's logits
+  gradient to the capture tile by tile: no ``[rows, T, V]`` tensor.
+
+Failures inside the capture never raise into the host (unless ``strict=True``): they are recorded
+in :attr:`GramCapture.errors`, later work is skipped, and :meth:`GramCapture.result` raises
+:class:`GramCaptureError` naming them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from real_model import _gram_modules as gm
+from real_model import _gram_triton
+from real_model._gram_plan import Plan
+from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_tiles
+
+__all__ = [
+    "GramCapture",
+    "GramCaptureError",
+    "active_dropout_modules",
+    "product_dtype",
+    "validate_blocks",
+    "LINEAR_METHODS",
+]
+
+LINEAR_METHODS = gm.LINEAR_METHODS
+
+
+class GramCaptureError(ValueError):
+    """The capture could not attribute the gradient per row (the message says why)."""
+
+
+def product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
+    """Dtype of the per-chunk products: ``float64``, or ``float32`` for ``"float32"`` and for
+    ``"auto"`` when every trainable parameter is bfloat16/float16 (~3 significant digits)."""
+    if gram_precision not in ("auto", "float64", "float32"):
+        raise ValueError(f"gram_precision must be auto, float64 or float32, got {gram_precision!r}")
+    if gram_precision != "auto":
+        return torch.float64 if gram_precision == "float64" else torch.float32
+    low = {torch.bfloat16, torch.float16}
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.float32 if params and all(p.dtype in low for p in params) else torch.float64
+
+
+def active_dropout_modules(model: nn.Module) -> list[str]:
+    """Modules that drop activations at random in their current mode, as ``"name (Type, p=..)"``.
+
+    A module counts when it is in training mode and either is a ``torch.nn`` dropout layer with
+    ``p > 0`` or carries a float attribute whose name contains ``"dropout"`` with a value ``> 0``
+    (Hugging Face attention modules pass ``attention_dropout`` to the attention kernel only in
+    training mode). A capture around the host's own step measures the rows with the host's own
+    masks; a second pass does not, and should name these modules.
+    """
+    drop = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+            nn.FeatureAlphaDropout)
+    out = []
+    for name, mod in model.named_modules():
+        if not mod.training:
+            continue
+        if isinstance(mod, drop):
+            if mod.p > 0:
+                out.append(f"{name} ({type(mod).__name__}, p={mod.p})")
+            continue
+        for key, val in vars(mod).items():
+            if "dropout" in key and isinstance(val, float) and val > 0:
+                out.append(f"{name} ({type(mod).__name__}, {key}={val})")
+    return out
+
+
+@dataclass
+class _Call:
+    """One call of a trainable module whose output needs a gradient."""
+
+    name: str
+    kind: str
+    held: Any = None  # embedding ids, or a generic module's arguments (tap slot = None)
+    slot: int = 0  # position of the tapped input among the arguments
+    delta: torch.Tensor | None = None
+
+
+class _InputTap(torch.autograd.Function):
+    """Identity on a module input ``x`` that saves ``x``; its backward completes the call."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, x: torch.Tensor, call: _Call,  # type: ignore
+                capture: GramCapture) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.call, ctx.capture = call, capture
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        cap = ctx.capture
+        if not cap.failed:
+            (x,) = ctx.saved_tensors
+            cap.complete(ctx.call, x)
+        return None, grad, None, None
+
+
+class _Blocks:
+    """float64 Gram blocks of the rows: ``K_b`` ``[n_b, n_b]`` for each row block ``b``."""
+
+    def __init__(self, n: int, blocks: list[list[int]] | None, device: torch.device) -> None:
+        self.n = n
+        groups = [list(range(n))] if blocks is None else blocks
+        self.index: list[slice | torch.Tensor] = []
+        for rows in groups:
+            bad = [r for r in rows if not 0 <= r < n]
+            if bad:
+                raise GramCaptureError(f"block rows {bad} are outside the batch's {n} rows")
+            if rows == list(range(rows[0], rows[0] + len(rows))):
+                self.index.append(slice(rows[0], rows[0] + len(rows)))
+            else:
+                self.index.append(torch.tensor(rows, dtype=torch.long, device=device))
+        self.K = [torch.zeros(len(r), len(r), dtype=torch.float64, device=device) for r in groups]
+
+    def each(self) -> Iterator[tuple[int, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]:
+        """``(b, K_b, sel)`` with ``sel(t)`` the rows of block ``b`` of a row-first tensor."""
+        for b, (idx, K) in enumerate(zip(self.index, self.K, strict=True)):
+            yield b, K, functools.partial(_select_rows, idx=idx)
+
+
+def _select_rows(t: torch.Tensor, *, idx: slice | torch.Tensor) -> torch.Tensor:
+    return t[idx] if isinstance(idx, slice) else t.index_select(0, idx.to(t.device))
+
+
+@dataclass
+class _HeadState:
+    """The head's per-tile bookkeeping (weight/bias trainable, tied embedding, method)."""
+
+    name: str
+    h: torch.Tensor  # [R, T, d] in the compute dtype
+    weight: bool
+    bias: bool
+    method: str
+    tied: str | None = None
+    tied_rows: torch.Tensor | None = None
+    tied_values: list[torch.Tensor] = field(default_factory=list)
+
+
+def validate_blocks(
+    blocks: Sequence[Sequence[int]] | None, n: int | None = None
+) -> list[list[int]] | None:
+    """``blocks`` as lists of ints: each non-empty, without repeated rows (and within ``[0, n)``
+    when ``n`` is given); ``None`` stays ``None`` (the full Gram)."""
+    if blocks is None:
+        return None
+    out = []
+    for b in blocks:
+        rows = [int(r) for r in b]
+        if not rows:
+            raise ValueError("every block needs at least one row")
+        if len(set(rows)) != len(rows):
+            raise ValueError(f"block {rows} repeats a row")
+        if n is not None and not all(0 <= r < n for r in rows):
+            raise ValueError(f"block {rows} has rows outside [0, {n})")
+        out.append(rows)
+    if not out:
+        raise ValueError("blocks must hold at least one block (or be None: the full Gram)")
+    return out
+
+
+class GramCapture:
+    """Context manager: the per-row Gram ``K_ij = <g_i, g_j>`` of the backward run inside it.
+
+    Args:
+        model: the module whose trainable parameters (``requires_grad=True``) define ``g_i``.
+        blocks: row-index lists; only those diagonal blocks ``K[b][:, b]`` are formed (cheaper);
+            ``None`` (default): the full ``[n, n]``.
+        linear_method: per-Linear identity (``"auto"``, ``"measured"``, ``"identity"``,
+            ``"per_sample"``, ``"triton"``), as :func:`real_model.gram.trajectory_gram`.
+        gram_precision: ``"auto"``, ``"float64"`` or ``"float32"`` per-chunk products.
+        chunk_size: entries of one temporary block (default: ``gm.default_chunk_size``).
+        strict: raise :class:`GramCaptureError` inside the host's forward/backward at the first
+            problem instead of recording it.
+
+    Usage: enter, run ONE forward + backward over ``n`` rows (batch-first inputs), exit; then
+    :meth:`result` (float64 ``[n, n]``, or one matrix per block), :meth:`coverage` and
+    :meth:`problems`. The rows count ``n`` is the first axis of the first trainable module's
+    input. Calls under ``torch.no_grad()`` are ignored. ``.grad`` fields are never touched.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        blocks: Sequence[Sequence[int]] | None = None,
+        linear_method: str = "auto",
+        gram_precision: str = "auto",
+        chunk_size: int | None = None,
+        strict: bool = False,
+    ) -> None:
+        if linear_method not in LINEAR_METHODS:
+            raise ValueError(
+                f"linear_method must be one of {LINEAR_METHODS}, got {linear_method!r}"
+            )
+        if chunk_size is not None and int(chunk_size) < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        self.plan = Plan(model)
+        if not self.plan.modules:
+            raise ValueError("model has no parameter with requires_grad=True: the rows are empty")
+        self.model = model
+        self.blocks = validate_blocks(blocks)
+        self.linear_method = linear_method
+        self.product_dtype = product_dtype(model, gram_precision)
+        self._chunk = None if chunk_size is None else int(chunk_size)
+        self.strict = bool(strict)
+        dev = next(p for p in model.parameters() if p.requires_grad).device
+        if linear_method == "triton":
+            _gram_triton.require(dev)  # clear, early errors (no triton; CPU without interpreter)
+        self.anchor = torch.zeros((), device=dev, requires_grad=True)
+        self.n: int | None = None
+        self.acc: _Blocks | None = None
+        self.counts: dict[str, int] = defaultdict(int)
+        self.called: dict[str, int] = defaultdict(int)
+        self.errors: list[str] = []
+        self.failed = False
+        self.scratch = gm.Scratch()
+        self.tied_embeddings = {emb for emb, _ in self.plan.tied.values()}
+        self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
+        self.tied_rows: dict[str, torch.Tensor] = {}
+        self.tied_values: dict[str, list[torch.Tensor]] = {}
+        self.norm_closed_form_ok: dict[type, bool] = {}
+        self._open: dict[str, list[_Call]] = defaultdict(list)
+        self._handles: list[Any] = []
+        self._trl: tuple[Any, Any] | None = None
+        self._busy = False
+        self.roots: list[torch.Tensor] = []
+
+    # ----------------------------------------------------------------- context
+    def __enter__(self) -> GramCapture:
+        if self._handles:
+            raise RuntimeError("this GramCapture is already active")
+        for name, (mod, _, _) in self.plan.modules.items():
+            self._handles.append(mod.register_forward_pre_hook(
+                functools.partial(self._pre, name), with_kwargs=True))
+            self._handles.append(mod.register_forward_hook(
+                functools.partial(self._post, name), with_kwargs=True))
+        self._install_trl_intercept()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._open.clear()
+        if self._trl is not None:
+            utils, original = self._trl
+            utils._ChunkedLogProbFunction = original
+            self._trl = None
+
+    @property
+    def chunk(self) -> int:
+        """Entries of one temporary block (sized at first use, see ``gm.default_chunk_size``)."""
+        if self._chunk is None:
+            self._chunk = gm.default_chunk_size(self.anchor.device)
+        return self._chunk
+
+    # ----------------------------------------------------------------- results
+    def coverage(self) -> dict[str, int]:
+        """Contributions added per trainable module (exactly 1 each for a valid result)."""
+        return {name: self.counts.get(name, 0) for name in self.plan.modules}
+
+    def problems(self) -> list[str]:
+        """Recorded errors plus coverage problems (a module counted 0 or > 1 times)."""
+        if self.errors:  # later work was skipped: coverage would only echo the first failure
+            return list(self.errors)
+        out: list[str] = []
+        if self.n is None:
+            return ["no trainable module was called with gradients enabled inside the capture"]
+        for name, count in self.coverage().items():
+            mod, _, pnames = self.plan.modules[name]
+            what = f"module {name!r} ({type(mod).__name__}) with trainable parameters {pnames}"
+            if count == 0 and not self.called.get(name):
+                out.append(f"{what} was never called in the forward inside the capture (with "
+                           "gradients enabled): its parameters may be used outside its forward, "
+                           "which the exact Gram cannot attribute (use method='naive', or set "
+                           "requires_grad=False on them)")
+            elif count == 0:
+                out.append(f"{what} was called but added no contribution: its output never "
+                           "received a gradient in the backward (not on the loss's path, or its "
+                           "hook was removed); set requires_grad=False on parameters the loss "
+                           "does not use")
+            elif count > 1:
+                out.append(f"{what} was counted {count} times: it was called {count} times in "
+                           "one forward (weight reuse, or one capture around several forwards); "
+                           "the exact Gram needs each trainable module once per row")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        """True when :meth:`result` would succeed."""
+        return not self.problems()
+
+    def result(self) -> torch.Tensor | list[torch.Tensor]:
+        """float64 ``K`` ``[n, n]`` (``blocks=None``), else one ``[n_b, n_b]`` per block.
+
+        Raises:
+            GramCaptureError: with every problem of :meth:`problems`, or on a non-finite ``K``.
+        """
+        probs = self.problems()
+        if probs:
+            raise GramCaptureError("; ".join(probs))
+        assert self.acc is not None
+        Ks = [0.5 * (K + K.T) for K in self.acc.K]
+        if not all(bool(torch.isfinite(K).all()) for K in Ks):
+            raise GramCaptureError("the Gram matrix holds non-finite values: the model's "
+                                   "log-probabilities or gradients overflowed")
+        return Ks[0] if self.blocks is None else Ks
+
+    # ----------------------------------------------------------------- error handling
+    def fail(self, message: str) -> None:
+        """Record a problem; skip all later work (raise instead under ``strict``)."""
+        self.errors.append(message)
+        self.failed = True
+        if self.strict:
+            raise GramCaptureError(message)
+
+    def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn``; any exception becomes a recorded problem (re-raised under ``strict``)."""
+        try:
+            return fn()
+        except GramCaptureError as e:
+            if self.strict:
+                raise
+            self.fail(str(e))
+        except Exception as e:  # noqa: BLE001 - never stop the host's step (see module doc)
+            self.fail(f"{what}: {type(e).__name__}: {e}")
+        return None
+
+    # ----------------------------------------------------------------- forward side
+    def _rows(self, name: str, x: torch.Tensor) -> None:
+        """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call)."""
+        if self.n is None:
+            if x.dim() < 2:
+                raise GramCaptureError(f"module {name!r} got an input of shape "
+                                       f"{tuple(x.shape)}: the rows must be its first axis")
+            self.n = int(x.shape[0])
+            self.acc = _Blocks(self.n, self.blocks, self.anchor.device)
+        elif x.dim() < 2 or x.shape[0] != self.n:
+            mod = self.plan.modules[name][0]
+            raise GramCaptureError(
+                f"module {name!r} ({type(mod).__name__}) was called with an input of shape "
+                f"{tuple(x.shape)} whose first axis is not the n={self.n} rows; the capture "
+                "needs batch-first per-row inputs (one capture per forward + backward)")
+
+    def _pre(self, name: str, mod: nn.Module, args: tuple, kwargs: dict) -> Any:
+        """Forward pre-hook: open a call record; tap the floating input (see module doc)."""
+        if self._busy or self.failed or not torch.is_grad_enabled():
+            return None
+        kind = self.plan.modules[name][1]
+        call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
+        if call is None:
+            return None
+        self._open[name].append(call)
+        if kind == "embedding":
+            return None
+        # outside the guard: checkpointing's early stop may raise through here, as it must
+        tapped = _InputTap.apply(self.anchor, args[call.slot], call, self)
+        return (*args[: call.slot], tapped, *args[call.slot + 1:]), kwargs
+
+    def _open_call(self, name: str, kind: str, args: tuple, kwargs: dict) -> _Call:
+        mod = self.plan.modules[name][0]
+        if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            raise GramCaptureError(f"module {name!r} ({type(mod).__name__}) got tensor keyword "
+                                   "arguments: unsupported by the capture")
+        if kind == "embedding":
+            ids = args[0]
+            self._rows(name, ids)
+            if name in self.tied_embeddings:
+                self.tied_rows[name] = torch.unique(ids.reshape(-1), sorted=True)
+            return _Call(name, kind, held=ids.detach())
+        slots = [i for i, v in enumerate(args)
+                 if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        if not slots or (kind == "linear" and slots[0] != 0):
+            raise GramCaptureError(f"module {name!r} ({type(mod).__name__}) got no floating "
+                                   "tensor as its first positional input to attribute per row")
+        for i in slots:
+            self._rows(name, args[i])
+        if kind == "linear":
+            return _Call(name, kind, slot=0)
+        held = tuple(None if i == slots[0] else (v.detach() if isinstance(v, torch.Tensor) else v)
+                     for i, v in enumerate(args))
+        return _Call(name, kind, held=held, slot=slots[0])
+
+    def _post(self, name: str, mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
+        """Forward hook: hook the output's gradient (calls whose output needs none end here)."""
+        if self._busy or not torch.is_grad_enabled():
+            return None
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            self.called[name] += 1
+        stack = self._open.get(name)
+        if not stack:
+            return None
+        call = stack.pop()
+        if self.failed:
+            return None
+        if not isinstance(out, torch.Tensor):
+            self._guard(name, lambda: self.fail(
+                f"module {name!r} ({type(mod).__name__}) returned a {type(out).__name__}, not "
+                "one tensor: unsupported by the capture"))
+            return None
+        if out.requires_grad:
+            self._guard(name, lambda: self._rows(name, out))
+            out.register_hook(functools.partial(self._on_delta, call))
+            if call.kind == "embedding":
+                self.roots.append(out)
+        return None
+
+    def grad_inputs(self) -> list[torch.Tensor]:
+        """What a backward by ``torch.autograd.grad`` must ask for so that every hook runs:
+        the anchor of the input taps and the outputs of the embedding calls (whose gradient
+        autograd would otherwise skip, as nothing upstream of them needs one)."""
+        return [self.anchor, *self.roots]
+
+    def _on_delta(self, call: _Call, delta: torch.Tensor) -> None:
+        """Gradient hook on a module output: keep ``delta`` (embeddings: add the term now)."""
+        if self.failed:
+            return None
+        if call.kind == "embedding":
+            self.counts[call.name] += 1
+            self._contribute(call, call.held, delta)
+        else:
+            call.delta = delta
+        return None
+
+    def complete(self, call: _Call, x: torch.Tensor) -> None:
+        """Backward of the input tap: ``x`` and the stored ``delta`` give the call's term."""
+        delta, call.delta = call.delta, None
+        if delta is None:  # the gradient reached the input but the output's hook never ran
+            mod = self.plan.modules[call.name][0]
+            self._guard(call.name, lambda: self.fail(
+                f"module {call.name!r} ({type(mod).__name__}): the gradient reached its input "
+                "but its output's gradient hook never ran (hook removed?): its contribution "
+                "cannot be formed"))
+            return
+        self.counts[call.name] += 1
+        self._contribute(call, x, delta)
+
+    def _contribute(self, call: _Call, x: Any, delta: torch.Tensor) -> None:
+        mod, kind, names = self.plan.modules[call.name]
+        self._busy = True
+        try:
+            if kind == "linear":
+                fn = functools.partial(self.add_linear, call.name, names, x, delta)
+            elif kind == "embedding":
+                fn = functools.partial(self.add_embedding, call.name, mod, x, delta)
+            else:
+                args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
+                fn = functools.partial(self.add_leaf, mod, names, args, delta)
+            self._guard(f"module {call.name!r} ({type(mod).__name__})", fn)
+        finally:
+            self._busy = False
+
+    # ----------------------------------------------------------------- per-layer identities
+    def add_linear(
+        self, name: str, names: list[str], x: torch.Tensor, delta: torch.Tensor
+    ) -> None:
+        """``<dW_i, dW_j>`` for ``dW_i = delta_i^T a_i``; ``<db_i, db_j>`` for ``sum_t delta_i``.
+
+        A tied LM head also keeps its gradient rows ``H_i[U]`` at the batch's ids ``U`` for the
+        embedding's cross terms (:meth:`add_embedding`).
+        """
+        assert self.acc is not None
+        n = self.n
+        a = x.detach().reshape(n, -1, x.shape[-1])
+        g = delta.reshape(n, -1, delta.shape[-1])
+        emb = self.embedding_of_head.get(name)
+        if emb is not None and emb not in self.tied_rows:
+            raise GramCaptureError(f"tied embedding {emb!r} was not called before {name!r}")
+        tied: list[torch.Tensor] = []
+        for _, K, sel in self.acc.each():
+            if "weight" in names:
+                gm.linear_weight_gram(K, sel(a), sel(g), method=self.linear_method,
+                                      chunk_size=self.chunk, scratch=self.scratch,
+                                      product_dtype=self.product_dtype)
+                if emb is not None:
+                    tied.append(gm.linear_weight_rows(sel(a), sel(g).to(a.dtype),
+                                                      self.tied_rows[emb]))
+            if "bias" in names:
+                gm.bias_gram(K, sel(g))
+        if emb is not None:
+            self.tied_values[emb] = tied
+
+    def add_embedding(
+        self, name: str, mod: nn.Module, ids: torch.Tensor, delta: torch.Tensor
+    ) -> None:
+        """``<E_i, E_j> = sum_{t,t'} [id_it = id_jt'] (delta_it . delta_jt')`` (+ tied terms)."""
+        assert self.acc is not None
+        ids = ids.reshape(self.n, -1)
+        g = delta.reshape(self.n, ids.shape[1], -1)
+        tied = name in self.tied_rows
+        values = self.tied_values.pop(name, None)
+        if tied and values is None and self.plan_head_counted(name):
+            raise GramCaptureError(f"tied head of {name!r} gave no gradient rows before the "
+                                   "embedding's gradient arrived")
+        for b, K, sel in self.acc.each():
+            gm.embedding_rows_gram(
+                K, sel(ids), sel(g), chunk_size=self.chunk, padding_idx=mod.padding_idx,
+                tied_rows=self.tied_rows.get(name) if values is not None else None,
+                tied_values=None if values is None else values[b],
+            )
+
+    def plan_head_counted(self, emb: str) -> bool:
+        """Whether the head tied to embedding ``emb`` has already added its contribution."""
+        return any(self.counts.get(lin, 0) > 0 for e, lin in self.plan.tied.values() if e == emb)
+
+    def add_leaf(
+        self, mod: nn.Module, names: list[str], args: tuple, delta: torch.Tensor
+    ) -> None:
+        """Per-row gradients of a small leaf module: closed-form norms (from a re-run of the
+        module's ``forward`` on the saved input, checked once per class against the generic
+        path), else per-row VJPs (``gm.generic_per_sample_grads``)."""
+        assert self.acc is not None
+        n, cls = self.n, type(mod)
+        grads = None
+        if self.norm_closed_form_ok.get(cls, True):
+            with torch.enable_grad():
+                out = mod.forward(*args)
+            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                grads = gm.fast_leaf_grads(mod, names, args, delta, out.grad_fn, R=n)
+        if grads is not None and cls not in self.norm_closed_form_ok:
+            ref = gm.generic_per_sample_grads(mod, names, args, delta, R=n)
+            tol = 64 * torch.finfo(ref.dtype).eps * float(ref.abs().max())
+            ok = bool((grads.to(ref.dtype) - ref).abs().max() <= tol)
+            self.norm_closed_form_ok[cls] = ok
+            grads = grads if ok else ref
+        if grads is None:
+            grads = gm.generic_per_sample_grads(mod, names, args, delta, R=n)
+        for _, K, sel in self.acc.each():
+            gm.flat_gram(K, sel(grads), self.scratch, product_dtype=self.product_dtype)
+
+    # ----------------------------------------------------------------- LM head in tiles
+    def head_begin(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, h: torch.Tensor
+    ) -> _HeadState | None:
+        """Start the head's contribution for hidden states ``h`` ``[n, T, d]``; ``None`` when
+        neither the weight nor the bias is a trainable parameter of this model (or on failure)."""
+        if self.failed:
+            return None
+        return self._guard("LM head", lambda: self._head_state(weight, bias, h))
+
+    def _head_state(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, h: torch.Tensor
+    ) -> _HeadState | None:
+        owners = [m for m, _, n in self.plan.uses.get(id(weight), []) if n == "weight"]
+        lin = [m for m in owners if self.plan.modules[m][1] == "linear"]
+        has_b = bias is not None and id(bias) in self.plan.uses
+        if not lin and not has_b:
+            if owners:
+                raise GramCaptureError(f"the head weight belongs to {owners} but to no Linear")
+            return None
+        name = lin[0] if lin else self.plan.uses[id(bias)][0][0]
+        self._rows(name, h)
+        R, T, d = h.shape
+        V = weight.shape[0]
+        method = self.linear_method
+        if method == "auto":  # the whole head's shape, not one tile's
+            method = gm.choose_linear_method(R=R, T=T, d_in=d, d_out=V) or "per_sample"
+        st = _HeadState(name=name, h=h, weight=bool(lin), bias=has_b, method=method)
+        st.tied = self.embedding_of_head.get(name)
+        if st.tied is not None:
+            if st.tied not in self.tied_rows:
+                raise GramCaptureError(f"tied embedding {st.tied!r} was not called before the "
+                                       "head")
+            st.tied_rows = self.tied_rows[st.tied]
+            assert self.acc is not None
+            st.tied_values = [torch.zeros(sel(h).shape[0], st.tied_rows.numel(), d,
+                                          dtype=h.dtype, device=h.device)
+                              for _, _, sel in self.acc.each()]
+        return st
+
+    def head_tile(self, st: _HeadState | None, v0: int, v1: int, dy: torch.Tensor) -> None:
+        """Add one tile: ``dy`` ``[n, T, v1 - v0]`` = gradient of the raw projection there."""
+        if st is None or self.failed:
+            return
+        self._busy = True
+        try:
+            self._guard("LM head", lambda: self._head_tile(st, v0, v1, dy))
+        finally:
+            self._busy = False
+
+    def _head_tile(self, st: _HeadState, v0: int, v1: int, dy: torch.Tensor) -> None:
+        assert self.acc is not None
+        cols = None
+        if st.tied_rows is not None:
+            lo, hi = torch.searchsorted(st.tied_rows, torch.tensor([v0, v1],
+                                                                   device=st.tied_rows.device))
+            cols = (int(lo), int(hi))
+        for b, K, sel in self.acc.each():
+            hb, gb = sel(st.h), sel(dy)
+            if st.weight:
+                gm.linear_weight_gram(K, hb, gb, method=st.method, chunk_size=self.chunk,
+                                      scratch=self.scratch, product_dtype=self.product_dtype)
+            if st.bias:
+                gm.bias_gram(K, gb)
+            if cols is not None and cols[1] > cols[0]:
+                ids = st.tied_rows[cols[0]:cols[1]] - v0
+                st.tied_values[b][:, cols[0]:cols[1]] = gm.linear_weight_rows(hb, gb, ids)
+
+    def head_end(self, st: _HeadState | None) -> None:
+        """Finish the head: count it once; hand its tied rows to the embedding."""
+        if st is None or self.failed:
+            return
+        self.counts[st.name] += 1
+        if st.tied is not None:
+            self.tied_values[st.tied] = st.tied_values
+
+    # ----------------------------------------------------------------- TRL's fused head
+    def _install_trl_intercept(self) -> None:
+        """While active, route ``trl.trainer.utils._ChunkedLogProbFunction`` (the kernel of
+        TRL's ``add_fused_lm_head``) through :class:`_TrlFusedHead` (only if TRL is imported)."""
+        utils = sys.modules.get("trl.trainer.utils")
+        original = getattr(utils, "_ChunkedLogProbFunction", None)
+        if original is None:
+            return
+        if isinstance(original, _TrlFusedHead):
+            raise RuntimeError("another GramCapture is already active around TRL's fused head")
+        self._trl = (utils, original)
+        utils._ChunkedLogProbFunction = _TrlFusedHead(self, original)
+
+    def watch_fused_head(self, outputs: tuple, hidden: torch.Tensor, weight: torch.Tensor,
+                         bias: torch.Tensor | None, targets: torch.Tensor,
+                         transform: HeadTransform, mask: Any) -> None:
+        """After TRL's fused head ran: hook its backward node to add the head's contribution.
+
+        ``mask`` ``[n, T']`` (TRL's ``labels != -100``) places the ``N`` scored tokens in rows:
+        TRL scores either the masked tokens only (``N = mask.sum()``, its "compact" mode on
+        Triton devices) or every position (``N = n T'``, row-major).
+        """
+        logp = outputs[0]
+        if self.failed or self._busy or not isinstance(logp, torch.Tensor) or \
+                not logp.requires_grad or logp.grad_fn is None:
+            return
+        state = self._guard("TRL fused head", lambda: self._fused_rows(hidden, mask))
+        if state is None:
+            return
+        ent = outputs[1] if len(outputs) > 1 and isinstance(outputs[1], torch.Tensor) else None
+        saved = (hidden.detach(), weight, bias, targets, logp.detach(),
+                 None if ent is None else ent.detach(), transform, state)
+        logp.grad_fn.register_prehook(functools.partial(self._fused_backward, saved))
+
+    def _fused_rows(self, hidden: torch.Tensor, mask: Any) -> tuple:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
+            raise GramCaptureError("TRL fused head: cannot find its token mask [rows, T] (the "
+                                   "capture supports the add_fused_lm_head of TRL 1.16)")
+        N = hidden.shape[0]
+        if N == mask.numel():
+            rr, cc = None, None
+        elif N == int(mask.sum()):
+            rr, cc = mask.nonzero(as_tuple=True)
+        else:
+            raise GramCaptureError(f"TRL fused head: {N} scored tokens match neither the mask's "
+                                   f"{mask.numel()} positions nor its {int(mask.sum())} labels")
+        return (mask.shape, rr, cc)
+
+    def _fused_backward(self, saved: tuple, grad_outputs: tuple) -> None:
+        """Pre-hook of TRL's backward node: per tile ``dy`` from ``u = dL/dlogp`` (and the
+        entropy's gradient), scattered into rows ``[n, T', tile]`` for :meth:`head_tile`."""
+        if self.failed:
+            return None
+        hidden, weight, bias, targets, logp, ent, transform, (shape, rr, cc) = saved
+        g_lp = grad_outputs[0]
+        g_ent = grad_outputs[1] if len(grad_outputs) > 1 else None
+        if g_lp is None and g_ent is None:
+            return None
+        cd = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        h = hidden.to(cd)
+        wd = weight.detach()
+        bd = None if bias is None else bias.detach()
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            if rr is None:
+                return t.reshape(*shape, t.shape[-1])
+            out = t.new_zeros(*shape, t.shape[-1])
+            out[rr, cc] = t
+            return out
+
+        def run() -> None:
+            tgt = targets.long()
+            zt = transform.apply((h * wd[tgt].to(cd)).sum(-1) + (0 if bd is None else bd[tgt]))
+            log_z = zt.double() - logp.double()  # TRL's own normaliser: z_target - log p
+            st = self.head_begin(weight, bias, rows(h))
+            if st is None:
+                return
+            tiles = logit_grad_tiles(h, wd, bd, tgt, log_z, transform=transform,
+                                     tile=default_vocab_tile(h.shape[0], wd.shape[0]),
+                                     grad_logprobs=g_lp, grad_entropy=g_ent, entropy=ent)
+            for v0, v1, dy in tiles:
+                self.head_tile(st, v0, v1, rows(dy))
+            self.head_end(st)
+
+        self._guard("TRL fused head", run)
+        return None
+
+
+class _TrlFusedHead:
+    """Stand-in for ``trl.trainer.utils._ChunkedLogProbFunction`` while a capture is active.
+
+    ``apply`` calls TRL's own function unchanged (so the host's values and gradients are TRL's)
+    and hands its inputs and outputs to :meth:`GramCapture.watch_fused_head`. The token mask is
+    read from the caller, TRL's ``_fused_forward`` (its local ``mask``).
+    """
+
+    _ARGS = ("hidden", "weight", "bias", "targets", "temperature", "chunk_size",
+             "final_logit_softcapping", "logit_scale", "outputs")
+
+    def __init__(self, capture: GramCapture, original: Any) -> None:
+        self.capture = capture
+        self.original = original
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+    def apply(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.original.apply(*args, **kwargs)
+        caller = sys._getframe(1)
+        mask = caller.f_locals.get("mask") if caller.f_code.co_name == "_fused_forward" else None
+        bound = dict(zip(self._ARGS, args, strict=False)) | kwargs
+        transform = HeadTransform(
+            temperature=float(bound["temperature"]),
+            logit_scale=float(bound.get("logit_scale", 1.0)),
+            softcap=bound.get("final_logit_softcapping"),
+        )
+        self.capture.watch_fused_head(out, bound["hidden"], bound["weight"], bound["bias"],
+                                      bound["targets"], transform, mask)
+        return out

@@ -1,0 +1,251 @@
+"""The in-run Gram capture (:class:`real_model.gram_capture.GramCapture`) on tiny float64 models.
+
+Reference throughout: explicit per-row autograd of the SAME batched forward (``g_i`` =
+``autograd.grad(L_i, params)`` for each row's term ``L_i`` of the host's loss), ``K = G G^T`` in
+float64; or, for the plain per-token-weighted loss, the naive reference of
+:func:`real_model.gram.trajectory_gram`. Tolerance 1e-10 relative (measured ~1e-16).
+
+Tiers: equivalence (capture == per-row reference: plain backward, autograd.grad, blocks, tied and
+untied heads, HF gradient checkpointing reentrant and not); exact identities (host ``.grad``
+bit-identical with and without the capture); coverage (a module whose hook is removed, a module
+called twice, a parameter used outside its module); failure handling (errors recorded, not
+raised; ``strict`` raises).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("transformers")
+
+from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
+
+from real_model import _gram_modules as gm  # noqa: E402
+from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
+from real_model.gram_capture import (  # noqa: E402
+    GramCapture,
+    GramCaptureError,
+    active_dropout_modules,
+    validate_blocks,
+)
+
+RTOL = 1e-10
+
+
+def per_row_gram(model: nn.Module, terms) -> torch.Tensor:
+    """``G G^T`` (float64) of ``g_i = d terms()[i] / d theta`` from ONE batched forward."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    t = terms()
+    rows = []
+    for i in range(t.shape[0]):
+        gs = torch.autograd.grad(t[i], params, retain_graph=True, allow_unused=True)
+        rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double()
+                               for g, p in zip(gs, params, strict=True)]))
+    G = torch.stack(rows)
+    return G @ G.T
+
+
+def weighted_terms(model, ids, am, cm):
+    return lambda: (token_logprobs(model, ids, am) * cm).sum(dim=1)
+
+
+@pytest.fixture(scope="module")
+def tied():
+    return llama(tied=True, bias=True, kv_heads=2, pad=0)
+
+
+@pytest.fixture(scope="module")
+def untied():
+    return llama(tied=False, bias=False, kv_heads=4, seed=3)
+
+
+@pytest.mark.parametrize("which", ["tied", "untied"])
+def test_capture_around_loss_backward_equals_naive_reference(request, which):
+    model = request.getfixturevalue(which)
+    ids, am, cm = batch(R=4, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.zero_grad(set_to_none=True)
+    with GramCapture(model) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.ok and set(cap.coverage().values()) == {1}
+    assert cap.n == 4
+    assert rel_err(cap.result(), K_ref) <= RTOL
+    # the host's weight gradients were computed as usual
+    assert all(p.grad is not None for p in model.parameters())
+    model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "nemotron"])
+def test_capture_on_other_architectures_equals_per_row_reference(name):
+    model = {"qwen2": qwen2, "nemotron": nemotron}[name]()
+    ids, am, cm = batch(R=3, T=8, side="right")
+    u = torch.randn(cm.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    u = u * (cm != 0)  # any real token weights, e.g. a host's dL/dlogp (some negative)
+    K_ref = per_row_gram(model, weighted_terms(model, ids, am, u))
+    with GramCapture(model) as cap:
+        loss = (token_logprobs(model, ids, am) * u).sum()
+        torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
+    assert rel_err(cap.result(), K_ref) <= RTOL
+
+
+def test_blocks_are_the_diagonal_blocks_of_the_full_gram(untied):
+    ids, am, cm = batch(R=5, T=8)
+    K_ref = trajectory_gram(untied, ids, am, cm, method="naive")
+    blocks = [[0, 3], [1, 2, 4]]
+    with GramCapture(untied, blocks=blocks) as cap:
+        loss = (token_logprobs(untied, ids, am) * cm).sum()
+        torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
+    Ks = cap.result()
+    assert [K.shape for K in Ks] == [(2, 2), (3, 3)]
+    for b, K in zip(blocks, Ks, strict=True):
+        assert rel_err(K, K_ref[b][:, b]) <= RTOL
+
+
+@pytest.mark.parametrize("which", ["tied", "untied"])
+def test_host_grads_are_bit_identical_with_and_without_capture(request, which):
+    model = request.getfixturevalue(which)
+    ids, am, cm = batch(R=3, T=9, seed=2)
+    model.zero_grad(set_to_none=True)
+    (token_logprobs(model, ids, am) * cm).sum().backward()
+    plain = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    with GramCapture(model, blocks=[[0, 1], [2]]) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.ok
+    for g, p in zip(plain, model.parameters(), strict=True):
+        assert torch.equal(g, p.grad)
+    model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_gradient_checkpointing_counts_each_module_once(reentrant):
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0)
+    ids, am, cm = batch(R=4, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.zero_grad(set_to_none=True)
+    (token_logprobs(model, ids, am) * cm).sum().backward()
+    plain = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    model.train()  # HF checkpoints only in training mode (no dropout in this config)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with GramCapture(model) as cap:
+            (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert set(cap.coverage().values()) == {1}
+    assert rel_err(cap.result(), K_ref) <= RTOL
+    for g, p in zip(plain, model.parameters(), strict=True):
+        assert torch.equal(g, p.grad)
+
+
+def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
+    ids, am, cm = batch(R=3)
+    with GramCapture(untied) as cap:
+        with torch.no_grad():
+            token_logprobs(untied, ids, am)  # e.g. old/reference log-probs of the host
+        loss = (token_logprobs(untied, ids, am) * cm).sum()
+        torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
+    assert rel_err(cap.result(), trajectory_gram(untied, ids, am, cm, method="naive")) <= RTOL
+
+
+# ----------------------------------------------------------------------------- coverage
+@pytest.mark.parametrize("hooks", ["_forward_hooks", "_forward_pre_hooks"])
+def test_a_module_whose_hook_is_removed_is_reported_by_name(hooks):
+    model = llama(tied=False, seed=21)
+    ids, am, cm = batch(R=2)
+    target = model.model.layers[1].mlp.up_proj
+    with GramCapture(model) as cap:
+        getattr(target, hooks).clear()  # e.g. a framework resetting the module's hooks
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert not cap.ok
+    assert any("model.layers.1.mlp.up_proj" in p for p in cap.problems())
+    with pytest.raises(GramCaptureError, match=r"layers\.1\.mlp\.up_proj"):
+        cap.result()
+
+
+def test_a_module_called_twice_is_reported_as_counted_twice():
+    model = llama(tied=False, seed=14)
+    model.model.layers[1] = model.model.layers[0]  # the same block twice in one forward
+    ids, am, cm = batch(R=2)
+    with GramCapture(model) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.coverage()["model.layers.0.mlp.up_proj"] == 2
+    with pytest.raises(GramCaptureError, match=r"counted 2 times"):
+        cap.result()
+
+
+def test_a_parameter_outside_every_forward_is_reported():
+    model = llama(tied=False, seed=13)
+    model.unused_head = nn.Linear(16, 4).double()
+    ids, am, cm = batch(R=2)
+    with GramCapture(model) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert [p for p in cap.problems() if "'unused_head' (Linear)" in p and "never called" in p]
+
+
+def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied):
+    ids, am, cm = batch(R=3)
+    untied.zero_grad(set_to_none=True)
+    (token_logprobs(untied, ids, am) * cm).sum().backward()
+    plain = [p.grad.clone() for p in untied.parameters()]
+    untied.zero_grad(set_to_none=True)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(gm, "linear_weight_gram", broken)
+    with GramCapture(untied) as cap:
+        (token_logprobs(untied, ids, am) * cm).sum().backward()  # does not raise
+    assert any("injected failure" in e for e in cap.errors)
+    for g, p in zip(plain, untied.parameters(), strict=True):
+        assert torch.equal(g, p.grad)
+    with pytest.raises(GramCaptureError, match="injected failure"):
+        cap.result()
+    untied.zero_grad(set_to_none=True)
+    with GramCapture(untied, strict=True), pytest.raises(GramCaptureError, match="injected"):
+        (token_logprobs(untied, ids, am) * cm).sum().backward()
+    untied.zero_grad(set_to_none=True)
+
+
+def test_rows_of_another_batch_size_are_a_recorded_problem(untied):
+    ids, am, cm = batch(R=3)
+    with GramCapture(untied) as cap:
+        token_logprobs(untied, ids, am)
+        token_logprobs(untied, ids[:2], am[:2])  # a second forward over other rows
+    assert any("not the n=3 rows" in e for e in cap.errors)
+
+
+def test_bad_blocks_and_options_raise():
+    with pytest.raises(ValueError, match="repeats a row"):
+        validate_blocks([[0, 0]])
+    with pytest.raises(ValueError, match="at least one row"):
+        validate_blocks([[0], []])
+    with pytest.raises(ValueError, match=r"outside \[0, 3\)"):
+        validate_blocks([[0, 3]], 3)
+    model = llama(tied=False, seed=15)
+    with pytest.raises(ValueError, match="linear_method"):
+        GramCapture(model, linear_method="magic")
+    with pytest.raises(ValueError, match="requires_grad"):
+        GramCapture(model.requires_grad_(False))
+
+
+def test_active_dropout_modules_names_every_active_dropout():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.1)
+    model = LlamaForCausalLM(cfg)
+    model.model.layers[0].mlp.extra = nn.Dropout(0.2)
+    model.model.layers[1].mlp.off = nn.Dropout(0.0)
+    model.train()
+    names = active_dropout_modules(model)
+    assert "model.layers.0.mlp.extra (Dropout, p=0.2)" in names
+    assert "model.layers.1.self_attn (LlamaAttention, attention_dropout=0.1)" in names
+    assert not any("off" in n for n in names)
+    assert len(names) == 3
+    model.eval()
+    assert active_dropout_modules(model) == []

@@ -1,0 +1,107 @@
+"""The Gram capture around TRL 1.16's fused LM head (optional extra ``trl``).
+
+``add_fused_lm_head`` makes ``model(..., labels=..., fused_lm_head=True)`` compute per-token
+log-probs (and entropies) in vocabulary tiles through ``_ChunkedLogProbFunction``, never calling
+the ``lm_head`` module. Inside a capture that function is intercepted and the head's Gram
+contribution (weight, tied-embedding cross terms) is added tile by tile.
+
+Reference: explicit per-row autograd of the same batched fused forward. Tolerance, stated: TRL
+computes that head's statistics and gradient GEMMs in float32 even for a float64 model
+(``_addmm_fp32``, float32 logsumexp), so the host's own rows carry float32 rounding (~1e-7
+relative per entry) which the capture's float64 recomputation of the head does not share; ``K``
+agrees to 1e-6 (measured 1e-9 to 2e-8). Both token layouts are tested: every position (TRL on
+CPU) and the masked tokens only (TRL's "compact" mode on Triton devices, forced here).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("trl")
+
+import trl.trainer.utils as trl_utils  # noqa: E402
+from test_gram_capture import per_row_gram  # noqa: E402
+from test_real_gram import batch, llama, rel_err  # noqa: E402
+
+from real_model.gram_capture import GramCapture  # noqa: E402
+
+TRL_RTOL = 1e-6
+
+
+def fused(tied: bool, seed: int = 4):
+    model = llama(tied=tied, bias=False, kv_heads=2, seed=seed)
+    trl_utils.add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    return model
+
+
+def _inputs(R=4, T=9):
+    ids, am, _ = batch(R=R, T=T)
+    labels = ids.masked_fill(am == 0, -100)
+    labels[:, :3] = -100  # prompt
+    u = torch.randn(R, T - 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return ids, am, labels, u
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("compact", [False, True])
+@pytest.mark.parametrize("entropy_bonus", [0.0, 0.1])
+def test_capture_around_trl_fused_head_equals_per_row_reference(monkeypatch, tied, compact,
+                                                                entropy_bonus):
+    model = fused(tied)
+    ids, am, labels, u = _inputs()
+    if compact:
+        monkeypatch.setattr(trl_utils, "_use_triton", lambda device: True)
+
+    def terms():
+        out = model(input_ids=ids, attention_mask=am, labels=labels, fused_lm_head=True)
+        return (out.log_probs * u).sum(1) + entropy_bonus * out.entropy.sum(1)
+
+    K_ref = per_row_gram(model, terms)
+    model.zero_grad(set_to_none=True)
+    terms().sum().backward()
+    plain = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    with GramCapture(model) as cap:
+        terms().sum().backward()
+    assert set(cap.coverage().values()) == {1}  # lm_head counted once, though never called
+    assert rel_err(cap.result(), K_ref) <= TRL_RTOL
+    for g, p in zip(plain, model.parameters(), strict=True):
+        assert torch.equal(g, p.grad)
+    assert trl_utils._ChunkedLogProbFunction is not None
+    assert type(trl_utils._ChunkedLogProbFunction).__name__ != "_TrlFusedHead"  # restored
+
+
+def test_trl_head_contribution_matters():
+    """Removing the intercept (the head never counted) is reported, not silently wrong."""
+    model = fused(tied=False)
+    ids, am, labels, u = _inputs()
+    original = trl_utils._ChunkedLogProbFunction
+    with GramCapture(model) as cap:
+        trl_utils._ChunkedLogProbFunction = original  # undo the intercept
+        out = model(input_ids=ids, attention_mask=am, labels=labels, fused_lm_head=True)
+        (out.log_probs * u).sum().backward()
+    assert any("'lm_head'" in p and "never called" in p for p in cap.problems())
+
+
+def test_trl_fused_head_with_peft_adapters():
+    peft = pytest.importorskip("peft")
+    base = fused(tied=True, seed=8)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj", "up_proj"]))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.1)
+    ids, am, labels, u = _inputs(R=3)
+
+    def terms():
+        out = model(input_ids=ids, attention_mask=am, labels=labels, fused_lm_head=True)
+        return (out.log_probs * u).sum(1)
+
+    K_ref = per_row_gram(model, terms)
+    with GramCapture(model) as cap:
+        terms().sum().backward()
+    # the head is frozen: TRL's float32 head only shapes the adapters' delta, which the capture
+    # takes from the host's own backward, so here the rows agree to float64 rounding
+    assert rel_err(cap.result(), K_ref) <= 1e-10
