@@ -59,7 +59,6 @@ importing this module needs no verl. Docs: ``docs/verl.md``.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -76,6 +75,7 @@ from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics
 
 from .geometry_metrics import aggregate_groups, group_records
 from .gram import trajectory_gram
+from .gram_capture import GramCapture
 from .trl_geometry import TemperatureScaled
 
 __all__ = [
@@ -180,108 +180,54 @@ def tapped_log_probs(model_output: Mapping[str, Any], sink: list) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------------------
-# TEMPORARY development capture (replaced by the core's GramCapture once it is on main)
-class _DevRowCapture:
-    """Per-row gradients of every trainable leaf module, materialised (tiny models only).
+class PackedGramCapture(GramCapture):
+    """:class:`GramCapture` for verl's packed micro-batches (``use_remove_padding=True``).
 
-    Rows: the batch axis, or ``segments`` (cu_seqlens) of a packed ``[1, N]`` input. ``skip``:
-    a module name not to hook (tests of the coverage check).
+    verl packs a micro-batch's ``R`` rows into ONE sequence ``[1, N]`` (``cu_seqlens``
+    ``segments``; attention stays within a row). The core's capture takes batch-first rows; this
+    adapter-local subclass (until the core takes segments) declares the ``R`` rows and, before
+    each module's per-row identities, unpacks the module's input and output gradient from
+    ``[1, N, ...]`` to zero-padded ``[R, T_max, ...]``: padded positions carry zero input and
+    zero gradient, so they add nothing (exact).
     """
 
-    def __init__(self, model: torch.nn.Module, *, rows: int, segments: torch.Tensor | None):
-        self.model, self.R, self.segments = model, rows, segments
-        self.grads: dict[str, list[torch.Tensor]] = {}
-        self.errors: list[str] = []
-        self.handles: list[Any] = []
-        self.seen: set[str] = set()
-        self.owners: dict[str, list[str]] = {}
-        self.skip: str | None = None
+    def __init__(self, model: torch.nn.Module, *, segments: torch.Tensor, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        seg = segments.detach().cpu().long()
+        self.segments = seg
+        lengths = seg[1:] - seg[:-1]
+        self.R, self.T = int(lengths.numel()), int(lengths.max()) if lengths.numel() else 0
+        row = torch.repeat_interleave(torch.arange(self.R), lengths)
+        col = torch.arange(int(seg[-1])) - torch.repeat_interleave(seg[:-1], lengths)
+        self.flat_index = row * self.T + col  # packed position -> padded [R, T] position
 
-    def __enter__(self) -> _DevRowCapture:
-        for name, mod in self.model.named_modules():
-            own = [n for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
-            if own:
-                self.owners[name] = own
-                if name != self.skip:
-                    self.handles.append(
-                        mod.register_forward_hook(functools.partial(self._fwd, name)))
-        return self
+    def _rows(self, name: str, x: torch.Tensor) -> None:
+        if x.dim() >= 2 and x.shape[0] == 1 and x.shape[1] >= int(self.segments[-1]):
+            x = x.new_empty((self.R, 1))  # one packed sequence holding the R rows
+        super()._rows(name, x)
 
-    def __exit__(self, *exc: Any) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
+    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+        """``[1, N(+pad), ...]`` -> ``[R, T_max, ...]``, zeros where a row has no token."""
+        n = int(self.segments[-1])
+        flat = t[0, :n]
+        out = flat.new_zeros((self.R * self.T, *flat.shape[1:]))
+        out.index_copy_(0, self.flat_index.to(flat.device), flat)
+        return out.reshape(self.R, self.T, *flat.shape[1:])
 
-    def _rows_of_tokens(self, x: torch.Tensor, feat: int) -> torch.Tensor:
-        """Row of each token of ``x`` (``feat`` trailing features per token); -1: padding."""
-        if self.segments is None:
-            return torch.arange(x.shape[0]).repeat_interleave(x[0].numel() // feat)
-        pos = torch.arange(x.numel() // feat)
-        idx = torch.bucketize(pos, self.segments[1:].cpu(), right=True)
-        idx[pos >= int(self.segments[-1])] = -1
-        return idx
+    def _contribute(self, call: Any, x: Any, delta: torch.Tensor) -> None:
+        if call.kind not in ("linear", "embedding") and any(
+                isinstance(v, torch.Tensor) for v in call.held or ()):
+            self.fail(f"module {call.name!r}: extra tensor arguments in a packed micro-batch")
+            return
+        super()._contribute(call, self.unpack(x), self.unpack(delta))
 
-    def _fwd(self, name: str, mod: torch.nn.Module, args: tuple, out: Any) -> None:
-        try:
-            x = args[0].detach()
-            if isinstance(out, torch.Tensor) and out.requires_grad:
-                out.register_hook(functools.partial(self._bwd, name, mod, x))
-        except Exception as e:  # never into verl
-            self.errors.append(f"{name}: {e!r}")
 
-    def _bwd(self, name: str, mod: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> None:
-        try:
-            self.seen.add(name)
-            self._add(name, mod, x, g.detach())
-        except Exception as e:  # never into verl
-            self.errors.append(f"{name}: {e!r}")
-
-    def _add(self, name: str, mod: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> None:
-        emb = isinstance(mod, torch.nn.Embedding)
-        idx = self._rows_of_tokens(x, 1 if emb else x.shape[-1])
-        cls = type(mod).__name__
-        if emb:
-            ids, d = x.reshape(-1), g.reshape(-1, g.shape[-1])
-            for b in range(self.R):
-                m = idx == b
-                gb = torch.zeros(mod.num_embeddings, d.shape[1], dtype=d.dtype)
-                gb.index_add_(0, ids[m], d[m])
-                self._put(f"{name}.weight", b, gb)
-        elif isinstance(mod, torch.nn.Linear):
-            a, d = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-            for b in range(self.R):
-                m = idx == b
-                self._put(f"{name}.weight", b, d[m].T @ a[m])
-                if mod.bias is not None:
-                    self._put(f"{name}.bias", b, d[m].sum(0))
-        elif cls.endswith("RMSNorm"):
-            hs = x.float()
-            hs = hs * torch.rsqrt(hs.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon)
-            prod = (g * hs.to(x.dtype)).reshape(-1, g.shape[-1])
-            for b in range(self.R):
-                self._put(f"{name}.weight", b, prod[idx == b].sum(0))
-        else:
-            raise ValueError(f"module {name!r} ({cls}) not supported by the development capture")
-
-    def _put(self, key: str, b: int, v: torch.Tensor) -> None:
-        rows = self.grads.setdefault(key, [None] * self.R)  # type: ignore[list-item]
-        v = v.detach().double().reshape(-1)
-        rows[b] = v if rows[b] is None else rows[b] + v
-
-    def result(self) -> torch.Tensor:
-        missing = [n for n in self.owners if n not in self.seen]
-        if missing:
-            self.errors.append(
-                f"module(s) {missing} own trainable parameters but gave no per-row gradient")
-        return self.gram_ignoring_errors()
-
-    def gram_ignoring_errors(self) -> torch.Tensor:
-        K = torch.zeros(self.R, self.R, dtype=torch.float64)
-        for rows in self.grads.values():
-            G = torch.stack([r if r is not None else torch.zeros_like(next(
-                x for x in rows if x is not None)) for r in rows])
-            K += G @ G.T
-        return K
+def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
+             blocks: list[list[int]]) -> GramCapture:
+    """The core's capture for one verl micro-batch: batch-first, or packed (``segments``)."""
+    if segments is None:
+        return GramCapture(module, blocks=blocks)
+    return PackedGramCapture(module, blocks=blocks, segments=segments)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +271,7 @@ class VerlGeometry:
     def __init__(self, config: GeometryConfig, *, capture_factory: Callable | None = None) -> None:
         self.config = config
         self.step = 0
-        self.capture_factory = capture_factory or _dev_capture
+        self.capture_factory = capture_factory or _capture
         self.rows: dict[int, _Row] = {}
         self.micro: list[_MicroBatch] = []
         self.errors: list[str] = []
@@ -491,11 +437,10 @@ class VerlGeometry:
                                          "log-prob of a row: unexpected layout")
                     self.rows[k].u = u
                 cap = mb.capture
-                K = cap.result().detach().cpu().double() * (scale * scale)
-                if cap.errors:
-                    raise ValueError(f"micro-batch {mb.index}: " + "; ".join(cap.errors))
-                for uid, idx in mb.blocks.items():
-                    inrun[(uid, rank, mb.index)] = K[idx][:, idx].numpy()
+                if not cap.ok:
+                    raise ValueError(f"micro-batch {mb.index}: " + "; ".join(cap.problems()))
+                for uid, K in zip(mb.blocks, cap.result(), strict=True):
+                    inrun[(uid, rank, mb.index)] = (K.detach().cpu() * (scale * scale)).numpy()
             rows = [_row_meta(r, rank) for r in self.rows.values()]
             return {"rows": rows, "inrun": inrun, "entropy": self.entropy_in_loss}
         except Exception as e:
@@ -516,10 +461,8 @@ class VerlGeometry:
         grams: dict[tuple[str, str], np.ndarray] = {}
         errors: list[str] = []
         mine = plan.passes[rank]
-        model = engine.module
-        temperature = plan.temperature
-        if temperature != 1.0:
-            model = TemperatureScaled(model, temperature)
+        # full logits through the FSDP root's own forward (FSDP gathers the head's weight there)
+        model = TemperatureScaled(engine.module, plan.temperature)
         for i in range(plan.n_passes):
             chunk = mine[i] if i < len(mine) else None
             try:
@@ -805,10 +748,6 @@ def _json_default(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-def _dev_capture(module: torch.nn.Module, *, rows: int, segments: Any, blocks: Any) -> Any:
-    return _DevRowCapture(module, rows=rows, segments=segments)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -118,7 +118,10 @@ def test_padded_micro_batches_are_exact(tmp_path):
     _assert_exact(H.check_step(engine, path, data, loss_fn), "in_run")
 
 
-def test_geometry_leaves_verl_gradient_bit_identical(env):
+def test_geometry_leaves_verl_loss_bit_identical_and_gradient_to_float32_rounding(env):
+    """The loss and its per-token gradient are verl's own (the log-prob tap is an identity);
+    the core's input taps change the order in which float32 gradient terms are summed, so
+    ``.grad`` agrees to rounding (measured ~3e-7 relative), not bit for bit."""
     engine = _fresh(env, every=2)  # step 0 measured, step 1 not
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode="gspo")
     g_on, out_on = H.measured_step(engine, _data(env), loss_fn)
@@ -126,7 +129,7 @@ def test_geometry_leaves_verl_gradient_bit_identical(env):
     assert "geometry/failed" in out_on["metrics"] and "geometry/failed" not in out_off["metrics"]
     assert out_on["loss"] == out_off["loss"]
     for name in g_off:
-        assert torch.equal(g_on[name], g_off[name]), name
+        assert H.rel_err(g_on[name], g_off[name]) <= 1e-6, name
 
 
 def test_sum_of_gram_is_squared_gradient_norm_with_entropy_bonus(env):
@@ -231,29 +234,55 @@ def test_strict_raises_on_failure(env, monkeypatch):
         H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
 
 
-def test_a_skipped_layer_is_reported_and_would_fail_the_exactness_test(env):
-    """A capture that misses one module is reported by name (geometry skipped), and the Gram it
-    would give misses the reference by far more than the tolerance of the exactness tests."""
+SKIPPED = "model.layers.1.mlp.down_proj"
+
+
+def test_a_layer_left_out_of_the_capture_fails_the_exactness_check(env):
+    """The exactness tests above fail when one layer's contribution is missing: a capture whose
+    plan leaves ``down_proj`` of layer 1 out (its weight frozen while the capture is built, trained
+    by verl as usual) gives rows that still sum to verl's gradient but a Gram far off."""
     engine = _fresh(env)
-    skipped = "model.layers.1.mlp.down_proj"
     real = engine.geometry.capture_factory
-    made = []
 
-    def skipping(module, **kw):
-        cap = real(module, **kw)
-        cap.skip = skipped
-        made.append(cap)
-        return cap
+    def leaving_out(module, **kw):
+        p = dict(module.named_parameters())[f"{SKIPPED}.weight"]
+        p.requires_grad_(False)
+        try:
+            return real(module, **kw)
+        finally:
+            p.requires_grad_(True)
 
-    engine.geometry.capture_factory = skipping
-    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
-    grads, _ = H.measured_step(engine, _data(env), loss_fn)
+    engine.geometry.capture_factory = leaving_out
+    res = H.check_step(engine, env["path"], _data(env),
+                       vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    assert res["sum_err"] <= TOL
+    assert max(res["gram_err"].values()) > 100 * TOL
+
+
+def test_a_layer_whose_hook_is_removed_is_reported_and_the_step_goes_on(env):
+    engine = _fresh(env)
+    real = engine.geometry.capture_factory
+    target = dict(engine.module.named_modules())[SKIPPED]
+
+    class HooksReset:  # e.g. a framework resetting the module's hooks mid-step
+        def __init__(self, cap):
+            self.cap = cap
+
+        def __enter__(self):
+            self.cap.__enter__()
+            target._forward_hooks.clear()
+            return self
+
+        def __getattr__(self, name):
+            return getattr(self.cap, name)
+
+    engine.geometry.capture_factory = lambda module, **kw: HooksReset(real(module, **kw))
+    grads, out = H.measured_step(engine, _data(env),
+                                 vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
     rec = engine.geometry.last_record
-    assert rec["failed"] and skipped in " ".join(rec["failed"])
-    K_skipped = made[0].gram_ignoring_errors()
-    _fresh(env)
-    ok = H.check_step(engine, env["path"], _data(env), loss_fn)
-    assert H.rel_err(K_skipped[:4, :4], np.asarray(ok["grams"]["group0"])) > 100 * TOL
+    assert out["metrics"]["geometry/failed"] == [1.0]
+    assert SKIPPED in " ".join(rec["failed"])
+    assert all(torch.isfinite(g).all() for g in grads.values())
 
 
 def test_config_from_verl_mapping():
