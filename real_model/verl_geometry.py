@@ -62,6 +62,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -112,6 +113,8 @@ class GeometryConfig:
         second_pass_rows: at most this many rows per second-pass forward (whole groups; a larger
             group runs alone; default 16).
         store_grams: write each group's Gram matrices into the JSONL (default True).
+        linear_method, gram_precision: the core's per-Linear identity and product dtype
+            (:class:`real_model.gram_capture.GramCapture`; defaults ``"auto"``).
     """
 
     every: int = 1
@@ -122,6 +125,8 @@ class GeometryConfig:
     rtol: float = DEFAULT_RTOL
     second_pass_rows: int = 16
     store_grams: bool = True
+    linear_method: str = "auto"
+    gram_precision: str = "auto"
 
     def __post_init__(self) -> None:
         if int(self.every) < 1:
@@ -223,11 +228,11 @@ class PackedGramCapture(GramCapture):
 
 
 def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
-             blocks: list[list[int]]) -> GramCapture:
+             blocks: list[list[int]], **options: Any) -> GramCapture:
     """The core's capture for one verl micro-batch: batch-first, or packed (``segments``)."""
     if segments is None:
-        return GramCapture(module, blocks=blocks)
-    return PackedGramCapture(module, blocks=blocks, segments=segments)
+        return GramCapture(module, blocks=blocks, **options)
+    return PackedGramCapture(module, blocks=blocks, segments=segments, **options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,6 +277,8 @@ class VerlGeometry:
         self.config = config
         self.step = 0
         self.capture_factory = capture_factory or _capture
+        self.options = {"linear_method": config.linear_method,
+                        "gram_precision": config.gram_precision}
         self.rows: dict[int, _Row] = {}
         self.micro: list[_MicroBatch] = []
         self.errors: list[str] = []
@@ -362,7 +369,7 @@ class VerlGeometry:
         self.micro.append(mb)
         mb.capture = self.capture_factory(module, rows=len(keys),
                                           segments=offsets if packed else None,
-                                          blocks=list(blocks.values()))
+                                          blocks=list(blocks.values()), **self.options)
         mb.capture.__enter__()
 
     def close_micro_batch(self) -> None:
@@ -471,7 +478,7 @@ class VerlGeometry:
                         _dummy_pass(model)
                         continue
                     kind, groups = chunk
-                    grams.update(_pass(model, kind, groups, plan, inputs))
+                    grams.update(_pass(model, kind, groups, plan, inputs, self.options))
             except Exception as e:
                 errors.append(f"second pass {i}: {type(e).__name__}: {e}")
         return not errors, errors, grams
@@ -675,7 +682,8 @@ def _pass_row(r: _Row) -> dict[str, Any]:
 
 
 def _pass(model: torch.nn.Module, kind: str, uids: list[str], plan: _Plan,
-          inputs: dict[int, dict[str, Any]]) -> dict[tuple[str, str], np.ndarray]:
+          inputs: dict[int, dict[str, Any]], options: Mapping[str, Any]
+          ) -> dict[tuple[str, str], np.ndarray]:
     """One second pass over whole groups: ``trajectory_gram`` with the ``kind`` weights."""
     keys = [r["key"] for u in uids for r in plan.groups[u]]
     rows = [inputs[k] for k in keys]
@@ -689,7 +697,8 @@ def _pass(model: torch.nn.Module, kind: str, uids: list[str], plan: _Plan,
         L = x["ids"].numel()
         ids[i, :L], pos[i, :L], am[i, :L], w[i, :L] = x["ids"], x["pos"], 1, x[kind]
     dev = _model_device(model)
-    K = trajectory_gram(model, ids.to(dev), am.to(dev), w.to(dev), position_ids=pos.to(dev))
+    K = trajectory_gram(model, ids.to(dev), am.to(dev), w.to(dev), position_ids=pos.to(dev),
+                        **options)
     K = K.detach().cpu().double().numpy()
     out, start = {}, 0
     for u in uids:
@@ -840,15 +849,18 @@ def _make_engine_config_class() -> type:
     class GeometryFSDPEngineConfig(FSDPEngineConfig):
         """verl's ``FSDPEngineConfig`` plus a ``geometry`` block (:class:`GeometryConfig` keys).
 
-        Building it (Hydra ``_target_``) registers :class:`GeometryFSDPEngine` for this
-        platform (:func:`register_geometry_engine`)."""
+        Built by Hydra (``_target_``) on verl's driver and in its workers; in a worker process
+        (``RANK`` and ``WORLD_SIZE`` set, as verl's Ray workers have them) it also registers
+        :class:`GeometryFSDPEngine` for the worker's platform (:func:`register_geometry_engine`)
+        before the worker builds its engine. The driver registers nothing."""
 
         geometry: dict[str, Any] = _field(default_factory=dict)
 
         def __post_init__(self) -> None:
             super().__post_init__()
             GeometryConfig.from_mapping(self.geometry)  # validate early, on the driver too
-            register_geometry_engine()
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+                register_geometry_engine()
 
     return GeometryFSDPEngineConfig
 
@@ -865,6 +877,7 @@ def __getattr__(name: str) -> Any:
         if name not in _BUILT:
             _BUILT[name] = _LAZY[name]()
             _BUILT[name].__module__ = __name__
+            _BUILT[name].__qualname__ = name
         return _BUILT[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

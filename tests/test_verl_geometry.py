@@ -244,7 +244,7 @@ def test_a_layer_left_out_of_the_capture_fails_the_exactness_check(env):
     engine = _fresh(env)
     real = engine.geometry.capture_factory
 
-    def leaving_out(module, **kw):
+    def leaving_out(module, **kw):  # noqa: D401
         p = dict(module.named_parameters())[f"{SKIPPED}.weight"]
         p.requires_grad_(False)
         try:
@@ -283,6 +283,42 @@ def test_a_layer_whose_hook_is_removed_is_reported_and_the_step_goes_on(env):
     assert out["metrics"]["geometry/failed"] == [1.0]
     assert SKIPPED in " ".join(rec["failed"])
     assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_wiring_through_verl_trainer_config(env):
+    """verl's own Hydra config (``ppo_trainer.yaml``) with the documented overrides builds the
+    geometry engine config; verl's ``EngineRegistry`` then hands out the geometry engine."""
+    import os
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.config import CheckpointConfig
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.engine import EngineRegistry
+
+    overrides = [
+        "actor_rollout_ref.actor.fsdp_config._target_="
+        "real_model.verl_geometry.GeometryFSDPEngineConfig",
+        "+actor_rollout_ref.actor.fsdp_config.geometry={every:5,jsonl_path:/tmp/g.jsonl}",
+        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    ]
+    conf_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=conf_dir, version_base=None):
+        cfg = compose("ppo_trainer", overrides=overrides)
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # as verl's worker does
+    assert type(actor.engine).__name__ == "GeometryFSDPEngineConfig"
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is vg.GeometryFSDPEngine
+    engine = EngineRegistry.new(
+        model_type="language_model", backend="fsdp2", engine_config=actor.engine,
+        model_config=HFModelConfig(path=str(env["path"]), load_tokenizer=False),
+        optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
+    assert engine.geometry.config == vg.GeometryConfig(every=5, jsonl_path="/tmp/g.jsonl")
+    plain = vg.GeometryFSDPEngine(  # e.g. the reference model's engine: no geometry block
+        model_config=engine.model_config, engine_config=env["engine"].engine_config,
+        optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
+    assert plain.geometry is None
 
 
 def test_config_from_verl_mapping():
