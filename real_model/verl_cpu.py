@@ -45,6 +45,7 @@ __all__ = [
     "grpo_batch",
     "rank_slice",
     "full_grads",
+    "set_old_log_probs",
 ]
 
 CPU_PLATFORM_NAME = "cpu"
@@ -425,3 +426,15 @@ def full_grads(engine: Any) -> dict[str, Any]:
         g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
         out[name] = g.detach().double().clone()
     return out
+
+
+def set_old_log_probs(engine: Any, data: Any) -> None:
+    """``data["old_log_probs"]`` from verl's engine at its current weights (``infer_batch``, as
+    verl's ``compute_log_prob`` does before the actor update): the first update is on-policy."""
+    import torch
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    with engine.eval_mode(), torch.no_grad():
+        out = engine.infer_batch(data)
+    lp = no_padding_2_padding(out["model_output"]["log_probs"], data)
+    data["old_log_probs"] = (lp.float() * data["response_mask"]).detach()

@@ -85,3 +85,21 @@ def test_failure_on_one_rank_is_agreed_and_both_ranks_finish(runs):
         assert any("injected failure on rank 1" in r for r in s0["reasons"])
     # both ranks stepped the optimizer identically (same full weights)
     assert ranks[0]["failure"]["param_checksum"] == ranks[1]["failure"]["param_checksum"]
+
+
+def test_cpu_example_runs_in_two_processes(tmp_path):
+    """``examples/verl_geometry_cpu.py`` under ``torchrun``: one line per step, one JSON line per
+    measured step, every group measured in-run."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    out = tmp_path / "g.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_port", str(29300 + os.getpid() % 500), str(root / "examples" /
+           "verl_geometry_cpu.py"), "--steps", "2", "--jsonl", str(out),
+           "--model-dir", str(tmp_path / "tiny")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("step ")]
+    assert len(lines) == 2 and all("in_run_groups=4" in x for x in lines), proc.stdout
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1] and recs[0]["world_size"] == 2
