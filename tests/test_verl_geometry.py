@@ -78,6 +78,16 @@ def test_every_registered_policy_loss_is_exact(env):
         _assert_exact(res, "in_run")
 
 
+def test_norms_take_the_checked_closed_form(env):
+    """The adapter's capture re-runs norms on an input that requires grad, so the core's closed
+    form ``g_i = sum_t delta_it z_it`` applies (checked once per class against per-row vmap)."""
+    engine = _fresh(env)
+    H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    for mb in engine.geometry.micro:
+        verdicts = mb.capture.norm_closed_form_ok
+        assert verdicts and all(verdicts.values()), verdicts
+
+
 def test_kl_loss_is_in_the_rows(env):
     _fresh(env)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, use_kl_loss=True,
