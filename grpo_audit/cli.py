@@ -1,7 +1,8 @@
 """``grpo-audit``: the command-line entry point (``python -m grpo_audit`` does the same).
 
 Each package contributes its subcommands through a ``register(subparsers)`` function in its own
-``cli.py`` (``sims.cli``, ``paper_checks.cli``, ``real_model.cli``); those modules must stay cheap
+``cli.py`` (``sims.cli``, ``paper_checks.cli``, ``real_model.cli``, ``framework_checks.cli``);
+those modules must stay cheap
 to import (no numpy/torch/sympy/matplotlib at import time), so that ``grpo-audit --help`` is fast
 (``tests/test_app_layering.py`` guards the real entry point). ``grpo-audit tables KIND`` is this
 package's own command (:mod:`grpo_audit.tables_cli`): it renders the core's tables.
@@ -31,11 +32,12 @@ class _VersionAction(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every package's subcommands."""
+    from framework_checks import cli as frameworks_cli
     from paper_checks import cli as audit_cli
     from real_model import cli as real_cli
     from sims import cli as sims_cli
 
-    from . import frameworks, tables_cli
+    from . import tables_cli
 
     parser = argparse.ArgumentParser(
         prog="grpo-audit",
@@ -51,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sims_cli.register(sub)
     audit_cli.register(sub)
     real_cli.register(sub)
-    frameworks.register(sub)
+    frameworks_cli.register(sub)
     return parser
 
 

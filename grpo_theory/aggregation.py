@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._backend import to_float64
 from ._validate import check_lengths, real_option
 
 __all__ = [
@@ -228,8 +229,7 @@ def effective_weights(
     Returns:
         ``[P, R]`` float64 array; feed one row to :func:`grpo_theory.spectral_metrics`.
     """
-    a = advantages.detach().cpu().numpy() if hasattr(advantages, "detach") else advantages
-    A = np.asarray(a, dtype=np.float64)
+    A = to_float64(advantages)
     w = aggregation_weights(
         lengths, mode=mode, max_tokens=max_tokens, empty_completions=empty_completions
     )

@@ -139,7 +139,8 @@ EXACT_ESTIMATORS = RegistryView("exact")
 """Read-only live view ``name -> exact form`` of the registered estimators that declare one."""
 
 
-def _freeze(opts: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+def freeze_options(opts: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Estimator options as a hashable cache key (sorted; floats as exact numbers)."""
     out = []
     for key, v in sorted(opts.items()):
         if isinstance(v, np.generic):
@@ -207,7 +208,7 @@ def advantage_value_table(
         )
     if R < spec.min_group_size:
         raise ValueError(f"{estimator} needs R >= {spec.min_group_size}, got R={R}")
-    s, f = _table_cached(estimator, R, _freeze(opts))
+    s, f = _table_cached(estimator, R, freeze_options(opts))
     return list(s), list(f)
 
 

@@ -50,7 +50,7 @@ from ._validate import (
     is_exact_number,
     to_fraction,
 )
-from .bernoulli import _freeze, advantage_value_table, binom_pmf, group_outcomes
+from .bernoulli import advantage_value_table, binom_pmf, freeze_options, group_outcomes
 
 __all__ = [
     "chebyshev_bound",
@@ -434,7 +434,7 @@ def advantage_tail_event(
     e = _check_eps(eps)
     merged = {**(estimator_options or {}), **opts}
     advantage_value_table(estimator, R=R, **merged)  # validates estimator, options and R
-    return np.array(_tail_event_cached(estimator, R, _freeze(merged), e), dtype=bool)
+    return np.array(_tail_event_cached(estimator, R, freeze_options(merged), e), dtype=bool)
 
 
 @lru_cache(maxsize=1024)

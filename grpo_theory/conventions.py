@@ -8,7 +8,7 @@ Every row cites the released version and file it was read in (``source``): TRL 1
 (``trl/trainer/grpo_trainer.py``, ``rloo_trainer.py``, ``utils.py``, ``grpo_config.py``), verl
 0.9.1 (``verl/trainer/ppo/core_algos.py``, ``verl/utils/torch_functional.py``) and OpenRLHF 0.11.2
 (``openrlhf/trainer/ppo_utils/experience_maker.py``, ``openrlhf/models/loss.py``); the wheels carry
-no git commit. ``grpo-audit frameworks`` (``grpo_audit/frameworks_audit.py``) runs those files'
+no git commit. ``grpo-audit frameworks`` (the ``framework_checks`` package) runs those files'
 own functions against each row; ``docs/conventions.md`` has the table and the differences
 (constant float32 groups, overflow, NaN rewards, empty completions, policy losses at ratio 1).
 Older releases differ (e.g. TRL's ``scale_rewards`` was a bool; OpenRLHF once whitened ``rloo``
@@ -20,9 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .aggregation import POLICY_LOSSES
+
 __all__ = [
     "Convention",
     "CONVENTIONS",
+    "TrlLossType",
+    "TRL_LOSS_TYPES",
+    "TRL_LOSS_AGGREGATION",
     "conventions_markdown",
 ]
 
@@ -54,6 +59,89 @@ _SKIP = "sequences counted: non-empty only (empty_completions='skip')"
 
 def _agg(framework: str, setting: str, aggregation: str, source: str, **kw: Any) -> Convention:
     return Convention(framework, setting, None, {}, aggregation=aggregation, source=source, **kw)
+
+
+@dataclass(frozen=True)
+class TrlLossType:
+    """One value of TRL 1.16.0's ``GRPOConfig(loss_type=...)`` and how this library reads it
+    (``trl/trainer/grpo_trainer.py``, ``_compute_loss``; ``trl/trainer/grpo_config.py``).
+
+    Attributes:
+        loss_type: the ``GRPOConfig.loss_type`` value.
+        aggregation: the :mod:`grpo_theory.aggregation` mode of a loss whose per-token term is
+            PPO's clipped ratio (``None`` for the policy losses, whose mode at ratio 1 is that
+            of :data:`grpo_theory.aggregation.POLICY_LOSSES`).
+        policy_loss: the key of :data:`~grpo_theory.aggregation.POLICY_LOSSES` for a loss that
+            replaces the clipped ratio (``None`` otherwise).
+        policy_options: the options of :func:`~grpo_theory.aggregation.policy_loss_weights` at
+            TRL's defaults (CISPO: ``epsilon_high = epsilon = 0.2``).
+        normaliser_scope: what the loss's normaliser counts: ``"micro_batch"`` (the tokens or
+            sequences of the micro-batch the loss is computed on) or ``"generation_batch"``
+            (the active tokens of the whole generation batch, ``num_items_in_batch``).
+        config: the other ``GRPOConfig`` options the loss type needs (LUSPO: a sequence-level
+            importance ratio).
+        is_default: TRL's default ``loss_type``.
+        notes: what the row of :data:`CONVENTIONS` says beside it.
+    """
+
+    loss_type: str
+    aggregation: str | None
+    normaliser_scope: str
+    policy_loss: str | None = None
+    policy_options: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)
+    is_default: bool = False
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.aggregation is None) == (self.policy_loss is None):
+            raise ValueError(f"{self.loss_type}: give exactly one of aggregation, policy_loss")
+        if self.policy_loss is not None and self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(f"{self.loss_type}: unknown policy loss {self.policy_loss!r}")
+        if self.normaliser_scope not in ("micro_batch", "generation_batch"):
+            raise ValueError(f"{self.loss_type}: unknown scope {self.normaliser_scope!r}")
+
+    @property
+    def mode(self) -> str:
+        """The aggregation mode whose weights the loss has at ratio 1."""
+        return self.aggregation or POLICY_LOSSES[str(self.policy_loss)][0]
+
+    @property
+    def setting(self) -> str:
+        """The ``GRPOConfig(...)`` that selects it, as the conventions table and the framework
+        audit name it."""
+        extra = "".join(f', {k}="{v}"' for k, v in self.config.items())
+        return f'GRPOConfig(loss_type="{self.loss_type}"{extra})'
+
+
+TRL_LOSS_TYPES: dict[str, TrlLossType] = {
+    lt.loss_type: lt
+    for lt in (
+        TrlLossType("dapo", "token_mean", "generation_batch", is_default=True,
+                    notes="normalised by active tokens of the global batch"),
+        TrlLossType("bnpo", "token_mean", "micro_batch", notes="local batch"),
+        TrlLossType("grpo", "sequence_mean", "micro_batch"),
+        TrlLossType("dr_grpo", "dr_grpo", "micro_batch",
+                    notes="max_tokens = max_completion_length"),
+        TrlLossType("cispo", None, "generation_batch", policy_loss="cispo",
+                    policy_options={"epsilon_high": 0.2},
+                    notes="ratio capped at epsilon_high itself: weight x min(1, epsilon_high) "
+                    "(x 0.2 with the default epsilon_high = epsilon = 0.2)"),
+        TrlLossType("sapo", None, "micro_batch", policy_loss="sapo",
+                    notes="gate slope 1 at ratio 1"),
+        TrlLossType("luspo", None, "micro_batch", policy_loss="luspo",
+                    config={"importance_sampling_level": "sequence"}),
+        TrlLossType("vespo", None, "generation_batch", policy_loss="vespo",
+                    notes="phi(1) = 1, detached"),
+    )
+}
+"""TRL's loss types, the one table: the conventions rows, the framework audit, the in-training
+geometry (:data:`TRL_LOSS_AGGREGATION`) and the tests read it."""
+
+TRL_LOSS_AGGREGATION: dict[str, tuple[str, str]] = {
+    name: (lt.mode, lt.normaliser_scope) for name, lt in TRL_LOSS_TYPES.items()
+}
+"""``loss_type -> (aggregation mode at ratio 1, normaliser scope)``, from :data:`TRL_LOSS_TYPES`."""
 
 
 CONVENTIONS: tuple[Convention, ...] = (
@@ -115,39 +203,8 @@ CONVENTIONS: tuple[Convention, ...] = (
         source=_TRL_RLOO,
     ),
     _agg("TRL", "RLOOTrainer loss", "sequence_sum", _TRL_RLOO, notes="per-sequence ratio, mean"),
-    _agg(
-        "TRL",
-        'GRPOConfig(loss_type="dapo")',
-        "token_mean",
-        _TRL,
-        is_default=True,
-        notes="normalised by active tokens of the global batch",
-    ),
-    _agg("TRL", 'GRPOConfig(loss_type="bnpo")', "token_mean", _TRL, notes="local batch"),
-    _agg("TRL", 'GRPOConfig(loss_type="grpo")', "sequence_mean", _TRL),
-    _agg(
-        "TRL",
-        'GRPOConfig(loss_type="dr_grpo")',
-        "dr_grpo",
-        _TRL,
-        notes="max_tokens = max_completion_length",
-    ),
-    _agg(
-        "TRL",
-        'GRPOConfig(loss_type="cispo")',
-        "cispo",
-        _TRL,
-        notes="ratio capped at epsilon_high itself: weight x min(1, epsilon_high) "
-        "(x 0.2 with the default epsilon_high = epsilon = 0.2)",
-    ),
-    _agg("TRL", 'GRPOConfig(loss_type="sapo")', "sapo", _TRL, notes="gate slope 1 at ratio 1"),
-    _agg(
-        "TRL",
-        'GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")',
-        "luspo",
-        _TRL,
-    ),
-    _agg("TRL", 'GRPOConfig(loss_type="vespo")', "vespo", _TRL, notes="phi(1) = 1, detached"),
+    *(_agg("TRL", lt.setting, lt.policy_loss or lt.aggregation, _TRL, is_default=lt.is_default,
+           notes=lt.notes) for lt in TRL_LOSS_TYPES.values()),
     _agg(
         "TRL",
         'GRPOConfig(importance_sampling_level="sequence", loss_type="grpo")',

@@ -21,14 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_rewards, check_R, is_exact_number, is_torch, real_option
+from ._backend import to_float64
+from ._validate import as_rewards, check_R, is_exact_number, real_option
 from .bernoulli import advantage_value_table, binom_pmf, group_outcomes
 
 __all__ = ["gradient_mass", "expected_mass_bernoulli"]
-
-
-def _np(x: Any) -> np.ndarray:
-    return x.detach().cpu().double().numpy() if is_torch(x) else np.asarray(x, dtype=np.float64)
 
 
 def gradient_mass(
@@ -49,8 +46,8 @@ def gradient_mass(
     >>> m_s.tolist(), m_f.tolist()
     ([1.0], [1.0])
     """
-    r = _np(as_rewards(rewards))
-    a = _np(as_rewards(advantages, name="advantages"))
+    r = to_float64(as_rewards(rewards))
+    a = to_float64(as_rewards(advantages, name="advantages"))
     if a.shape != r.shape:
         raise ValueError(f"advantages shape {a.shape} does not match rewards shape {r.shape}")
     if success_threshold is None:

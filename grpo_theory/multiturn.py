@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._backend import pow2_scale, where
 from ._validate import as_rewards, check_group_size, is_torch
-from .advantages import _pow2_scale, _where
 
 __all__ = ["MULTITURN_MODES", "multiturn_advantages", "reward_to_go", "past_rewards"]
 
@@ -76,7 +76,7 @@ def _baseline(x: Any, kind: str) -> Any:
         total = x.sum(axis=1, keepdims=True)
         const = x.max(axis=1, keepdims=True) == x.min(axis=1, keepdims=True)
     b = total / Rn + 0 * x if kind == "group_mean" else (total - x) / (Rn - 1)
-    return _where(const, x, b)
+    return where(const, x, b)
 
 
 def multiturn_advantages(
@@ -112,7 +112,7 @@ def multiturn_advantages(
     # Scaled form: divide by a power of two k >= max|r| / 2 (exact), compute, multiply back, so
     # no intermediate sum overflows for finite rewards near the float limit; a result that is
     # itself beyond the float range is refused (never a silent inf).
-    k = _pow2_scale(r, None)
+    k = pow2_scale(r, None)
     u = r / k
     q = _flip(_cumsum(_flip(u, 2), 2), 2)  # reward-to-go
     g = q[:, :, :1]  # total return, [P, R, 1]

@@ -1,12 +1,15 @@
 """The one estimator registry: one :class:`EstimatorSpec` per advantage estimator.
 
-Every other list of estimators in the project derives from this registry:
-:data:`grpo_theory.ESTIMATORS` (name -> float form), :data:`grpo_theory.EXACT_ESTIMATORS`
-(name -> exact form), :data:`grpo_theory.LINEAR_ESTIMATORS` (name -> linear weights), the options
-the simulations check (:func:`check_options`, formerly ``sims.exact.ESTIMATOR_SPECS``) and the
+The registry holds the entries; :mod:`grpo_theory.advantages` registers every estimator of the
+library, in one place, when ``grpo_theory`` is imported (this module imports nothing of the
+library, so there is no import cycle). Every other list of estimators in the project derives
+from this registry: :data:`grpo_theory.ESTIMATORS` (name -> float form),
+:data:`grpo_theory.EXACT_ESTIMATORS` (name -> exact form), :data:`grpo_theory.LINEAR_ESTIMATORS`
+(name -> linear weights), the options the simulations check (:func:`check_options`) and the
 estimators the experiments loop over (:func:`estimator_names`, in registration order).
 
-Adding an estimator is one call (see ``docs`` in :class:`EstimatorSpec` for each field)::
+Adding an estimator of the library is one entry in :mod:`grpo_theory.advantages`; from outside,
+it is one call (see :class:`EstimatorSpec` for each field)::
 
     from grpo_theory.registry import EstimatorSpec, register_estimator
 
@@ -143,19 +146,12 @@ def register_estimator(spec: EstimatorSpec, *, replace: bool = False) -> Estimat
     return spec
 
 
-def _ensure_builtins() -> None:
-    # The built-in estimators register themselves when grpo_theory.advantages is imported.
-    if not _REGISTRY:
-        from . import advantages  # noqa: F401
-
-
 def estimator_spec(name: str) -> EstimatorSpec:
     """The :class:`EstimatorSpec` registered as ``name``; ``ValueError`` listing the names."""
     if not isinstance(name, str):
         raise TypeError(
             f"estimator name must be a string (a registry name), got {type(name).__name__} {name!r}"
         )
-    _ensure_builtins()
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
@@ -178,7 +174,6 @@ def estimator_names(
     """Registered names in registration order, optionally only those with(out) an exact form,
     linear weights or batch coupling (``exact=True``: exact form declared; ``linear=False``: not
     linear; ``batch_coupled=False``: a group's advantages depend on that group only; ...)."""
-    _ensure_builtins()
     return tuple(
         n
         for n, s in _REGISTRY.items()
@@ -218,7 +213,6 @@ class RegistryView(Mapping[str, Any]):
         self._where = where
 
     def _items(self) -> dict[str, Any]:
-        _ensure_builtins()
         out = {}
         for n, s in _REGISTRY.items():
             if self._where is not None and not self._where(s):

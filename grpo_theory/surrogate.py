@@ -24,7 +24,22 @@ import numpy as np
 from ._validate import real_option
 from .aggregation import aggregation_weights
 
-__all__ = ["clipped_surrogate"]
+__all__ = ["clipped_surrogate", "ppo_clip_objective"]
+
+
+def ppo_clip_objective(ratio: Any, advantage: Any, *, clip: float) -> np.ndarray:
+    """``f_c(x, y) = min(x y, clip(x, 1 - c, 1 + c) y)`` elementwise: PPO's clipped term
+    (Dr. GRPO arXiv 2503.20783 Eq. 2; GRPO-Clip of arXiv 2503.06639; ``clip = inf`` gives ``x y``).
+
+    >>> ppo_clip_objective(2.0, 0.5, clip=0.2).tolist()
+    0.6
+    """
+    x = np.asarray(ratio, dtype=np.float64)
+    y = np.asarray(advantage, dtype=np.float64)
+    c = float(clip)
+    if not c >= 0:
+        raise ValueError(f"clip must be >= 0, got {clip!r}")
+    return np.minimum(x * y, np.clip(x, 1.0 - c, 1.0 + c) * y)
 
 
 def clipped_surrogate(
@@ -75,5 +90,5 @@ def clipped_surrogate(
     kw = {"max_tokens": max_tokens} if mode == "dr_grpo" else {}
     w = aggregation_weights(m.sum(1)[None, :], mode=mode, **kw)[0]  # type: ignore[arg-type]
     rho = np.where(m == 1, rho, 1.0)
-    term = np.minimum(rho * A, np.clip(rho, 1.0 - eps, 1.0 + eps) * A) * m
+    term = ppo_clip_objective(rho, A, clip=eps) * m
     return float(w @ term.sum(1))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -107,6 +107,95 @@ def _sigma2(sigma2: float | None, p: float | None, kind: str) -> tuple[float, st
     return float(sigma2), f"sigma2={sigma2:g}"
 
 
+class _Cells(NamedTuple):
+    """The computed part of a :class:`BoundTable`."""
+
+    values: np.ndarray
+    title: str
+    event: str
+    params: dict[str, Any]
+    extra: dict[str, np.ndarray]
+
+
+def _check_grid(R_values: Sequence[int], eps_values: Sequence[float]
+                ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The rows (group sizes, integers in ``[1, 2^53]``) and columns (``eps > 0``), checked."""
+    Rs = tuple(check_R(r) for r in R_values)  # 2.5 is an error, never the row R = 2
+    big = [r for r in Rs if r > 2**53]
+    if big:
+        raise ValueError(
+            f"R values must be <= 2^53 (tables are computed in float64), got one of "
+            f"{len(str(big[0]))} digits"
+        )
+    es = tuple(float(e) for e in eps_values)
+    if not Rs or not es:
+        raise ValueError("R_values and eps_values must be non-empty")
+    if any(r < 1 for r in Rs):
+        raise ValueError(f"every R must be >= 1, got {Rs}")
+    if any(not e > 0 for e in es):
+        raise ValueError(f"every eps must be > 0, got {es}")
+    return Rs, es
+
+
+def _closed_form_cells(kind: str, Rs: tuple[int, ...], es: tuple[float, ...], *,
+                       sigma2: float | None, p: float | None, width: float) -> _Cells:
+    """Hoeffding, Chebyshev (Thm 4.1 (iv)) or Bernstein on the grid."""
+    Rg = np.array(Rs, dtype=float)[:, None]
+    Eg = np.array(es, dtype=float)[None, :]
+    if kind == "hoeffding":
+        vals = np.asarray(hoeffding_bound(R=Rg, eps=Eg, width=width))
+        title = (
+            f"Hoeffding bound on P(|v_hat_R - v| > eps), rewards in an interval of width {width:g}"
+        )
+        return _Cells(vals, title, "P(|v_hat_R - v| > eps)", {"width": width}, {})
+    s2, desc = _sigma2(sigma2, p, kind)
+    if kind == "chebyshev":
+        vals = np.asarray(chebyshev_bound(R=Rg, eps=Eg, sigma2=s2))
+        title = f"Chebyshev bound (Thm 4.1(iv)) on P(|A_i| > eps), {desc}"
+        return _Cells(vals, title, "P(|A_i| > eps)", {"sigma2": s2, "p": p}, {})
+    vals = np.asarray(bernstein_bound(R=Rg, eps=Eg, sigma2=s2, width=width))
+    title = f"Bernstein bound on P(|v_hat_R - v| > eps), {desc}, width {width:g}"
+    return _Cells(vals, title, "P(|v_hat_R - v| > eps)",
+                  {"sigma2": s2, "p": p, "width": width}, {})
+
+
+def _exact_baseline_cells(Rs: tuple[int, ...], es: tuple[float, ...], *, p: float | None
+                          ) -> _Cells:
+    """Exact Bernoulli tails of the baseline: at ``p``, or the sup over ``p`` (``p=None``)."""
+    vals = np.zeros((len(Rs), len(es)))
+    extra: dict[str, np.ndarray] = {}
+    if p is None:
+        arg = np.zeros_like(vals)
+        for i, R in enumerate(Rs):
+            for j, e in enumerate(es):
+                vals[i, j], arg[i, j] = sup_baseline_tail_bernoulli(R=R, eps=e)
+        extra["argmax_p"] = arg
+        title = "Exact sup over p of P(|v_hat_R - p| > eps), Bernoulli(p) rewards"
+    else:
+        for i, R in enumerate(Rs):
+            for j, e in enumerate(es):
+                vals[i, j] = exact_baseline_tail_bernoulli(R=R, eps=e, p=p)
+        title = f"Exact P(|v_hat_R - p| > eps), Bernoulli(p={p:g}) rewards"
+    return _Cells(vals, title, "P(|v_hat_R - v| > eps)", {"p": p}, extra)
+
+
+def _exact_advantage_cells(Rs: tuple[int, ...], es: tuple[float, ...], *, p: float | None,
+                           estimator: str, options: dict[str, Any]) -> _Cells:
+    """Exact Bernoulli tails ``P(|A_1| > eps)`` of ``estimator`` with ``options``."""
+    if p is None:
+        raise ValueError("exact-advantage-tail needs p")
+    vals = np.zeros((len(Rs), len(es)))
+    for i, R in enumerate(Rs):
+        for j, e in enumerate(es):
+            vals[i, j] = exact_advantage_tail_bernoulli(
+                R=R, eps=e, p=p, estimator=estimator, estimator_options=options
+            )
+    o = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+    est = f"{estimator} ({o})" if o else estimator
+    title = f"Exact P(|A_1| > eps), estimator {est}, Bernoulli(p={p:g})"
+    return _Cells(vals, title, "P(|A_1| > eps)", {"p": p, "estimator": estimator, **options}, {})
+
+
 def bound_table(
     kind: str,
     *,
@@ -142,69 +231,15 @@ def bound_table(
     """
     if kind not in TABLE_KINDS:
         raise ValueError(f"unknown table kind {kind!r}; choose one of {sorted(TABLE_KINDS)}")
-    Rs = tuple(check_R(r) for r in R_values)  # 2.5 is an error, never the row R = 2
-    big = [r for r in Rs if r > 2**53]
-    if big:
-        raise ValueError(
-            f"R values must be <= 2^53 (tables are computed in float64), got one of "
-            f"{len(str(big[0]))} digits"
-        )
-    es = tuple(float(e) for e in eps_values)
-    if not Rs or not es:
-        raise ValueError("R_values and eps_values must be non-empty")
-    if any(r < 1 for r in Rs):
-        raise ValueError(f"every R must be >= 1, got {Rs}")
-    if any(not e > 0 for e in es):
-        raise ValueError(f"every eps must be > 0, got {es}")
-    Rg = np.array(Rs, dtype=float)[:, None]
-    Eg = np.array(es, dtype=float)[None, :]
-    params: dict[str, Any] = {}
-    extra: dict[str, np.ndarray] = {}
-    if kind == "hoeffding":
-        vals = np.asarray(hoeffding_bound(R=Rg, eps=Eg, width=width))
-        title = (
-            f"Hoeffding bound on P(|v_hat_R - v| > eps), rewards in an interval of width {width:g}"
-        )
-        event, params = "P(|v_hat_R - v| > eps)", {"width": width}
-    elif kind == "chebyshev":
-        s2, desc = _sigma2(sigma2, p, kind)
-        vals = np.asarray(chebyshev_bound(R=Rg, eps=Eg, sigma2=s2))
-        title = f"Chebyshev bound (Thm 4.1(iv)) on P(|A_i| > eps), {desc}"
-        event, params = "P(|A_i| > eps)", {"sigma2": s2, "p": p}
-    elif kind == "bernstein":
-        s2, desc = _sigma2(sigma2, p, kind)
-        vals = np.asarray(bernstein_bound(R=Rg, eps=Eg, sigma2=s2, width=width))
-        title = f"Bernstein bound on P(|v_hat_R - v| > eps), {desc}, width {width:g}"
-        event, params = "P(|v_hat_R - v| > eps)", {"sigma2": s2, "p": p, "width": width}
+    Rs, es = _check_grid(R_values, eps_values)
+    if kind in ("hoeffding", "chebyshev", "bernstein"):
+        cells = _closed_form_cells(kind, Rs, es, sigma2=sigma2, p=p, width=width)
     elif kind == "exact-baseline-tail":
-        vals = np.zeros((len(Rs), len(es)))
-        if p is None:
-            arg = np.zeros_like(vals)
-            for i, R in enumerate(Rs):
-                for j, e in enumerate(es):
-                    vals[i, j], arg[i, j] = sup_baseline_tail_bernoulli(R=R, eps=e)
-            extra["argmax_p"] = arg
-            title = "Exact sup over p of P(|v_hat_R - p| > eps), Bernoulli(p) rewards"
-        else:
-            for i, R in enumerate(Rs):
-                for j, e in enumerate(es):
-                    vals[i, j] = exact_baseline_tail_bernoulli(R=R, eps=e, p=p)
-            title = f"Exact P(|v_hat_R - p| > eps), Bernoulli(p={p:g}) rewards"
-        event, params = "P(|v_hat_R - v| > eps)", {"p": p}
-    else:  # exact-advantage-tail
-        if p is None:
-            raise ValueError("exact-advantage-tail needs p")
-        opts = dict(estimator_options or {})
-        vals = np.zeros((len(Rs), len(es)))
-        for i, R in enumerate(Rs):
-            for j, e in enumerate(es):
-                vals[i, j] = exact_advantage_tail_bernoulli(
-                    R=R, eps=e, p=p, estimator=estimator, estimator_options=opts
-                )
-        o = ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
-        est = f"{estimator} ({o})" if o else estimator
-        title = f"Exact P(|A_1| > eps), estimator {est}, Bernoulli(p={p:g})"
-        event, params = "P(|A_1| > eps)", {"p": p, "estimator": estimator, **opts}
+        cells = _exact_baseline_cells(Rs, es, p=p)
+    else:
+        cells = _exact_advantage_cells(Rs, es, p=p, estimator=estimator,
+                                       options=dict(estimator_options or {}))
+    vals, title, event, params, extra = cells
     return BoundTable(
         kind=kind,
         title=title,

@@ -80,7 +80,7 @@ def default_chunk_size(device: torch.device) -> int:
 
     On CUDA: a quarter of the free memory (driver-free plus the allocator's cached, unused
     bytes) in float64 entries, clamped to ``[2^22, 2^28]`` (2^28 was the fastest setting measured
-    on an H100 at the Nemotron-Mini-4B shape; issue #9). Called during the backward, when the
+    on an H100 at the Nemotron-Mini-4B shape, commit 5032bb7). Called during the backward, when the
     activations of the forward still occupy memory.
     """
     if device.type != "cuda":
@@ -211,7 +211,7 @@ def linear_weight_gram_per_sample(
     (as autograd's own weight gradient does) and the Gram is accumulated in float64. On CUDA,
     each chunk of ``delta^T`` is first copied into a contiguous ``[R, c, T]`` block, so that every
     chunk's batched product has two contiguous row-major operands (a strided, transposed operand
-    made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape; issue #9).
+    made cuBLAS pick a slow legacy kernel at the Nemotron-Mini-4B shape on an H100).
     ``contiguous`` forces that layout on (``True``) or off (``False``); ``None``: on CUDA only.
     """
     R, T, d_in = a.shape

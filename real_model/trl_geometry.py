@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from grpo_theory.aggregation import aggregation_weights
+from grpo_theory.conventions import TRL_LOSS_AGGREGATION  # loss_type -> (mode, normaliser scope)
 from grpo_theory.spectral import DEFAULT_RTOL
 
 from .geometry_metrics import (
@@ -91,17 +92,6 @@ __all__ = [
     "TemperatureScaled",
 ]
 
-# loss_type -> (grpo_theory aggregation mode, scope of the normaliser)
-TRL_LOSS_AGGREGATION: dict[str, tuple[str, str]] = {
-    "grpo": ("sequence_mean", "micro_batch"),
-    "sapo": ("sequence_mean", "micro_batch"),
-    "bnpo": ("token_mean", "micro_batch"),
-    "dr_grpo": ("dr_grpo", "micro_batch"),
-    "dapo": ("token_mean", "generation_batch"),
-    "vespo": ("token_mean", "generation_batch"),
-    "cispo": ("token_mean", "generation_batch"),
-    "luspo": ("sequence_sum", "micro_batch"),
-}
 SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_AGGREGATION)
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Package layering and the cost of the real entry point.
 
 Layers, bottom to top: ``grpo_io``, ``paper_values`` (leaves) < ``grpo_theory`` < ``sims``,
-``real_model`` < ``paper_checks`` < ``grpo_audit``. A module may import only its own layer and
-those below (parsed from the source with :mod:`ast`, so lazy imports inside functions count too).
+``real_model`` < ``paper_checks``, ``framework_checks`` < ``grpo_audit``. A module may import
+only its own layer and those below (parsed from the source with :mod:`ast`, so lazy imports
+inside functions count too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ PACKAGES = (
     "sims",
     "real_model",
     "paper_checks",
+    "framework_checks",
     "grpo_audit",
 )
 OURS = set(PACKAGES)
@@ -32,10 +34,13 @@ OURS = set(PACKAGES)
 FORBIDDEN: dict[str, set[str]] = {
     "grpo_io": OURS - {"grpo_io"},
     "paper_values": OURS - {"paper_values"},  # data only
-    "grpo_theory": {"paper_values", "sims", "real_model", "paper_checks", "grpo_audit"},
-    "sims": {"real_model", "paper_checks", "grpo_audit"},
-    "real_model": {"paper_checks", "grpo_audit"},
-    "paper_checks": {"grpo_audit"},
+    "grpo_theory": {"paper_values", "sims", "real_model", "paper_checks", "framework_checks",
+                    "grpo_audit"},
+    "sims": {"real_model", "paper_checks", "framework_checks", "grpo_audit"},
+    "real_model": {"paper_checks", "framework_checks", "grpo_audit"},
+    "paper_checks": {"framework_checks", "grpo_audit"},
+    # the frameworks' own code against the theory: needs grpo_theory and grpo_io only
+    "framework_checks": {"paper_values", "sims", "real_model", "paper_checks", "grpo_audit"},
 }
 
 
@@ -99,7 +104,7 @@ def _best_of(cmd: list[str], n: int) -> float:
     return best
 
 
-#: Budget for ``grpo-audit --help`` through the real entry point (issue 8: < 0.5 s).
+#: Budget for ``grpo-audit --help`` through the real entry point (< 0.5 s: help answers at once).
 HELP_BUDGET_S = 0.5
 
 
@@ -160,3 +165,63 @@ def test_version_flag_prints_the_distribution_version() -> None:
         check=True,
     )
     assert res.stdout.strip() == f"grpo-audit {version('grpo-audit')}"
+
+
+#: Packages in which no module imports a private name (``_x``) of another module.
+NO_PRIVATE_IMPORTS = ("grpo_theory", "paper_checks", "framework_checks", "grpo_audit")
+
+
+def _private_names_imported(path: Path) -> list[str]:
+    """``from X import _y`` where ``_y`` is a private name of module ``X`` (a private submodule of
+    the importer's own package, ``from . import _helpers``, is the package's business)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    hits = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for a in node.names:
+            if not a.name.startswith("_") or a.name.startswith("__"):
+                continue
+            here = path.parent
+            if node.level == 1 and not node.module and ((here / f"{a.name}.py").is_file()
+                                                         or (here / a.name).is_dir()):
+                continue
+            hits.append(f"{path.relative_to(ROOT)}:{node.lineno} {a.name}")
+    return hits
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    bad = [hit for pkg in NO_PRIVATE_IMPORTS for f in sorted((ROOT / pkg).rglob("*.py"))
+           for hit in _private_names_imported(f)]
+    assert not bad, bad
+
+
+def _theory_imports(path: Path) -> set[str]:
+    """The ``grpo_theory`` modules one of its modules imports (anywhere in the file)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            out |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_theory."):
+            out.add(node.module.split(".")[1])
+    return out
+
+
+def test_grpo_theory_has_no_import_cycle() -> None:
+    mods = {f.stem: _theory_imports(f) for f in (ROOT / "grpo_theory").glob("*.py")
+            if f.stem != "__init__"}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        state[m] = 1
+        for n in sorted(mods.get(m, ())):
+            assert state.get(n) != 1, f"import cycle: {' -> '.join((*path, m, n))}"
+            if n not in state:
+                visit(n, (*path, m))
+        state[m] = 2
+
+    for m in sorted(mods):
+        if m not in state:
+            visit(m, ())
+    assert "registry" in mods and not mods["registry"], "the registry imports nothing of ours"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_audit import frameworks, frameworks_audit
+from framework_checks import battery as battery_module
+from framework_checks import cli as frameworks
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -46,7 +47,7 @@ def test_frameworks_command_names_a_missing_source() -> None:
 
 
 def test_battery_is_fixed_and_covers_the_issue_cases() -> None:
-    a, b = frameworks_audit.battery(), frameworks_audit.battery()
+    a, b = battery_module.battery(), battery_module.battery()
     assert [c.name for c in a] == [c.name for c in b]
     for x, y in zip(a, b, strict=True):
         assert ((x.rewards == y.rewards) | (x.rewards != x.rewards)).all()
@@ -70,7 +71,7 @@ def test_frameworks_cli_module_imports_no_numpy() -> None:
     import subprocess
     import sys
 
-    code = "import sys, grpo_audit.frameworks; print('numpy' in sys.modules)"
+    code = "import sys, framework_checks.cli; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

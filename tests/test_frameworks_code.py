@@ -1,4 +1,4 @@
-"""Equivalence against the frameworks' OWN code (grpo_audit.framework_code).
+"""Equivalence against the frameworks' OWN code (framework_checks).
 
 TRL runs from the installed package (the ``trl`` extra; skipped without it). verl 0.9.1 and
 OpenRLHF 0.11.2 run from their wheels' source files, with the heavy imports stubbed: set
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_audit.framework_code import load_framework
-from grpo_audit.frameworks_audit import audit_framework
+from framework_checks.audit import audit_framework
+from framework_checks.load import load_framework
 
 AGREE_FAMILIES = ("random normal", "random binary", "single success", "unequal lengths")
 
@@ -49,6 +49,15 @@ def test_every_mapped_setting_agrees_with_the_framework_on_ordinary_inputs(repor
         for res in row["results"]:
             if res["family"] in AGREE_FAMILIES or row["kind"] == "loss":
                 assert res["status"] == "agree", (report["framework"], row["setting"], res)
+
+
+def test_every_trl_loss_type_of_the_conventions_table_is_audited(report: dict) -> None:
+    from grpo_theory.conventions import TRL_LOSS_TYPES
+
+    if report["framework"] != "trl":
+        pytest.skip("the TRL loss-type table")
+    audited = {r["setting"] for r in report["rows"] if r["kind"] == "loss"}
+    assert {lt.setting for lt in TRL_LOSS_TYPES.values()} <= audited
 
 
 def test_every_loss_mode_reduces_to_our_weights_at_ratio_one(report: dict) -> None:
@@ -102,7 +111,7 @@ def test_float64_constant_group_is_not_zero_either(fw: str) -> None:
 
 
 def test_trl_nan_rewards_are_excluded_and_zeroed_like_nan_excluding_advantages() -> None:
-    from grpo_theory.framework_estimators import nan_excluding_advantages
+    from grpo_theory import nan_excluding_advantages
 
     fc = load_framework("trl", _source("trl"), dtype="float64")
     r = np.array([[1.0, np.nan, 0.0, 1.0], [np.nan, 2.0, np.nan, np.nan], [0.3, 0.1, 0.9, 0.4]])
@@ -118,7 +127,7 @@ def test_trl_nan_rewards_are_excluded_and_zeroed_like_nan_excluding_advantages()
 def test_verl_remax_and_optimal_token_baseline_match_ours() -> None:
     import torch
 
-    from grpo_theory.framework_estimators import (
+    from grpo_theory import (
         optimal_token_baseline_advantages,
         remax_advantages,
     )
@@ -153,7 +162,7 @@ def test_verl_remax_and_optimal_token_baseline_match_ours() -> None:
 def test_verl_groups_of_unequal_size_match_grouped_advantages() -> None:
     import torch
 
-    from grpo_theory.framework_estimators import grouped_advantages
+    from grpo_theory import grouped_advantages
 
     fc = load_framework("verl", _source("verl"), dtype="float64")
     fn = fc.extras["grpo_outcome"]
@@ -169,7 +178,7 @@ def test_verl_groups_of_unequal_size_match_grouped_advantages() -> None:
 def test_source_may_be_a_wheel_a_directory_or_one_file(tmp_path: Path) -> None:
     import zipfile
 
-    from grpo_audit.framework_code import FrameworkCodeError, find_source
+    from framework_checks.source import FrameworkCodeError, find_source
 
     whl = _wheel("verl")
     with zipfile.ZipFile(whl) as zf:

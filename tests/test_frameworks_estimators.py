@@ -1,4 +1,5 @@
-"""Framework estimators (grpo_theory.framework_estimators): hand-checked cases and properties."""
+"""The estimators the frameworks ship (grpo_theory.FRAMEWORK_ESTIMATORS, whiten, GDPO, OTB,
+ReMax, ragged groups): hand-checked cases and properties."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_theory import compute_advantages
-from grpo_theory.aggregation import aggregation_weights, policy_loss_weights
-from grpo_theory.framework_estimators import (
+from grpo_theory import (
     FRAMEWORK_ESTIMATORS,
+    compute_advantages,
     flash_reinforce_advantages,
     gdpo_advantages,
     gpg_advantages,
@@ -27,6 +27,7 @@ from grpo_theory.framework_estimators import (
     rloo_normalized_advantages,
     whiten,
 )
+from grpo_theory.aggregation import aggregation_weights, policy_loss_weights
 
 S = 1 / math.sqrt(2)
 

@@ -1,5 +1,6 @@
 """The audit as a test suite: one test per registered claim of arXiv 2606.29238, of the FADE
-abstract (arXiv 2607.01490) and of Dr. GRPO (arXiv 2503.20783).
+abstract (arXiv 2607.01490), of Dr. GRPO (arXiv 2503.20783) and of arXiv 2503.06639 v4 (GRPO's
+effective loss).
 
 ``pytest -k <claim id>`` audits one claim. Each test runs the claim's quick check and asserts the
 verdict that the computation gives (recorded below from the computation, not from the paper). A
@@ -111,6 +112,57 @@ EXPECTED_FADE = {
     "fade_schedules_from_training_statistics": "inconclusive",
 }
 
+#: arXiv 2503.06639 v4 (GRPO's effective loss, dynamics and success amplification), quick
+#: checks, seed 0.
+EXPECTED_EFFLOSS = {
+    "effloss_eq3_whitened_binary_advantage": "holds",
+    "effloss_sec2_1_calibrated_weights_monotone": "holds",
+    "effloss_sec2_2_clipped_objective_is_weighted_contrastive": "holds",
+    "effloss_sec2_2_clip_helper_identity_as_printed": "refuted",
+    "effloss_sec2_3_no_clip_is_pos_contrast": "holds-with-conditions",
+    "effloss_sec2_4_nonparametric_iteration": "holds",
+    "effloss_thm1_optimal_policy": "holds",
+    "effloss_thm2_pos_fixed_point_iteration": "holds",
+    "effloss_remark1_eps_needed": "holds-with-conditions",
+    "effloss_prop1_i_fixed_point_exists": "holds",
+    "effloss_prop1_ii_derivative_and_shape": "holds",
+    "effloss_prop1_iii_sigmoid_form": "holds",
+    "effloss_sec3_limit_is_fixed_point": "holds",
+    "effloss_sec3_fixed_points_not_unique": "holds",
+    "effloss_sec3_p_one_almost_always_fixed": "refuted",
+    "effloss_sec3_1_odds_form": "holds",
+    "effloss_thm3_amplification": "holds",
+    "effloss_abstract_pos_converges": "refuted",
+    "effloss_sec3_1_degenerate_references_absorbing": "holds",
+    "effloss_sec3_1_degenerate_fixed_point_stability": "refuted",
+    "effloss_thm4_mirror_policy_and_recurrence": "holds",
+    "effloss_thm5_mirror_monotone_to_one": "holds",
+    "effloss_sec5_mean_only_dynamics": "holds",
+    "effloss_sec5_variance_normalisation_is_adaptive_beta": "holds",
+    "effloss_sec6_takeaway_beta_eff_sigma": "holds-with-conditions",
+    "effloss_appa_gsm8k_amplification": "inconclusive",
+    "effloss_alg1_plugin_advantage_is_grpo_std": "holds",
+    "effloss_alg1_plugin_advantage_practised_bessel": "refuted",
+    "effloss_xpaper_mean_only_is_dr_grpo_with_group_factor": "holds",
+    "effloss_lemma1_derivative_at_fixed_point": "holds",
+    "effloss_appc2_beta_condition": "holds",
+    "effloss_thm6_local_convergence": "holds",
+    "effloss_table1_global_contraction": "holds",
+    "effloss_fig5_trajectories": "holds-with-conditions",
+    "effloss_appc2_staged_grpo": "holds",
+    "effloss_thm8_general_weights_anchor": "refuted",
+    "effloss_lemma2_geometric_mean": "holds",
+    "effloss_lemma3_pos_geometric_mean": "holds",
+    "effloss_appe_conditionals_as_printed": "refuted",
+    "effloss_thm9_two_kl_recurrence": "holds",
+    "effloss_appe_amplification_if_renyi_ordered": "holds",
+    "effloss_sec4_renyi_correction_encodes_mismatch": "holds-with-conditions",
+    "effloss_table1_two_kl_fixed_point": "holds",
+    "effloss_sec4_mixing_loses_monotonicity": "holds",
+    "effloss_thm10_parametric_bound": "holds-with-conditions",
+    "effloss_appf_sampled_groups_near_fixed_point": "holds-with-conditions",
+}
+
 
 #: Dr. GRPO (arXiv 2503.20783 v1), quick checks, seed 0.
 EXPECTED_DR_GRPO = {
@@ -149,8 +201,9 @@ def test_expected_table_covers_every_registered_claim():
     assert set(EXPECTED) == set(ordered_ids())
     assert set(EXPECTED_FADE) == set(ordered_ids("fade"))
     assert set(EXPECTED_DR_GRPO) == set(ordered_ids("dr-grpo"))
+    assert set(EXPECTED_EFFLOSS) == set(ordered_ids("grpo-effective-loss"))
     assert (set(EXPECTED.values()) | set(EXPECTED_FADE.values())
-            | set(EXPECTED_DR_GRPO.values())) <= set(VERDICTS)
+            | set(EXPECTED_DR_GRPO.values()) | set(EXPECTED_EFFLOSS.values())) <= set(VERDICTS)
 
 
 def _numbers(ev, path=""):
@@ -164,7 +217,7 @@ def _numbers(ev, path=""):
         yield path, ev
 
 
-ALL_EXPECTED = {**EXPECTED, **EXPECTED_FADE, **EXPECTED_DR_GRPO}
+ALL_EXPECTED = {**EXPECTED, **EXPECTED_FADE, **EXPECTED_DR_GRPO, **EXPECTED_EFFLOSS}
 
 
 @pytest.mark.parametrize("claim_id", list(ALL_EXPECTED), ids=list(ALL_EXPECTED))

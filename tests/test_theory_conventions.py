@@ -110,3 +110,33 @@ def test_docs_conventions_page_holds_the_generated_table() -> None:
 
     page = Path(__file__).resolve().parents[1] / "docs" / "conventions.md"
     assert conventions_markdown() in page.read_text(encoding="utf-8")
+
+
+def test_trl_loss_types_are_one_table_read_by_the_conventions_rows() -> None:
+    from grpo_theory.conventions import TRL_LOSS_AGGREGATION, TRL_LOSS_TYPES
+
+    assert [lt for lt, t in TRL_LOSS_TYPES.items() if t.is_default] == ["dapo"]
+    for name, lt in TRL_LOSS_TYPES.items():
+        row = _conv("TRL", lt.setting)
+        assert row.aggregation == (lt.policy_loss or lt.aggregation)
+        assert row.is_default == lt.is_default
+        assert TRL_LOSS_AGGREGATION[name] == (lt.mode, lt.normaliser_scope)
+        assert lt.mode in AGGREGATION_MODES
+    # hand-checked: the policy losses take the mode they reduce to at ratio 1
+    assert TRL_LOSS_AGGREGATION["cispo"] == ("token_mean", "generation_batch")
+    assert TRL_LOSS_AGGREGATION["luspo"] == ("sequence_sum", "micro_batch")
+    assert TRL_LOSS_TYPES["luspo"].setting == (
+        'GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")')
+
+
+def test_a_trl_loss_type_names_exactly_one_of_aggregation_and_policy_loss() -> None:
+    from grpo_theory.conventions import TrlLossType
+
+    with pytest.raises(ValueError, match="exactly one"):
+        TrlLossType("x", "token_mean", "micro_batch", policy_loss="cispo")
+    with pytest.raises(ValueError, match="exactly one"):
+        TrlLossType("x", None, "micro_batch")
+    with pytest.raises(ValueError, match="unknown policy loss"):
+        TrlLossType("x", None, "micro_batch", policy_loss="nope")
+    with pytest.raises(ValueError, match="unknown scope"):
+        TrlLossType("x", "token_mean", "everywhere")

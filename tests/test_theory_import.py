@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IMPORT_BUDGET_S = 0.15  # issue 8: import grpo_theory <= import numpy + 0.15 s
+IMPORT_BUDGET_S = 0.15  # the core stays cheap: import grpo_theory <= import numpy + 0.15 s
 HEAVY = ("sympy", "scipy", "torch", "matplotlib")
 
 

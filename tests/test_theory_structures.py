@@ -19,16 +19,16 @@ from grpo_theory import (
     past_rewards,
     reward_to_go,
 )
+from grpo_theory.conventions import TRL_LOSS_TYPES
 
-# (our mode, framework, framework mode)
+# (our mode, framework, framework mode): TRL's loss types with PPO's clipped ratio from the one
+# table (grpo_theory.conventions.TRL_LOSS_TYPES; the policy losses are checked against TRL's own
+# code in tests/test_frameworks_code.py), verl's loss_agg_mode values here
 LOSS_MAP = [
-    ("token_mean", "trl", "dapo"),
-    ("token_mean", "trl", "bnpo"),
+    *((lt.aggregation, "trl", name) for name, lt in TRL_LOSS_TYPES.items() if lt.aggregation),
     ("token_mean", "verl", "token-mean"),
-    ("sequence_mean", "trl", "grpo"),
     ("sequence_mean", "verl", "seq-mean-token-mean"),
     ("sequence_sum", "verl", "seq-mean-token-sum"),
-    ("dr_grpo", "trl", "dr_grpo"),
     ("dr_grpo", "verl", "seq-mean-token-sum-norm"),
     ("token_sum", "verl", "token-sum"),
 ]

@@ -12,6 +12,7 @@ moments). Statistical tier: sampled groups, ``|estimate - exact| <= 4 SE``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -181,6 +182,17 @@ def _stop_block(world: Any) -> slice:
     return slice(world.K, world.theta.size)
 
 
+def _plot_length_paths(paths: dict[str, np.ndarray], answer_means: np.ndarray, ax: Any) -> None:
+    """E[length | answer] along the exact expected steps, per loss and answer."""
+    for lab, per in paths.items():
+        for a in range(len(answer_means)):
+            ax.plot(per[:, a], "-" if answer_means[a] else ":",
+                    label=f"{lab}: answer {a} ({'correct' if answer_means[a] else 'wrong'})")
+    ax.set_xlabel("exact expected step (lr 2, G = 4)")
+    ax.set_ylabel("E[length | answer]")
+    ax.legend(fontsize=6)
+
+
 def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
                                   unbiased: Sequence[str] = ("dr_grpo",)) -> Outcome:
     """Exact expected-step paths of the per-answer mean lengths; the shared-stop control; the
@@ -247,21 +259,12 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
     ev.update(mc)
     computed = ev["max_abs_error_stop_gradient_vs_closed_form"] < 1e-7 and mc_ok
     ok = grows and flat and ev["shared_stop_control_max_abs_stop_gradient"] < TOL
-
-    def plot(ax: Any) -> None:
-        for lab, per in paths.items():
-            for a in range(m.K):
-                ax.plot(per[:, a], "-" if m.answer_means[a] else ":",
-                        label=f"{lab}: answer {a} ({'correct' if m.answer_means[a] else 'wrong'})")
-        ax.set_xlabel("exact expected step (lr 2, G = 4)")
-        ax.set_ylabel("E[length | answer]")
-        ax.legend(fontsize=6)
-
     return Outcome(
         verdict_from(ok, computed=computed), ev,
         correction=None if ok else "in the token MDP GRPO's expected steps do not lengthen "
         "incorrect and shorten correct responses (or the unbiased losses move lengths)",
-        short=None if ok else "no length drift of the stated sign in the token MDP", plot=plot,
+        short=None if ok else "no length drift of the stated sign in the token MDP",
+        plot=partial(_plot_length_paths, paths, m.answer_means),
         plot_title="Token MDP (stop depends on the answer): E[length | answer]")
 
 
@@ -336,6 +339,52 @@ def _diff_group(ctx: CheckContext) -> Outcome:
     return difficulty_per_group_outcome(ctx)
 
 
+def _question_mix_evidence(ctx: CheckContext, estimator: str, options: dict[str, Any],
+                           ev: dict[str, Any]) -> bool:
+    """The question mix: ``E[g]`` of ``estimator`` with a constant normaliser (difficulty only)
+    against ``sum_q c(p_q) grad p_q``, and a Monte Carlo projection (written into ``ev``);
+    True when the Monte Carlo agrees."""
+    from grpo_theory.question_weights import question_weight
+    from paper_checks._common import mc_evidence
+    from sims.length_dynamics import LossSpec, expected_update, true_gradient
+
+    q = question_mix(ctx)
+    spec = LossSpec(estimator, "dr_grpo", options)
+    g = expected_update(q, spec, G=8)
+    c_q = question_weight(estimator, G=8, p=q.success_rates(), **options)
+    pred = np.concatenate([c_q[i] / q.max_length * q.weights[i] * w.grad_J()
+                           for i, w in enumerate(q.worlds)])
+    ev["question_mix_solve_rates"] = q.success_rates().tolist()
+    ev["question_mix_weights_c_p"] = c_q.tolist()
+    ev["question_mix_max_abs_error_E_g_vs_sum_c_p_grad_p"] = float(np.max(np.abs(g - pred)))
+    ev["question_mix_relative_residual_E_g_off_grad_J"] = proportionality(
+        g, true_gradient(q))[1]
+    mc, mc_ok = mc_evidence([mc_projection_check(
+        q, spec, G=8, direction=g / np.linalg.norm(g), name="std-normalised G8 question mix",
+        n_groups=3000 if ctx.quick else 30_000, rng=ctx.rng(2525))], "mc_")
+    ev.update(mc)
+    return mc_ok
+
+
+def _plot_question_weight(estimator: str, options: dict[str, Any], ax: Any) -> None:
+    """The expected per-question weight relative to Dr. GRPO against p, for a few G."""
+    from grpo_theory.question_weights import (
+        group_mean_factor,
+        population_std_question_weight,
+        question_weight,
+    )
+
+    pp = np.linspace(0.01, 0.99, 197)
+    for G in (2, 4, 8, 16):
+        ax.plot(pp, question_weight(estimator, G=G, p=pp, **options) / group_mean_factor(G),
+                label=f"G = {G}")
+    ax.plot(pp, population_std_question_weight(pp), "k:", label="G -> inf")
+    ax.set_ylim(0, 8)
+    ax.set_xlabel("question success probability p")
+    ax.set_ylabel("weight relative to Dr. GRPO")
+    ax.legend(fontsize=7)
+
+
 def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
                               options: Sequence[Mapping[str, Any]] = ({"ddof": 1, "eps": 1e-8},
                                                                       {"ddof": 0, "eps": 0.0}),
@@ -348,8 +397,6 @@ def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
         population_std_question_weight,
         question_weight,
     )
-    from paper_checks._common import mc_evidence
-    from sims.length_dynamics import expected_update, true_gradient
 
     ps = np.linspace(0.005, 0.5, 100)
     ev: dict[str, Any] = {}
@@ -382,24 +429,7 @@ def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
                                    - float(question_weight(estimator, G=G, p=p,
                                                            **dict(options[0])))))
     ev["max_abs_error_weight_vs_exact_moments"] = route
-    # the question mix: E[g] of std-normalised GRPO with a constant normaliser (difficulty only)
-    from sims.length_dynamics import LossSpec
-
-    q = question_mix(ctx)
-    spec = LossSpec(estimator, "dr_grpo", dict(options[0]))
-    g = expected_update(q, spec, G=8)
-    c_q = question_weight(estimator, G=8, p=q.success_rates(), **dict(options[0]))
-    pred = np.concatenate([c_q[i] / q.max_length * q.weights[i] * w.grad_J()
-                           for i, w in enumerate(q.worlds)])
-    ev["question_mix_solve_rates"] = q.success_rates().tolist()
-    ev["question_mix_weights_c_p"] = c_q.tolist()
-    ev["question_mix_max_abs_error_E_g_vs_sum_c_p_grad_p"] = float(np.max(np.abs(g - pred)))
-    ev["question_mix_relative_residual_E_g_off_grad_J"] = proportionality(
-        g, true_gradient(q))[1]
-    mc, mc_ok = mc_evidence([mc_projection_check(
-        q, spec, G=8, direction=g / np.linalg.norm(g), name="std-normalised G8 question mix",
-        n_groups=3000 if ctx.quick else 30_000, rng=ctx.rng(2525))], "mc_")
-    ev.update(mc)
+    mc_ok = _question_mix_evidence(ctx, estimator, dict(options[0]), ev)
     computed = route < 1e-9 and ev["question_mix_max_abs_error_E_g_vs_sum_c_p_grad_p"] < TOL \
         and mc_ok
     all_u = set(u_shaped) == set(group_sizes)
@@ -414,17 +444,7 @@ def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
             f"the extra weight is bounded (near-0-or-1 over p = 1/2: {bound8:.3f} at G = 8, "
             f"{ev.get('ddof1_G16_max_over_min', float('nan')):.3f} at G = 16); it grows without "
             "bound only in the population limit 1/sqrt(p(1-p)). The paper gives no numbers.")
-
-    def plot(ax: Any) -> None:
-        pp = np.linspace(0.01, 0.99, 197)
-        for G in (2, 4, 8, 16):
-            ax.plot(pp, question_weight(estimator, G=G, p=pp, **dict(options[0]))
-                    / group_mean_factor(G), label=f"G = {G}")
-        ax.plot(pp, population_std_question_weight(pp), "k:", label="G -> inf")
-        ax.set_ylim(0, 8)
-        ax.set_xlabel("question success probability p")
-        ax.set_ylabel("weight relative to Dr. GRPO")
-        ax.legend(fontsize=7)
+    plot = partial(_plot_question_weight, estimator, dict(options[0]))
 
     return Outcome(verdict, ev,
                    conditions=cond if verdict == "holds-with-conditions" else None,

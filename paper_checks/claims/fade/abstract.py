@@ -452,13 +452,13 @@ def _shift(ctx: CheckContext) -> Outcome:
     location="FADE abstract (\"FADE schedules both automatically from training statistics\")",
     text="FADE (Focal Advantage with Dynamic Entropy) schedules both trade-offs automatically "
     "from training statistics (solve rate, entropy).",
-    check="The schedules reported by secondary sources (grpo_theory.advantages.fade_alpha_"
+    check="The schedules reported by secondary sources (grpo_theory.fade.fade_alpha_"
     "schedule, fade_delta_schedule; constants unconfirmed) evaluated at a few solve rates and "
     "entropies; no check of their effect is possible from the abstract.",
     variants=("fade",),
 )
 def _schedule(ctx: CheckContext) -> Outcome:
-    from grpo_theory.advantages import fade_alpha_schedule, fade_delta_schedule
+    from grpo_theory.fade import fade_alpha_schedule, fade_delta_schedule
 
     ev: dict[str, Any] = {}
     for p in (0.1, 0.3, 0.5, 0.8):

@@ -2,10 +2,10 @@
 
 Where a framework is importable (or its source is given with ``--source``: a wheel, a directory
 or one of its files) the command runs its own advantage and loss code in its training dtype on
-a fixed battery (:func:`grpo_audit.frameworks_audit.battery`) and prints a Markdown table of
+a fixed battery (:func:`framework_checks.battery.battery`) and prints a Markdown table of
 agreements and discrepancies (max abs diff, the smallest input that shows each), with the version
 it ran; ``--out DIR`` also writes ``frameworks.md`` and ``frameworks.json``. The audit itself is
-:mod:`grpo_audit.frameworks_audit`; this module stays cheap to import (no numpy at import time).
+:mod:`framework_checks.audit`; this module stays cheap to import (no numpy at import time).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``grpo-audit frameworks``."""
     from grpo_io import atomic_write_text, environment, write_json
 
-    from .framework_code import FRAMEWORKS, FrameworkCodeError
-    from .frameworks_audit import audit_framework, render_markdown
+    from .audit import audit_framework
+    from .report import render_markdown
+    from .source import FRAMEWORKS, FrameworkCodeError
 
     if args.source and not args.framework:
         raise ValueError("--source needs --framework (which framework the source belongs to)")
@@ -54,13 +55,14 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``frameworks`` to the ``grpo-audit`` command line."""
+    from .source import FRAMEWORKS  # stdlib only
     p = subparsers.add_parser(
         "frameworks",
         help="run TRL/verl/OpenRLHF's own advantage and loss code against grpo_theory",
         description="Run each framework's own advantage and loss code (its installed package, "
         "or --source) against grpo_theory on a fixed battery; print a table.",
     )
-    p.add_argument("--framework", choices=["trl", "verl", "openrlhf"], default=None)
+    p.add_argument("--framework", choices=list(FRAMEWORKS), default=None)
     p.add_argument(
         "--source",
         default=None,
