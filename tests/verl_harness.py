@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-# every policy loss / aggregation mode `grpo-audit frameworks --framework verl` knows
-AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
-             "seq-mean-token-sum-norm")
-AUDITED_POLICY_LOSSES = ("vanilla", "gspo", "sapo", "cispo")
+from framework_checks.verl import LOSSES as VERL_LOSSES
+
+# every policy loss / aggregation mode `grpo-audit frameworks --framework verl` knows (its one
+# list of verl's loss settings: framework_checks.verl.LOSSES)
+AGG_MODES = tuple(sorted({mode for mode, _ in VERL_LOSSES.values()}))
+AUDITED_POLICY_LOSSES = tuple(sorted({policy for _, policy in VERL_LOSSES.values()}))
 REWARDS = [[1, 0, 0, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 0]]  # 4 groups of 4, all mixed
 INTERLEAVED = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]  # every 2 rows: 2 groups
 
