@@ -400,39 +400,57 @@ class VerlGeometry:
     def finish(self, engine: Any, step: int, t_step: float) -> dict[str, list[float]]:
         """The per-step protocol after verl's backward, before its optimizer step.
 
-        Every rank runs the same collectives in the same order whatever happens locally:
-        (1) gather each rank's rows, in-run Grams and errors; (2) gather the rows that change
-        rank for the second passes; (3) run the same number of second passes on every rank;
-        (4) gather the passes' Grams; rank 0 builds the records and metrics and broadcasts them.
+        Every rank runs the same collectives in the same order whatever happens locally, and
+        every decision to go on is taken from gathered data (identical on all ranks):
+        (1) gather each rank's rows, in-run Grams and errors; (2) plan the second passes (the
+        same plan everywhere); (3) gather the rows that change rank, with each rank's errors;
+        (4) run the same number of second passes on every rank; (5) gather their Grams and
+        errors; rank 0 builds the records and metrics and broadcasts them.
         """
         t0 = time.perf_counter()
-        dist = torch.distributed
-        rank, world = dist.get_rank(), dist.get_world_size()
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         local = self._local_summary(1.0 / world, rank) if not self.errors else None
-        everyone = _all_gather({"ok": local is not None and not self.errors,
-                                "errors": self.errors, "summary": local})
-        reasons = [f"rank {r}: {e}" for r, x in enumerate(everyone) for e in x["errors"]]
+        everyone = _all_gather({"errors": self.errors, "summary": local})
+        reasons = _reasons(everyone)
         if reasons:
             return self._failed(step, reasons, t_step, t0)
-        plan = _Plan(everyone, world, score=self.config.scores(step),
-                     max_rows=int(self.config.second_pass_rows))
-        inputs = self._second_pass_inputs(plan, rank)
-        if plan.moved:
-            for part in _all_gather(self._rows_to_send(plan, rank)):
-                inputs.update(part)
-        ok, errors, grams = self._run_passes(engine, plan, rank, inputs)
-        results = _all_gather({"ok": ok, "errors": errors, "grams": grams})
+        try:  # the same inputs on every rank: the same outcome everywhere
+            plan = _Plan(everyone, world, score=self.config.scores(step),
+                         max_rows=int(self.config.second_pass_rows))
+        except Exception as e:
+            return self._failed(step, [f"planning: {type(e).__name__}: {e}"], t_step, t0)
+        inputs, reasons = self._exchange_rows(plan, rank)
+        if reasons:
+            return self._failed(step, reasons, t_step, t0)
+        errors, grams = self._run_passes(engine, plan, rank, inputs)
+        results = _all_gather({"errors": errors, "grams": grams})
         payload = None
         if rank == 0:
-            payload = self._build_payload(step, plan, everyone, results, t_step, t0)
+            payload = self._build_payload(step, plan, results, t_step, t0)
         payload = _broadcast(payload)
         if not payload["ok"]:
-            return self._failed(step, payload["reasons"], t_step, t0, write=False)
+            return self._failed(step, payload["reasons"], t_step, t0)
         self.last_record = payload["record"]
         return payload["metrics"]
 
-    def _failed(self, step: int, reasons: list[str], t_step: float, t0: float,
-                write: bool = True) -> dict[str, list[float]]:
+    def _exchange_rows(self, plan: _Plan, rank: int) -> tuple[dict[int, dict], list[str]]:
+        """Second-pass inputs of the rows this rank owns: its own, plus those other ranks hold
+        (one all-gather, always run: it also carries every rank's errors)."""
+        errors: list[str] = []
+        try:
+            own = {k: _pass_row(self.rows[k]) for k in plan.rows_needed_by(rank)
+                   if k in self.rows}
+            send = {k: _pass_row(self.rows[k]) for k in plan.moved.get(rank, ())}
+        except Exception as e:
+            own, send = {}, {}
+            errors.append(f"second-pass inputs: {type(e).__name__}: {e}")
+        parts = _all_gather({"errors": errors, "rows": send})
+        for part in parts:
+            own.update(part["rows"])
+        return own, _reasons(parts)
+
+    def _failed(self, step: int, reasons: list[str], t_step: float,
+                t0: float) -> dict[str, list[float]]:
         msg = f"geometry of optimizer step {step} skipped: " + "; ".join(reasons)
         if self.config.strict:
             raise RuntimeError(msg)
@@ -440,7 +458,7 @@ class VerlGeometry:
         rec = {"step": step, "failed": reasons, "seconds": {
             "step_with_hooks": t_step, "geometry": time.perf_counter() - t0}}
         self.last_record = rec
-        if write and torch.distributed.get_rank() == 0 and self.config.jsonl_path:
+        if torch.distributed.get_rank() == 0 and self.config.jsonl_path:
             _append_jsonl(self.config.jsonl_path, rec)
         return {"geometry/failed": [1.0]}
 
@@ -470,16 +488,8 @@ class VerlGeometry:
             self.errors.append(f"collecting the step: {type(e).__name__}: {e}")
             return None
 
-    def _second_pass_inputs(self, plan: _Plan, rank: int) -> dict[int, dict[str, Any]]:
-        """Rows this rank owns for second passes and holds itself."""
-        need = plan.rows_needed_by(rank)
-        return {k: _pass_row(self.rows[k]) for k in need if k in self.rows}
-
-    def _rows_to_send(self, plan: _Plan, rank: int) -> dict[int, dict[str, Any]]:
-        return {k: _pass_row(self.rows[k]) for k in plan.moved.get(rank, ())}
-
     def _run_passes(self, engine: Any, plan: _Plan, rank: int,
-                    inputs: dict[int, dict[str, Any]]) -> tuple[bool, list[str], dict]:
+                    inputs: dict[int, dict[str, Any]]) -> tuple[list[str], dict]:
         """This rank's second passes, padded with dummy passes to the most any rank runs."""
         grams: dict[tuple[str, str], np.ndarray] = {}
         errors: list[str] = []
@@ -497,11 +507,11 @@ class VerlGeometry:
                     grams.update(_pass(model, kind, groups, plan, inputs, self.options))
             except Exception as e:
                 errors.append(f"second pass {i}: {type(e).__name__}: {e}")
-        return not errors, errors, grams
+        return errors, grams
 
-    def _build_payload(self, step: int, plan: _Plan, everyone: list, results: list,
-                       t_step: float, t0: float) -> dict[str, Any]:
-        reasons = [f"rank {r}: {e}" for r, x in enumerate(results) for e in x["errors"]]
+    def _build_payload(self, step: int, plan: _Plan, results: list, t_step: float,
+                       t0: float) -> dict[str, Any]:
+        reasons = _reasons(results)
         if reasons:
             return {"ok": False, "reasons": reasons}
         try:
@@ -562,10 +572,11 @@ class _Plan:
     """Where each group is measured, decided identically on every rank from the gathered rows.
 
     ``path[uid]``: ``"in_run"`` (all rows in one micro-batch of one rank, Gram captured),
-    ``"second_pass"`` (rows spread: gathered to the owner, the rank with most of them, lowest
-    rank on ties) or ``"unsupported"`` (spread and an entropy bonus in the loss). ``passes[rank]``:
-    that rank's second passes ``(kind, [uids])``, kind ``"grad"`` (weights ``u``) or ``"score"``
-    (unit weights on response tokens), at most ``max_rows`` rows each (whole groups).
+    ``"second_pass"`` (rows spread: gathered to the owner, the rank with most of them, ties
+    broken round robin in group order) or ``"unsupported"`` (spread and an entropy bonus in the
+    loss). ``passes[rank]``: that rank's second passes ``(kind, [uids])``, kind ``"grad"``
+    (weights ``u``) or ``"score"`` (unit weights on response tokens), at most ``max_rows`` rows
+    each (whole groups).
     """
 
     def __init__(self, everyone: list[dict], world: int, *, score: bool, max_rows: int) -> None:
@@ -584,10 +595,11 @@ class _Plan:
         self.path: dict[str, str] = {}
         self.reason: dict[str, str] = {}
         self.owner: dict[str, int] = {}
-        for uid, rs in self.groups.items():
+        for g, (uid, rs) in enumerate(self.groups.items()):
             places = {(r["rank"], r["mb"]) for r in rs}
             counts = np.bincount([r["rank"] for r in rs], minlength=world)
-            self.owner[uid] = int(np.argmax(counts))
+            most = np.flatnonzero(counts == counts.max())
+            self.owner[uid] = int(most[g % most.size])  # ties: round robin in group order
             if len(places) == 1:
                 self.path[uid] = "in_run"
                 self.inrun[uid] = inrun[(uid, *places.pop())]
@@ -745,6 +757,11 @@ def _autocast(engine: Any) -> Any:
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=_model_device(engine.module).type, dtype=dtype)
+
+
+def _reasons(gathered: list[Mapping[str, Any]]) -> list[str]:
+    """Every rank's errors from an all-gather, as ``"rank r: error"``."""
+    return [f"rank {r}: {e}" for r, x in enumerate(gathered) for e in x["errors"]]
 
 
 def _all_gather(obj: Any) -> list[Any]:
