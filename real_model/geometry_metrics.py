@@ -6,8 +6,10 @@ rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is ``c_i
 :func:`group_records` gives every per-group metric (spectra of ``G = diag(w) Psi`` with
 ``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
 :func:`grpo_theory.mass.gradient_mass`; score geometry :func:`real_model.geometry.score_geometry`;
-``cos(S, F)``), and :func:`aggregate_groups` the per-step mean / sd / min / max / count over the
-mixed groups. No host framework is imported here.
+``cos(S, F)``), :func:`gradient_row_metrics` the same spectra from the Gram of a host's actual
+gradient rows ``K_ij = <g_i, g_j>`` (captured in-run, e.g. by the verl adapter), and
+:func:`aggregate_groups` the per-step mean / sd / min / max / count over the mixed groups. No host
+framework is imported here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "SCORE_KEYS",
     "cos_success_failure",
     "group_records",
+    "gradient_row_metrics",
     "metric_stats",
     "aggregate_groups",
 ]
@@ -123,6 +126,30 @@ def group_records(
         for key, val in m.items():
             rec[key] = _none_if_nan(val) if isinstance(val, float) else val
     return rec
+
+
+GRADIENT_KEYS = ("rank", "effective_rank", "entropy_effective_rank", "stable_rank",
+                 "top1_fraction")
+
+
+def gradient_row_metrics(K: Any, *, rtol: float = DEFAULT_RTOL) -> dict[str, Any]:
+    """Metrics of a group's gradient matrix ``G`` (rows ``g_i``) from its Gram ``K = G G^T``.
+
+    The spectral metrics of :func:`grpo_theory.spectral.spectral_metrics` with unit weights
+    (``G`` is the matrix of the actual rows) and ``grad_norm = ||sum_i g_i|| = sqrt(1^T K 1)``.
+
+    Values that are not finite (e.g. the effective rank of all-zero rows) are ``None``.
+
+    >>> m = gradient_row_metrics(np.eye(2))
+    >>> (m["rank"], m["effective_rank"], m["grad_norm"])
+    (2, 2.0, 1.4142135623730951)
+    """
+    k = np.asarray(K, dtype=np.float64)
+    m = spectral_metrics(k, np.ones(k.shape[0]), rtol=rtol).as_dict()
+    out = {key: _none_if_nan(m[key]) for key in GRADIENT_KEYS}
+    out["singular_values"] = m["singular_values"]
+    out["grad_norm"] = float(math.sqrt(max(float(k.sum()), 0.0)))
+    return out
 
 
 def metric_stats(vals: Sequence[float | None]) -> dict[str, Any]:

@@ -72,9 +72,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics
+from grpo_theory.spectral import DEFAULT_RTOL
 
-from .geometry_metrics import aggregate_groups, group_records
+from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
 from .gram import trajectory_gram
 from .gram_capture import GramCapture
 from .trl_geometry import TemperatureScaled
@@ -85,7 +85,6 @@ __all__ = [
     "GeometryFSDPEngine",  # noqa: F822 (built lazily by __getattr__: no verl import here)
     "GeometryFSDPEngineConfig",  # noqa: F822
     "register_geometry_engine",
-    "gradient_row_metrics",
     "metrics_for_verl",
 ]
 
@@ -93,8 +92,6 @@ log = logging.getLogger(__name__)
 
 ROW_KEY = "grpo_geometry_row"  # per-row int64 key added to verl's batch during a measured step
 ROW_SHIFT = 32  # row key = rank << ROW_SHIFT | local index
-GRADIENT_KEYS = ("rank", "effective_rank", "entropy_effective_rank", "stable_rank",
-                 "top1_fraction", "grad_norm")
 
 
 @dataclass(frozen=True)
@@ -793,24 +790,6 @@ def _json_default(x: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-def gradient_row_metrics(K: Any, *, rtol: float = DEFAULT_RTOL) -> dict[str, Any]:
-    """Metrics of a group's gradient matrix ``G`` (rows ``g_i``) from its Gram ``K = G G^T``.
-
-    The spectral metrics of :func:`grpo_theory.spectral.spectral_metrics` with unit weights
-    (``G`` is the matrix of the actual rows) and ``grad_norm = ||sum_i g_i|| = sqrt(1^T K 1)``.
-
-    >>> m = gradient_row_metrics(np.eye(2))
-    >>> (m["rank"], m["effective_rank"], m["grad_norm"])
-    (2, 2.0, 1.4142135623730951)
-    """
-    k = np.asarray(K, dtype=np.float64)
-    m = spectral_metrics(k, np.ones(k.shape[0]), rtol=rtol).as_dict()
-    out = {key: m[key] for key in GRADIENT_KEYS if key in m}
-    out["singular_values"] = m["singular_values"]
-    out["grad_norm"] = float(math.sqrt(max(float(k.sum()), 0.0)))
-    return out
-
-
 def metrics_for_verl(aggregate: Mapping[str, Any], layout: Mapping[str, int],
                      seconds: Mapping[str, float]) -> dict[str, list[float]]:
     """The step's aggregates as verl's engine metrics: ``{"geometry/<metric>/<stat>": [value]}``.
