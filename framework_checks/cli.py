@@ -18,7 +18,17 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``grpo-audit frameworks``."""
+    """Entry point of ``grpo-audit frameworks`` (``--out DIR`` is locked for the whole run)."""
+    if args.out:
+        from grpo_io import lock_out_dir, prepare_out_dir
+
+        prepare_out_dir(args.out)
+        with lock_out_dir(args.out, purpose="frameworks"):
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from grpo_io import atomic_write_text, environment, write_json
 
     from .audit import audit_framework
@@ -42,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "frameworks.md", text)
         env = environment(libraries=("numpy", "torch", *FRAMEWORKS))
         write_json(

@@ -13,6 +13,9 @@ without being imported).
   line.
 * :func:`prepare_out_dir` and :func:`write_out_file` (:mod:`grpo_io.paths`): every command's
   output path, checked before any work; a problem is one :class:`OutPathError` line naming it.
+* :func:`lock_out_dir` (:mod:`grpo_io.locks`): one writer per output folder, an advisory
+  ``flock`` on ``DIR/.lock`` held for the whole run; a second writer gets one
+  :class:`FolderInUseError` line naming the folder and the holder (pid, host, start, command).
 * :func:`environment`: Python, platform and library versions and the device, recorded with every
   run (the seed is the caller's to record).
 """
@@ -31,10 +34,13 @@ from .jsonio import (
     to_jsonable,
     write_json,
 )
+from .locks import LOCK_NAME, FolderInUseError, lock_holder, lock_out_dir, locks_out_dir
 from .paths import OutPathError, prepare_out_dir, write_out_file
 
 __all__ = [
+    "LOCK_NAME",
     "NONFINITE_POLICY",
+    "FolderInUseError",
     "OutPathError",
     "append_jsonl",
     "atomic_write_text",
@@ -42,6 +48,9 @@ __all__ = [
     "environment",
     "from_jsonable",
     "iter_jsonl",
+    "lock_holder",
+    "lock_out_dir",
+    "locks_out_dir",
     "package_version",
     "prepare_out_dir",
     "read_json",

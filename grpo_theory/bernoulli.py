@@ -28,6 +28,7 @@ import numpy as np
 
 from ._validate import check_p, check_R, is_exact_number, to_exact
 from .advantages import compute_advantages
+from .limits import ARRAY_R_MAX, EXACT_P_R_MAX, EXACT_R_MAX, check_R_limit
 from .registry import RegistryView, estimator_spec, validate_options
 
 if TYPE_CHECKING:  # sympy is imported only inside the functions that do exact work
@@ -122,18 +123,39 @@ def group_outcomes(*, R: int, p: Any) -> tuple[np.ndarray, list[Any] | np.ndarra
     """
     R = check_R(R)
     q = check_p(p)
+    exact = is_exact_number(q)
+    if exact:
+        check_R_limit(R, limit=EXACT_P_R_MAX, name="EXACT_P_R_MAX", routine="group_outcomes "
+                      "(the exact law of every exact-p moment, tail and mass)",
+                      cost="the exact law of all R + 1 counts in rationals",
+                      alternative="pass p as a float (floats to R = EXACT_R_MAX for the moments "
+                      "and tails, any R for exact_baseline_tail_bernoulli), or use the closed "
+                      "forms of grpo_theory.symbolic or the Hoeffding bound")
+    else:
+        check_R_limit(R, limit=ARRAY_R_MAX, name="ARRAY_R_MAX", routine="group_outcomes",
+                      cost="the law of all R + 1 counts", alternative="for the counts you need "
+                      "use binom_pmf(k, R, p) (its cost grows with len(k), not with R)")
     k = np.arange(R + 1)
-    if is_exact_number(q):
-        import sympy as sp
-
-        pmf = [sp.binomial(R, j) * q**j * (1 - q) ** (R - j) for j in range(R + 1)]
-        return k, pmf
+    if exact:
+        return k, _exact_pmf(R, q)
     return k, binom_pmf(k, R, q)
 
 
-#: Largest group size the exact enumeration accepts (``advantage_value_table`` and everything
-#: built on it); beyond it the functions raise and name the closed-form / Monte Carlo alternatives.
-EXACT_R_MAX = 10_000
+def _exact_pmf(R: int, q: Any) -> list[Any]:
+    """``[C(R, j) q^j (1-q)^(R-j)]`` in sympy; a rational ``q = a/b`` in integer arithmetic,
+    ``C(R, j) a^j (b-a)^(R-j) / b^R`` (about 30x faster than sympy powers at R = 500)."""
+    import sympy as sp
+
+    if not q.is_Rational:  # irrational or symbolic p
+        return [sp.binomial(R, j) * q**j * (1 - q) ** (R - j) for j in range(R + 1)]
+    a, b = int(q.p), int(q.q)
+    c, den = b - a, b**R
+    pa, pc = [1], [1]
+    for _ in range(R):
+        pa.append(pa[-1] * a)
+        pc.append(pc[-1] * c)
+    return [sp.Rational(math.comb(R, j) * pa[j] * pc[R - j], den) for j in range(R + 1)]
+
 
 EXACT_ESTIMATORS = RegistryView("exact")
 """Read-only live view ``name -> exact form`` of the registered estimators that declare one."""
@@ -239,6 +261,10 @@ def advantage_values(
     if exact:
         s, f = advantage_value_table(estimator, R=R, **opts)
         return s[k], f[k]
+    check_R_limit(R, limit=ARRAY_R_MAX, name="ARRAY_R_MAX", routine="advantage_values",
+                  cost="a reward row of R floats",
+                  alternative="the estimator's exact form, estimator_spec(estimator).exact(R, k, "
+                  "**opts), gives (a_S(k), a_F(k)) for any R in O(1)")
     row = np.array([[1.0] * k + [0.0] * (R - k)])
     a = np.asarray(compute_advantages(estimator, row, **opts))[0]
     return (float(a[0]) if k >= 1 else None), (float(a[-1]) if k <= R - 1 else None)

@@ -51,11 +51,13 @@ from ._validate import (
     to_fraction,
 )
 from .bernoulli import advantage_value_table, binom_pmf, freeze_options, group_outcomes
+from .limits import ARRAY_R_MAX, EXACT_P_R_MAX, SUP_R_MAX, check_R_limit
 
 __all__ = [
     "chebyshev_bound",
     "hoeffding_bound",
     "bernstein_bound",
+    "baseline_tail_counts",
     "baseline_tail_event",
     "exact_baseline_tail_bernoulli",
     "sup_baseline_tail_bernoulli",
@@ -98,7 +100,8 @@ def chebyshev_bound(*, R: Any, eps: Any, sigma2: Any) -> float | np.ndarray:
         sigma2: reward variance(s), ``>= 0``.
 
     Returns:
-        float or array (broadcast shape); not clipped at 1.
+        float or array (broadcast shape); not clipped at 1; a bound beyond the float range is
+        ``inf`` (vacuous), and ``0`` when ``R = 1`` or ``sigma2 = 0``.
 
     >>> chebyshev_bound(R=4, eps=0.5, sigma2=0.25)
     0.75
@@ -108,7 +111,10 @@ def chebyshev_bound(*, R: Any, eps: Any, sigma2: Any) -> float | np.ndarray:
     s = _arr(sigma2, "sigma2")
     if np.any(s < 0):
         raise ValueError(f"sigma2 must be >= 0, got {sigma2}")
-    return _out((r - 1) * s / (r * e**2))
+    # beyond the float range: inf (vacuous); the 0 * inf of R = 1 is masked by the where
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        v = np.where((r - 1) * s == 0, 0.0, ((r - 1) / r) * (s / e) / e)
+    return _out(v)
 
 
 def hoeffding_bound(*, R: Any, eps: Any, width: float = 1.0) -> float | np.ndarray:
@@ -131,7 +137,8 @@ def hoeffding_bound(*, R: Any, eps: Any, width: float = 1.0) -> float | np.ndarr
     r = _arr(R, "R", positive=True, integer=True)
     e = _arr(eps, "eps", positive=True)
     w = _arr(width, "width", positive=True)
-    return _out(2.0 * np.exp(-2.0 * r * e**2 / w**2))
+    with np.errstate(over="ignore", under="ignore"):  # exp(-inf) = 0, exactly the limit
+        return _out(2.0 * np.exp(-2.0 * r * (e / w) ** 2))
 
 
 def bernstein_bound(*, R: Any, eps: Any, sigma2: Any, width: float = 1.0) -> float | np.ndarray:
@@ -156,7 +163,10 @@ def bernstein_bound(*, R: Any, eps: Any, sigma2: Any, width: float = 1.0) -> flo
     w = _arr(width, "width", positive=True)
     if np.any(s < 0):
         raise ValueError(f"sigma2 must be >= 0, got {sigma2}")
-    return _out(2.0 * np.exp(-r * e**2 / (2.0 * s + 2.0 * w * e / 3.0)))
+    # r eps^2 / (2 sigma2 + 2 width eps / 3) written as r eps / (2 sigma2 / eps + 2 width / 3):
+    # no eps^2 to overflow or underflow; an exponent beyond the float range gives exp(-inf) = 0
+    with np.errstate(over="ignore", under="ignore"):
+        return _out(2.0 * np.exp(-r * (e / (2.0 * s / e + 2.0 * w / 3.0))))
 
 
 def _check_eps(eps: Any) -> Any:
@@ -179,12 +189,51 @@ def _check_eps(eps: Any) -> Any:
 _FLOAT_MARGIN = 1e-9
 
 
+def baseline_tail_counts(*, R: int, eps: Any, p: Any) -> tuple[int, int]:
+    """The event ``|k/R - p| > eps`` (strict) as two cut points, decided exactly, in ``O(1)``.
+
+    ``|k/R - p| > eps`` iff ``k < R (p - eps)`` or ``k > R (p + eps)``, i.e. ``k <= a`` or
+    ``k >= b`` with ``a = ceil(R (p - eps)) - 1`` and ``b = floor(R (p + eps)) + 1``, computed in
+    exact rationals (``p`` and ``eps`` read as in the module docstring: floats as their decimal
+    repr; irrational sympy numbers through sympy's exact ``ceiling``/``floor``). ``a = -1``: no
+    low count is in the event; ``b = R + 1``: no high count is.
+
+    Args:
+        R: group size, ``>= 1`` (any size: nothing of size R is built).
+        eps: threshold, ``>= 0``.
+        p: success probability in ``[0, 1]`` (number; not a symbol).
+
+    Returns:
+        ``(a, b)`` with ``-1 <= a < b <= R + 1``.
+
+    >>> baseline_tail_counts(R=2, eps=0.4, p=0.1)  # |1/2 - 1/10| = 2/5 is not > 2/5
+    (-1, 2)
+    >>> baseline_tail_counts(R=10**9, eps=0.1, p=0.5)
+    (399999999, 600000001)
+    """
+    R = check_R(R)
+    e = _check_eps(eps)
+    q = check_p(p)
+    try:
+        qf, ef = to_fraction(q, name="p"), to_fraction(e, name="eps")
+        a, b = math.ceil(R * (qf - ef)) - 1, math.floor(R * (qf + ef)) + 1
+    except TypeError:  # irrational sympy p or eps
+        import sympy as sp
+
+        qs, es = sp.sympify(q), sp.sympify(e)
+        if not (qs.is_number and es.is_number):
+            raise TypeError(f"p and eps must be numbers, got p={p!r}, eps={eps!r}") from None
+        a, b = int(sp.ceiling(R * (qs - es))) - 1, int(sp.floor(R * (qs + es))) + 1
+    return max(a, -1), min(b, R + 1)
+
+
 def baseline_tail_event(*, R: int, eps: Any, p: Any) -> np.ndarray:
     """The counts in the event ``|k/R - p| > eps`` (strict), decided exactly: bool ``[R + 1]``.
 
-    ``p`` and ``eps`` are read as exact rationals (floats as their decimal repr, see the module
-    docstring); irrational sympy numbers are compared by sympy. A float computation decides every
-    ``k`` whose margin exceeds ``1e-9``, exact arithmetic the rest (so the answer is exact).
+    ``mask[k] = k <= a or k >= b`` with the exact cut points of :func:`baseline_tail_counts`
+    (``p`` and ``eps`` read as exact rationals, floats as their decimal repr; see the module
+    docstring). ``R`` is capped at :data:`~grpo_theory.limits.ARRAY_R_MAX` (the mask has ``R + 1``
+    entries); :func:`baseline_tail_counts` describes the same event for any ``R``.
 
     Args:
         R: group size, ``>= 1``.
@@ -198,33 +247,23 @@ def baseline_tail_event(*, R: int, eps: Any, p: Any) -> np.ndarray:
     [False, False, True]
     """
     R = check_R(R)
-    e = _check_eps(eps)
-    q = check_p(p)
-    ks = range(R + 1)
-    if isinstance(e, Fraction) and not is_exact_number(q):
-        d = np.abs(np.arange(R + 1) / R - q) - float(e)
-        mask = d > 0
-        qf = to_fraction(q, name="p")
-        for k in np.flatnonzero(np.abs(d) <= _FLOAT_MARGIN):
-            mask[k] = abs(Fraction(int(k), R) - qf) > e
-        return mask
-    try:
-        qf, ef = to_fraction(q, name="p"), to_fraction(e, name="eps")
-        return np.array([abs(Fraction(k, R) - qf) > ef for k in ks], dtype=bool)
-    except TypeError:  # irrational sympy p or eps
-        import sympy as sp
-
-        qs, es = sp.sympify(q), sp.sympify(e)
-        if not (qs.is_number and es.is_number):
-            raise TypeError(f"p and eps must be numbers, got p={p!r}, eps={eps!r}") from None
-        return np.array([bool(abs(sp.Rational(k, R) - qs) > es) for k in ks], dtype=bool)
+    check_R_limit(R, limit=ARRAY_R_MAX, name="ARRAY_R_MAX", routine="baseline_tail_event",
+                  cost="a mask of R + 1 counts",
+                  alternative="baseline_tail_counts gives the same event as two cut points "
+                  "(k <= a or k >= b) for any R")
+    a, b = baseline_tail_counts(R=R, eps=eps, p=p)
+    k = np.arange(R + 1)
+    return (k <= a) | (k >= b)
 
 
 def exact_baseline_tail_bernoulli(*, R: int, eps: Any, p: Any) -> Any:
     """Exact ``P(|v_hat_R - p| > eps)``, ``v_hat_R = k / R``, ``k ~ Binomial(R, p)`` (App. A.2).
 
-    ``= sum_{k : |k/R - p| > eps} C(R, k) p^k (1-p)^(R-k)``, the event decided exactly by
-    :func:`baseline_tail_event` (strict ``>``; floats read as their decimal repr).
+    ``= P(k <= a) + P(k >= b)`` with the exact cut points ``(a, b)`` of
+    :func:`baseline_tail_counts` (strict ``>``; floats read as their decimal repr). A float ``p``
+    is answered for any ``R`` in ``O(1)``: ``bdtr(a, R, p) + bdtrc(b - 1, R, p)`` (regularised
+    incomplete beta functions, relative accuracy ~1e-15; a tail below the float range reads 0).
+    An exact ``p`` (sympy/Fraction) sums the exact Binomial law, ``R <= EXACT_P_R_MAX``.
 
     Args:
         R: group size, ``>= 1``.
@@ -241,15 +280,23 @@ def exact_baseline_tail_bernoulli(*, R: int, eps: Any, p: Any) -> Any:
     0.01
     """
     R = check_R(R)
-    mask = baseline_tail_event(R=R, eps=eps, p=p)
+    a, b = baseline_tail_counts(R=R, eps=eps, p=p)
     q = check_p(p)
-    _, pmf = group_outcomes(R=R, p=q)
-    hit = [k for k in range(R + 1) if mask[k]]
     if is_exact_number(q):
         import sympy as sp
 
+        check_R_limit(R, limit=EXACT_P_R_MAX, name="EXACT_P_R_MAX",
+                      routine="exact_baseline_tail_bernoulli", cost="an exact sum of R + 1 "
+                      "rational terms", alternative="pass p as a float (O(1) for any R, "
+                      "regularised incomplete beta), or use hoeffding_bound")
+        _, pmf = group_outcomes(R=R, p=q)
+        hit = [*range(a + 1), *range(b, R + 1)]
         return sp.simplify(sum((pmf[k] for k in hit), sp.Integer(0)))
-    return float(sum(pmf[k] for k in hit))
+    from scipy.special import bdtr, bdtrc
+
+    left = float(bdtr(a, R, q)) if a >= 0 else 0.0
+    right = float(bdtrc(b - 1, R, q)) if b <= R else 0.0  # P(k > b - 1); b >= 1 as p + eps >= 0
+    return min(1.0, left + right)
 
 
 def _piece_value(a: int, b: int, R: int, p: Fraction | float) -> float:
@@ -266,8 +313,6 @@ def _piece_value(a: int, b: int, R: int, p: Fraction | float) -> float:
     return float(min(1.0, pmf[: max(a + 1, 0)].sum() + pmf[max(b, 0) :].sum()))
 
 
-#: Largest R accepted by :func:`sup_baseline_tail_bernoulli` (about a second at the limit).
-SUP_R_MAX = 100_000
 # Up to this R the pieces are evaluated in exact rationals at the breakpoints; above it every
 # candidate is evaluated at once in float64 (regularised incomplete beta), O(R) memory and time.
 _SUP_EXACT_R = 64

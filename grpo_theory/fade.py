@@ -55,7 +55,8 @@ def asym_grpo_advantages(rewards: Array, *, delta: float | Array = 1.0) -> Array
     check_group_size(r.shape[1], minimum=2, estimator="asym_grpo")
     d = as_param(delta, r, "delta", positive=True)
     c = centred(r)
-    A = where(c >= 0, c, c / d)
+    with np.errstate(over="ignore"):  # an overflow is refused by check_finite_out, by name
+        A = where(c >= 0, c, c / d)
     return check_finite_out(A, "asym_grpo", f"c_i / delta with delta={delta!r}")
 
 
@@ -83,8 +84,9 @@ def power_alpha_advantages(rewards: Array, *, alpha: float | Array = 1.0) -> Arr
     c = centred(r)
     base = 1.0 - m
     safe_base = where(base > 0, base, base + 1.0)
-    factor = where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0)
-    return check_finite_out(factor * c, "power_alpha",
+    with np.errstate(over="ignore", invalid="ignore"):  # refused by check_finite_out, by name
+        A = where(base > 0, safe_base ** (a - 1.0), safe_base * 0.0) * c
+    return check_finite_out(A, "power_alpha",
                             f"(1 - mean)^(alpha - 1) with alpha={alpha!r}")
 
 

@@ -37,6 +37,7 @@ bias, Dr. GRPO Sec. 3.1).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from itertools import product
 from typing import Any
@@ -45,6 +46,7 @@ import numpy as np
 
 from ._validate import check_R
 from .aggregation import AGGREGATION_MODES, aggregation_weights
+from .limits import ARRAY_R_MAX, LAW_CELLS_MAX, check_R_limit
 from .question_weights import success_failure_values
 from .registry import estimator_spec, validate_options
 
@@ -120,6 +122,10 @@ def others_reward_length_law(cell: np.ndarray, n: int) -> np.ndarray:
         raise ValueError(f"cell must be shaped [2, L_max + 1], got {cell.shape}")
     n = check_R(n, minimum=0)
     lmax = cell.shape[1] - 1
+    check_R_limit((n + 1) * (n * lmax + 1), limit=LAW_CELLS_MAX, name="LAW_CELLS_MAX",
+                  routine=f"others_reward_length_law (n={n} rollouts, L_max={lmax}: cells)",
+                  cost="the joint law by n convolutions, time ~ cells^2", alternative="sample "
+                  "the groups (Monte Carlo, e.g. sims.length_worlds) for larger groups")
     # (k, S) -> k W + S with W > n lmax: 1-D polynomial products never carry S into k.
     W = max(n, 1) * lmax + 1
     flat = np.zeros(2 * W)
@@ -148,6 +154,9 @@ def rollout_weight(
     equal as possible): every mode's ``w_1`` depends on the others only through that sum.
     """
     G = check_R(G, minimum=2)
+    check_R_limit(G, limit=ARRAY_R_MAX, name="ARRAY_R_MAX", routine="rollout_weight",
+                  cost="a length row of G entries", alternative="the aggregation's closed form "
+                  "(grpo_theory.aggregation.aggregation_weights on the lengths you have)")
     return _rollout_weight(int(own_length), int(others_total), G, mode, max_tokens)
 
 
@@ -302,7 +311,7 @@ def brute_force_aggregated_gradient(
     G = check_R(G, minimum=2)
     cells = [(o, r) for o in range(pr.size) for r in (0, 1)
              if pr[o] * (mu[o] if r else 1.0 - mu[o]) > 0]
-    if len(cells) ** G > BRUTE_FORCE_MAX_GROUPS:
+    if G * math.log(max(len(cells), 1)) > math.log(BRUTE_FORCE_MAX_GROUPS):  # no int ** G
         raise ValueError(f"{len(cells)}^{G} joint groups exceed BRUTE_FORCE_MAX_GROUPS="
                          f"{BRUTE_FORCE_MAX_GROUPS}; use expected_aggregated_gradient")
     pc = np.array([pr[o] * (mu[o] if r else 1.0 - mu[o]) for o, r in cells])

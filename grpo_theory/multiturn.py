@@ -122,7 +122,8 @@ def multiturn_advantages(
         A = q - _baseline(q, baseline)
     else:
         A = q - _baseline(g, baseline)
-    out = A * k
+    with np.errstate(over="ignore"):  # a result beyond the float range is refused below
+        out = A * k
     if is_torch(out):
         import torch
 

@@ -213,11 +213,14 @@ def _scaled_moments(x: np.ndarray, w: np.ndarray, ddof: int) -> tuple[float, flo
     s0 = float(np.max(np.abs(x[w > 0]))) if np.any(w > 0) else 0.0
     s0 = s0 if s0 > 0 else 1.0
     mean = s0 * float((w * (x / s0)).sum() / N)
-    c = x - mean
-    s = float(np.max(np.abs(c[w > 0])))
-    if s == 0:
-        return mean, 1.0, 0.0
-    v = float((w * (c / s) ** 2).sum() / N) * N / (N - ddof)
+    # a spread |x - mean| beyond the float range gives s = inf and v = NaN: the caller's result
+    # is then not finite and refused ("not representable"), without a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = x - mean
+        s = float(np.max(np.abs(c[w > 0])))
+        if s == 0:
+            return mean, 1.0, 0.0
+        v = float((w * (c / s) ** 2).sum() / N) * N / (N - ddof)
     return mean, s, v
 
 
@@ -279,7 +282,8 @@ def whiten(
             "(the variance is undefined)"
         )
     mean, s, v = _scaled_moments(a, w, ddof)
-    c = a - mean
+    with np.errstate(over="ignore"):  # refused by in_backend_of below when not finite
+        c = a - mean
     if v == 0:
         return in_backend_of(np.zeros_like(a), advantages)
     with np.errstate(over="ignore", under="ignore", divide="ignore"):

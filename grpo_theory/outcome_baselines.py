@@ -142,7 +142,8 @@ def rloo_advantages(rewards: Array) -> Array:
     k = pow2_scale(r, 1)  # scaled form: no overflow in the sum (see pow2_scale)
     u = r / k
     total = u.sum(1, keepdim=True) if is_torch(u) else u.sum(axis=1, keepdims=True)
-    A = where(constant_rows(r), r * 0.0, (u - (total - u) / (R - 1)) * k)
+    with np.errstate(over="ignore"):  # an overflow is refused by check_finite_out, by name
+        A = where(constant_rows(r), r * 0.0, (u - (total - u) / (R - 1)) * k)
     return check_finite_out(A, "rloo", "|r_i - leave-one-out mean| exceeds the largest float")
 
 
@@ -158,7 +159,9 @@ def reinforce_advantages(rewards: Array, *, baseline: float = 0.0) -> Array:
     """
     r = as_rewards(rewards)
     baseline = real_option(baseline, "baseline")
-    return check_finite_out(r - baseline, "reinforce", f"r_i - baseline with baseline={baseline!r}")
+    with np.errstate(over="ignore"):  # an overflow is refused by check_finite_out, by name
+        A = r - baseline
+    return check_finite_out(A, "reinforce", f"r_i - baseline with baseline={baseline!r}")
 
 
 # --- estimators on [P, R] rewards -----------------------------------------------------------------
@@ -253,7 +256,9 @@ def flash_reinforce_advantages(rewards: Array) -> Array:
     if r.max() == r.min():
         return in_backend_of(np.zeros_like(r), rewards)
     s = float(np.max(np.abs(r)))
-    return in_backend_of(r - s * float((r / s).mean()), rewards)
+    with np.errstate(over="ignore"):  # an overflow is refused by in_backend_of, by name
+        A = r - s * float((r / s).mean())
+    return in_backend_of(A, rewards)
 
 
 def gpg_advantages(rewards: Array, *, f_norm: float = 1.0) -> Array:
@@ -279,7 +284,9 @@ def gpg_advantages(rewards: Array, *, f_norm: float = 1.0) -> Array:
     if f_norm == 0:
         raise ValueError("f_norm must be nonzero, got 0")
     alpha = r.size / max(1, int(np.count_nonzero(r)))
-    return in_backend_of(alpha * centred(r, singleton="keep") / f_norm, rewards)
+    with np.errstate(over="ignore"):  # an overflow is refused by in_backend_of, by name
+        A = alpha * centred(r, singleton="keep") / f_norm
+    return in_backend_of(A, rewards)
 
 
 def grpo_passk_advantages(

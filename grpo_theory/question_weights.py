@@ -34,6 +34,7 @@ import numpy as np
 from ._validate import check_R, real_option
 from .advantages import compute_advantages
 from .bernoulli import binom_pmf
+from .limits import SQUARE_R_MAX, check_R_limit
 from .registry import estimator_spec
 
 __all__ = ["success_failure_values", "conditional_advantages", "question_weight",
@@ -74,6 +75,10 @@ def success_failure_values(estimator: str, *, G: int, **opts: Any
     ([0.5, 0.0], [0.0, -0.5])
     """
     G = check_R(G, minimum=2)
+    check_R_limit(G, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="success_failure_values",
+                  cost="the (G + 1) x G rows of every binary group", alternative="the estimator's "
+                  "exact form, estimator_spec(estimator).exact(G, k), gives (a_S(k), a_F(k)) for "
+                  "any G; population_std_question_weight is the G -> infinity closed form")
     rows = (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)
     A = np.asarray(compute_advantages(estimator, rows, **opts), dtype=np.float64)
     return A[1:, 0].copy(), A[:G, G - 1].copy()

@@ -33,12 +33,14 @@ Input rules (errors name the problem, nothing is clamped silently):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from ._validate import check_R, real_option
+from .limits import SQUARE_R_MAX, check_R_limit
 
 __all__ = [
     "SpectralMetrics",
@@ -59,6 +61,8 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-6
 PSD_RTOL = 1e-5
+
+_LOG_FLOAT_MAX = math.log(np.finfo(np.float64).max)
 
 
 def _real_float64(x: Any, name: str) -> np.ndarray:
@@ -327,7 +331,16 @@ def spectral_metrics(
     if mx == 0.0:
         return _metrics_from_s(np.zeros(k.shape[0]), r)
     s = _sv_unit(m / mx)
-    return _metrics_from_s(s, r, cw * np.sqrt(ck) * np.sqrt(mx))
+    # the reported singular values are scale * s: refuse (before multiplying) when they leave
+    # the float range; every other metric is scale-free
+    log_top = math.log(cw) + 0.5 * (math.log(ck) + math.log(mx)) + math.log(max(float(s.max()),
+                                                                                   1e-300))
+    if log_top > _LOG_FLOAT_MAX:
+        raise ValueError(
+            f"the singular values of diag(weights) Psi exceed the float range (max |weight| "
+            f"{cw:.3g}, max |K| {ck:.3g}): rescale the weights or the scores"
+        )
+    return _metrics_from_s(s, r, cw * math.sqrt(ck) * math.sqrt(mx))
 
 
 def spectral_metrics_from_matrix(G: Any, *, rtol: float = DEFAULT_RTOL) -> SpectralMetrics:
@@ -361,7 +374,11 @@ def gram_isotropic(R: int) -> np.ndarray:
     With ``K = I`` the singular values of ``G`` are ``|w_i|``, so the effective rank is
     ``(sum |w_i|)^2 / sum w_i^2``: for binary rewards see :func:`isotropic_effective_rank_binary`.
     """
-    return np.eye(check_R(R))
+    R = check_R(R)
+    check_R_limit(R, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="gram_isotropic",
+                  cost="an R x R matrix", alternative="it is the identity: with binary rewards "
+                  "the effective rank is isotropic_effective_rank_binary(R, k) = 4k(R-k)/R")
+    return np.eye(R)
 
 
 def gram_clustered(
@@ -389,6 +406,9 @@ def gram_clustered(
     )
     if noise < 0:
         raise ValueError(f"noise must be >= 0, got {noise}")
+    check_R_limit(lab.size, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="gram_clustered",
+                  cost="an R x R matrix", alternative="its spectrum has closed form: per cluster "
+                  "of size m the block within J_m + noise I_m, coupled by between across clusters")
     same = lab[:, None] == lab[None, :]
     K = np.where(same, within, between).astype(np.float64)
     return K + noise * np.eye(lab.size)
@@ -403,6 +423,9 @@ def gram_common_component(R: int, *, strength: float) -> np.ndarray:
     strength = real_option(strength, "strength")
     if strength < 0:
         raise ValueError(f"need strength >= 0, got strength={strength}")
+    check_R_limit(R, limit=SQUARE_R_MAX, name="SQUARE_R_MAX", routine="gram_common_component",
+                  cost="an R x R matrix", alternative="its eigenvalues are R strength + 1 (once, "
+                  "along the all-ones vector) and 1 (R - 1 times)")
     return strength * np.ones((R, R)) + np.eye(R)
 
 

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grpo_io import environment, write_json
+from grpo_io import environment, locks_out_dir, write_json
 
 from .papers import DEFAULT_PAPER, Paper, get_paper
 from .registry import REGISTRY, VERDICT_LEGEND, VERDICTS, ClaimResult, run_claims
@@ -147,6 +147,7 @@ def _figures(results: list[ClaimResult], fig_dir: Path) -> None:
         r.figure = f"figures/{path.name}"
 
 
+@locks_out_dir("audit")
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
               ids: list[str] | None = None, paper: str = DEFAULT_PAPER) -> list[ClaimResult]:
     """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_io import locks_out_dir
 from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
 from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
@@ -188,6 +189,7 @@ def _md(rows: Sequence[dict[str, Any]]) -> str:
     return out
 
 
+@locks_out_dir("compare")
 def run_compare(
     out_dir: str | Path,
     *,

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from grpo_io import locks_out_dir
+
 from ._io import (
     append_jsonl,
     check_config,
@@ -229,6 +231,7 @@ def load_problems(cfg: RankConfig, n: int) -> tuple[list[Problem], list[Problem]
     return probs, shots
 
 
+@locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
 def run_rank(
     out_dir: str | Path,
     cfg: RankConfig,

@@ -20,7 +20,10 @@ std, fraction of zero-advantage groups, gradient norm ``||grad loss||``, loss, a
 mean effective rank / top-1 fraction / numerical rank over mixed groups (and per-group values).
 
 Resuming: every ``checkpoint_every`` steps the model and optimizer states, and the step records
-so far, are saved to ``checkpoint.pt`` in the cache folder (float32 SmolLM2 + AdamW is ~1.6 GB).
+so far, are saved to ``checkpoint.pt`` in the cache folder (float32 SmolLM2 + AdamW is ~1.6 GB):
+tensors and plain data only, read back with ``torch.load(weights_only=True)``
+(:func:`load_checkpoint`; a file holding anything else, e.g. a pickled callable, is refused by
+name and nothing in it runs).
 The cache folder is, in order: ``cache_dir`` (``--cache-dir``), the folder recorded in
 ``OUT/checkpoint.json`` by an earlier run, else ``$GRPO_AUDIT_CACHE/train/<id>`` or
 ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>`` with ``<id>`` derived from the absolute
@@ -37,6 +40,7 @@ Step records and the checkpoint carry the configuration; a mismatch is refused b
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -47,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from grpo_io import lock_out_dir
 
 from ._io import (
     append_jsonl,
@@ -61,7 +67,7 @@ from .rank import RankConfig, check_record_configs, load_problems, sample_proble
 
 __all__ = [
     "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
-    "window_stats", "default_window",
+    "window_stats", "default_window", "load_checkpoint", "CHECKPOINT_KEYS",
 ]
 
 
@@ -134,6 +140,53 @@ def _cache_folder(out: Path, cache_dir: str | Path | None) -> Path:
     return default_cache_dir(out)
 
 
+#: Keys every checkpoint of :func:`run_train` holds.
+CHECKPOINT_KEYS = ("model", "optimizer", "steps_done", "records", "config")
+
+
+def load_checkpoint(path: str | Path, *, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a :func:`run_train` checkpoint with ``torch.load(..., weights_only=True)``.
+
+    A checkpoint holds only tensors and plain data (the model and AdamW state dicts, ints, and
+    the step records and configuration as JSON-like dicts), which ``weights_only=True`` accepts;
+    anything else (a pickled callable, an object of some class: a file written by another
+    program, or altered) is refused by torch's restricted unpickler before it is built, so
+    nothing in the file runs.
+
+    Raises:
+        ValueError: one line naming the file and saying how to proceed (a new ``--out``, or
+            ``--overwrite`` to discard it).
+    """
+    import pickle
+
+    import torch
+
+    advice = ("run into a new --out (or pass --overwrite to discard this checkpoint and its "
+              "steps)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = next((ln.strip() for ln in str(exc).splitlines()
+                       if "GLOBAL" in ln or "Unsupported" in ln), "")[:200]
+        raise ValueError(
+            f"checkpoint {path} holds more than tensors and plain data, so it is not loaded "
+            f"(torch.load weights_only=True refused it{': ' + reason if reason else ''}; nothing "
+            "in it was run): it was not written by this version of grpo-audit real train, or "
+            f"was altered; {advice}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise ValueError(
+            f"checkpoint {path} is not a readable torch checkpoint ({type(exc).__name__}"
+            f"{': ' if str(exc) else ''}{' '.join(str(exc).split())[:200]}); {advice}"
+        ) from None
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(
+            f"checkpoint {path} lacks {missing} (an older or foreign checkpoint); {advice}"
+        )
+    return state
+
+
 def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
     """``-sum_i w_i sum_t m_it log pi(y_it | y_i,<t)`` for one group (a scalar with graph).
 
@@ -196,6 +249,41 @@ def run_train(
     ``loaded`` is an already loaded :class:`~real_model.loading.LoadedModel` (else loaded from cfg).
     ``cache_dir`` is the checkpoint folder (default: see :func:`default_cache_dir`).
     """
+    cfg.validate()  # before any file is written or the model is loaded
+    problems = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+    out = Path(out_dir)
+    with contextlib.ExitStack() as held:
+        # one writer per folder: --out, then the checkpoint folder (a --cache-dir may be shared)
+        held.enter_context(lock_out_dir(out, purpose="real train"))
+        cache = _cache_folder(out, cache_dir)
+        held.enter_context(
+            lock_out_dir(cache, purpose="real train checkpoints", option="--cache-dir")
+        )
+        if overwrite:
+            for p in (out / "steps.jsonl", out / "config.json", out / "results.json",
+                      out / "checkpoint.json", cache / "checkpoint.pt"):
+                p.unlink(missing_ok=True)
+            new_cache = _cache_folder(out, cache_dir)
+            if new_cache != cache:  # the pointer named another folder: use the default one
+                cache = held.enter_context(
+                    lock_out_dir(new_cache, purpose="real train checkpoints",
+                                 option="--cache-dir")
+                )
+        return _train_locked(out, cfg, cache, problems, loaded=loaded, progress=progress,
+                             reward_fn=reward_fn)
+
+
+def _train_locked(
+    out: Path,
+    cfg: TrainConfig,
+    cache: Path,
+    problems_and_shots: tuple[list[Any], list[Any]],
+    *,
+    loaded: Any,
+    progress: bool,
+    reward_fn: Callable[[str, Any], float] | None,
+) -> dict[str, Any]:
+    """:func:`run_train` once ``out`` and ``cache`` are locked (and cleared for --overwrite)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -203,17 +291,9 @@ def run_train(
     from .geometry import group_gram, nested_group_geometry, rollout_weights
     from .loading import load_model
 
-    cfg.validate()  # before any file is written or the model is loaded
     R_train = cfg.train_R or max(cfg.R_values)
-    problems, shots = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    problems, shots = problems_and_shots
     jsonl = out / "steps.jsonl"
-    if overwrite:
-        old = _cache_folder(out, cache_dir) / "checkpoint.pt"
-        for p in (jsonl, out / "config.json", out / "results.json", out / "checkpoint.json", old):
-            p.unlink(missing_ok=True)
-    cache = _cache_folder(out, cache_dir)
     ckpt = cache / "checkpoint.pt"
     key = cfg.resume_key()
     done = read_jsonl(jsonl)
@@ -230,7 +310,7 @@ def run_train(
     start = 0
     kept = []
     if ckpt.is_file():
-        state = torch.load(ckpt, map_location=next(model.parameters()).device, weights_only=False)
+        state = load_checkpoint(ckpt, map_location=next(model.parameters()).device)
         if "config" in state and state["config"] != jsonable(key):
             check_record_configs([{"config": state["config"]}], key, ckpt, have_config=True)
         model.load_state_dict(state["model"])

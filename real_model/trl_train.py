@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from grpo_io import locks_out_dir
+
 from ._io import append_jsonl, environment, read_jsonl, write_json
 from .rank import RankConfig, load_problems, rank_table_markdown, summarize_rank
 
@@ -140,6 +142,7 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
     return out
 
 
+@locks_out_dir("real trl-train", check=lambda a: _validate(a["cfg"]))
 def run_trl_train(
     out_dir: str | Path,
     cfg: TRLTrainConfig,

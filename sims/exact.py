@@ -27,9 +27,11 @@ import numpy as np
 
 from grpo_theory import binom_pmf, compute_advantages
 from grpo_theory.bounds import exact_advantage_tail_bernoulli
+from grpo_theory.limits import ARRAY_R_MAX, check_R_limit
 from grpo_theory.registry import RegistryView, estimator_names, estimator_spec
 
 __all__ = [
+    "TABLE_R_MAX",
     "ESTIMATOR_SPECS",
     "estimator_options",
     "own_reward_table",
@@ -40,6 +42,8 @@ __all__ = [
     "expected_gradient_bernoulli",
     "linear_coefficients",
     "expected_gradient_linear",
+    "projection_moments",
+    "outcome_advantage_se",
 ]
 
 #: Estimators checked by default, with the options used: a read-only live view of the registry
@@ -56,11 +60,27 @@ def estimator_options(name: str, opts: dict[str, Any] | None = None) -> dict[str
     return dict(ESTIMATOR_SPECS.get(name, {}))
 
 
-def _check_R_p(R: int, p: float) -> None:
+#: Largest group the enumeration tables accept (:func:`own_reward_table`, :func:`pair_table` and
+#: everything built on them): they evaluate the estimator on ``O(R)`` reward rows of ``R``
+#: entries, ``O(R^2)`` memory (32 MiB for the pair table at the cap, about a second).
+TABLE_R_MAX = 1024
+
+_TABLE_ALTERNATIVE = (
+    "for larger groups use grpo_theory.exact_advantage_moments (exact values per (R, k), "
+    "R <= EXACT_R_MAX), the closed forms of grpo_theory.symbolic.linear_estimator_moments "
+    "(linear estimators, any R), the Hoeffding/Bernstein bounds, or a Monte Carlo estimate"
+)
+
+
+def _check_R_p(R: int, p: float, *, routine: str | None) -> None:
+    """``R >= 2`` and ``p`` in ``[0, 1]``; with ``routine``, also ``R <= TABLE_R_MAX``."""
     if int(R) != R or R < 2:
         raise ValueError(f"group size R must be an integer >= 2, got {R}")
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"success probability p must be in [0, 1], got {p}")
+    if routine is not None:
+        check_R_limit(int(R), limit=TABLE_R_MAX, name="TABLE_R_MAX", routine=routine,
+                      cost="O(R) reward rows of R entries", alternative=_TABLE_ALTERNATIVE)
 
 
 def own_reward_table(estimator: str, *, R: int, opts: dict[str, Any] | None = None) -> np.ndarray:
@@ -74,7 +94,7 @@ def own_reward_table(estimator: str, *, R: int, opts: dict[str, Any] | None = No
     Returns:
         ``[2, R]`` float64 array, ``k = 0..R-1`` successes among the other ``R-1`` rollouts.
     """
-    _check_R_p(R, 0.5)
+    _check_R_p(R, 0.5, routine="own_reward_table")
     rows = np.zeros((2 * R, R))
     for r1 in (0, 1):
         for k in range(R):
@@ -90,7 +110,7 @@ def pair_table(estimator: str, *, R: int, opts: dict[str, Any] | None = None) ->
     Returns:
         ``[2, 2, R-1, 2]`` float64 array.
     """
-    _check_R_p(R, 0.5)
+    _check_R_p(R, 0.5, routine="pair_table")
     rows = np.zeros((4 * (R - 1), R))
     i = 0
     for r1 in (0, 1):
@@ -107,7 +127,7 @@ def cond_advantage_given_reward(
     estimator: str, *, R: int, p: float, opts: dict[str, Any] | None = None
 ) -> np.ndarray:
     """``[E[A_1 | r_1 = 0], E[A_1 | r_1 = 1]]`` for i.i.d. Bernoulli(p) rewards (exact)."""
-    _check_R_p(R, p)
+    _check_R_p(R, p, routine="cond_advantage_given_reward")
     T = own_reward_table(estimator, R=R, opts=opts)
     w = binom_pmf(np.arange(R), R - 1, p)
     return T @ w
@@ -123,7 +143,7 @@ def bernoulli_advantage_moments(
         ``mean_sum`` (E sum_i A_i), ``max_abs_sum`` (max over all groups of |sum_i A_i|),
         ``cond_mean_failure``, ``cond_mean_success``, ``sigma2`` (= p (1 - p)).
     """
-    _check_R_p(R, p)
+    _check_R_p(R, p, routine="bernoulli_advantage_moments")
     T = own_reward_table(estimator, R=R, opts=opts)
     wk = binom_pmf(np.arange(R), R - 1, p)
     pr = np.array([1.0 - p, p])
@@ -172,7 +192,7 @@ def bernoulli_tail(
     Returns:
         The probability (float).
     """
-    _check_R_p(R, p)
+    _check_R_p(R, p, routine=None)  # capped at EXACT_R_MAX by the exact tail itself
     _require_exact(estimator)
     return float(
         exact_advantage_tail_bernoulli(
@@ -230,6 +250,12 @@ def linear_coefficients(
     Raises:
         ValueError: when the estimator is not linear (checked on random reward rows).
     """
+    if int(R) != R or R < 1:
+        raise ValueError(f"group size R must be a positive integer, got {R}")
+    check_R_limit(int(R), limit=ARRAY_R_MAX // 11, name="ARRAY_R_MAX // 11",
+                  routine="linear_coefficients",
+                  cost="11 reward rows of R entries", alternative="the closed form "
+                  "grpo_theory.symbolic.linear_weights(name) holds for any R")
     opts_ = estimator_options(estimator, opts)
     basis = np.zeros((3, R))
     basis[1, 0] = 1.0
@@ -261,6 +287,81 @@ def expected_gradient_linear(
     a, b, c = linear_coefficients(estimator, R=R, opts=opts)
     J = float(probs @ means)
     return (probs * (a * means + b * (R - 1) * J + c)) @ psi
+
+
+def _conditional_tables(
+    estimator: str, R: int, p: float, opts: dict[str, Any] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(T, w1, P2, w2)``: :func:`own_reward_table` with its weights ``Bin(j; R-1, p)`` and
+    :func:`pair_table` with ``Bin(j; R-2, p)``."""
+    T = own_reward_table(estimator, R=R, opts=opts)
+    P2 = pair_table(estimator, R=R, opts=opts)
+    return T, binom_pmf(np.arange(R), R - 1, p), P2, binom_pmf(np.arange(R - 1), R - 2, p)
+
+
+def projection_moments(
+    estimator: str,
+    *,
+    probs: np.ndarray,
+    means: np.ndarray,
+    x: np.ndarray,
+    R: int,
+    opts: dict[str, Any] | None = None,
+) -> tuple[float, float]:
+    """Exact ``E[X]`` and ``E[X^2]`` of ``X = (1/R) sum_i A_i x_{o_i}`` for one group, binary
+    rewards (``x_o``: a scalar per outcome, e.g. ``<psi_o, grad J> / |grad J|^2``).
+
+    With ``m_r = sum_o pi_o P(r | o) x_o`` and ``m2_r = sum_o pi_o P(r | o) x_o^2`` (``P(1 | o) =
+    mu_o``), and the others' rewards independent of a rollout's outcome given its reward:
+    ``E[X] = sum_r m_r E[A_1 | r_1 = r]`` and
+    ``E[X^2] = (1/R) sum_r m2_r E[A_1^2 | r] + ((R-1)/R) sum_{r, r'} m_r m_r' E[A_1 A_2 | r, r']``
+    (the conditional moments from :func:`own_reward_table` / :func:`pair_table`).
+    """
+    probs, means, _ = _outcome_arrays(probs, means, np.zeros((np.size(probs), 1)))
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != probs.shape:
+        raise ValueError(f"x must be shaped like probs {probs.shape}, got {x.shape}")
+    p = float(np.clip(probs @ means, 0.0, 1.0))
+    _check_R_p(R, p, routine="projection_moments")
+    T, w1, P2, w2 = _conditional_tables(estimator, R, p, opts)
+    pr = np.stack([probs * (1.0 - means), probs * means])  # [r, o]: pi_o P(r | o)
+    m, m2 = pr @ x, pr @ x**2
+    mean = float(m @ (T @ w1))
+    e11 = float(m2 @ ((T**2) @ w1))
+    e12 = float(np.einsum("a,b,abj,j->", m, m, P2[..., 0] * P2[..., 1], w2))
+    return mean, e11 / R + (R - 1) / R * e12
+
+
+def outcome_advantage_se(
+    estimator: str,
+    *,
+    probs: np.ndarray,
+    means: np.ndarray,
+    outcome: int,
+    theta: float,
+    R: int,
+    n_groups: int,
+    opts: dict[str, Any] | None = None,
+) -> float:
+    """Exact (delta-method) SE of ``sum_g S_g / sum_g N_g``, the Monte Carlo ``E[A_i | o]``.
+
+    ``S = sum_i 1[o_i = o] A_i``, ``N = sum_i 1[o_i = o]`` per group; at the exact ``theta =
+    E[A_i | o]`` the ratio's SE is ``sqrt(E[(S - theta N)^2] / n) / E[N]``, ``E[N] = R pi_o``,
+    with ``E[(S - theta N)^2] = R E[Z_1^2] + R (R-1) E[Z_1 Z_2]``, ``Z_i = 1[o_i = o] (A_i -
+    theta)``: ``E[Z_1^2] = pi_o sum_r P(r | o) E[(A_1 - theta)^2 | r]`` and
+    ``E[Z_1 Z_2] = pi_o^2 sum_{r, r'} P(r | o) P(r' | o) E[(A_1 - theta)(A_2 - theta) | r, r']``.
+    """
+    probs, means, _ = _outcome_arrays(probs, means, np.zeros((np.size(probs), 1)))
+    p = float(np.clip(probs @ means, 0.0, 1.0))
+    _check_R_p(R, p, routine="outcome_advantage_se")
+    T, w1, P2, w2 = _conditional_tables(estimator, R, p, opts)
+    pi, mu = float(probs[outcome]), float(means[outcome])
+    pr = np.array([1.0 - mu, mu])
+    ez2 = pi * float(pr @ (((T - theta) ** 2) @ w1))
+    cross = (P2[..., 0] - theta) * (P2[..., 1] - theta)
+    ez12 = pi**2 * float(np.einsum("a,b,abj,j->", pr, pr, cross, w2))
+    v = max(R * ez2 + R * (R - 1) * ez12, 0.0)
+    return float(np.sqrt(v / n_groups) / (R * pi))
 
 
 def _outcome_arrays(

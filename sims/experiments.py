@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from grpo_io import atomic_write_text, dumps, environment, to_jsonable
+from grpo_io import atomic_write_text, dumps, environment, locks_out_dir, to_jsonable
 
 from .plots import (
     plot_gradient_ratio,
@@ -478,6 +478,7 @@ EXPERIMENTS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+@locks_out_dir("sims")
 def run_experiment(
     name: str, out_dir: str | Path, *, seed: int = 0, quick: bool = False
 ) -> dict[str, Any]:

@@ -21,6 +21,7 @@ set the scalar ``c``. The difficulty axis has closed forms over ``k ~ Binomial(R
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -29,6 +30,7 @@ import numpy as np
 from scipy.stats import binom
 
 from grpo_theory import compute_advantages
+from grpo_theory.limits import ARRAY_R_MAX, check_R_limit
 
 from .bandit import SoftmaxBandit
 from .exact import expected_gradient_bernoulli
@@ -112,6 +114,10 @@ class FadeWorld:
                 "logit_norm": np.sqrt((centred**2).sum(axis=(1, 2)))}
 
 
+#: Most joint groups :func:`one_step_exact` enumerates (``(2 O)^R`` cells of outcome and reward).
+GROUPS_MAX = 2_000_000
+
+
 def _groups(probs: np.ndarray, means: np.ndarray, R: int) -> tuple[np.ndarray, ...]:
     """Every joint group: outcome indices ``[n, R]``, rewards ``[n, R]``, probabilities ``[n]``
     (cells of zero probability dropped)."""
@@ -120,8 +126,12 @@ def _groups(probs: np.ndarray, means: np.ndarray, R: int) -> tuple[np.ndarray, .
     cell_r = np.tile([0.0, 1.0], O)
     pc = probs[cell_o] * np.where(cell_r == 1.0, means[cell_o], 1.0 - means[cell_o])
     keep = np.flatnonzero(pc > 0)
-    if keep.size ** R > 2_000_000:
-        raise ValueError(f"{keep.size}^{R} joint groups is too many to enumerate")
+    if R * math.log(max(int(keep.size), 1)) > math.log(GROUPS_MAX):  # not size ** R: huge R
+        raise ValueError(
+            f"{keep.size}^{R} joint groups is too many to enumerate (more than GROUPS_MAX="
+            f"{GROUPS_MAX}); use the mean-field step (mean_field_trajectory) or "
+            "stochastic_bandit_runs (Monte Carlo) for this R"
+        )
     combos = np.array(list(product(keep, repeat=R)), dtype=np.int64)
     return cell_o[combos], cell_r[combos], np.prod(pc[combos], axis=1)
 
@@ -229,6 +239,9 @@ def power_alpha_prompt_mass(p: np.ndarray, *, R: int, alpha: float) -> np.ndarra
     """
     if R < 2:
         raise ValueError(f"R must be >= 2, got {R}")
+    check_R_limit(int(R), limit=ARRAY_R_MAX, name="ARRAY_R_MAX",
+                  routine="power_alpha_prompt_mass", cost="the Binomial law of R + 1 counts",
+                  alternative="estimate the mass by Monte Carlo (sample k ~ Binomial(R, p))")
     p = np.asarray(p, dtype=np.float64)
     k = np.arange(R + 1)
     base = 1.0 - k / R

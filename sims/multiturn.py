@@ -17,6 +17,7 @@ softmax(theta[h, s])`` picks ``a``; the stage reward is ``r_h = c * Bernoulli(m[
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -28,7 +29,12 @@ from grpo_theory import compute_advantages
 
 from .exact import estimator_options
 
-__all__ = ["MultiTurnMDP"]
+__all__ = ["MultiTurnMDP", "MULTISET_CELLS_MAX"]
+
+#: Most cells (multisets x (R - 1)) the exact conditional advantage enumerates: the multisets of
+#: the other ``R - 1`` rollouts' reward counts grow as ``C(R - 1 + H, H)`` (16 MB, about a
+#: second at the cap).
+MULTISET_CELLS_MAX = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,13 @@ class MultiTurnMDP:
     def _others_multisets(self, R: int) -> tuple[np.ndarray, np.ndarray]:
         """All multisets of the other ``R-1`` rollouts' reward counts, with probabilities."""
         H = self.shape[0]
+        n_sets = math.comb(R - 1 + H, H)  # multisets of R - 1 counts in 0..H
+        if n_sets * (R - 1) > MULTISET_CELLS_MAX:
+            raise ValueError(
+                f"R={R}, H={H}: {n_sets} multisets of the other R - 1 reward counts "
+                f"({n_sets * (R - 1)} cells) exceed MULTISET_CELLS_MAX={MULTISET_CELLS_MAX}; "
+                "estimate E[A_1 | own count] by Monte Carlo (check_multiturn samples it)"
+            )
         p0 = self.total_count_pmf()
         combos = np.array(
             list(itertools.combinations_with_replacement(range(H + 1), R - 1)), dtype=np.int64
@@ -310,9 +323,10 @@ class MultiTurnMDP:
         return combos.astype(np.float64), np.nan_to_num(prob)
 
     def expected_own_advantage_given_total(
-        self, estimator: str, *, R: int, opts: dict[str, Any] | None = None
+        self, estimator: str, *, R: int, opts: dict[str, Any] | None = None, power: int = 1
     ) -> np.ndarray:
-        """``[H+1]`` exact ``E[A_1 | own reward count = c]``, the others ``R-1`` i.i.d. rollouts.
+        """``[H+1]`` exact ``E[A_1^power | own reward count = c]``, the others ``R-1`` i.i.d.
+        rollouts (``power=2``: the second moment, for exact standard errors).
 
         The estimator is applied to the total returns (Eq. 22: every stage of a rollout gets the
         same advantage).
@@ -326,7 +340,7 @@ class MultiTurnMDP:
         for c in range(H + 1):
             rows = np.concatenate([np.full((others.shape[0], 1), float(c)), others], axis=1)
             A1 = np.asarray(compute_advantages(estimator, self.reward_value * rows, **opts_))[:, 0]
-            out[c] = prob @ A1
+            out[c] = prob @ A1**power
         return out
 
     def conditional_advantage(
@@ -339,11 +353,13 @@ class MultiTurnMDP:
         a: int,
         past_count: int,
         opts: dict[str, Any] | None = None,
+        power: int = 1,
     ) -> float:
-        """Exact ``E[A_hat(h) | prefix]`` for a prefix ending in ``(s_h, a_h)`` with ``past_count``
-        successful rewards at stages ``< h``: enumerate the own continuation and the others."""
+        """Exact ``E[A_hat(h)^power | prefix]`` for a prefix ending in ``(s_h, a_h)`` with
+        ``past_count`` successful rewards at stages ``< h``: enumerate the own continuation and
+        the others."""
         F = self.future_count_pmf()[h, s, a]
-        g = self.expected_own_advantage_given_total(estimator, R=R, opts=opts)
+        g = self.expected_own_advantage_given_total(estimator, R=R, opts=opts, power=power)
         H = self.shape[0]
         tot = 0.0
         for c in range(H - h + 1):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from grpo_theory import compute_advantages
+from grpo_theory.limits import ARRAY_R_MAX, check_R_limit
 
 from ._stats import jackknife_cosine as _jackknife_cosine
 from ._stats import mean_se as _mean_se
@@ -90,18 +91,22 @@ def check_multiturn(
         others = mdp.sample(n, R - 1, rng)["stage_rewards"].sum(-1)
         totals = np.concatenate([(mdp.reward_value * top["past_count"] + fut)[:, None], others], 1)
         A1 = np.asarray(compute_advantages(estimator, totals, **opts_))[:, 0]
-        m, se = _mean_se(A1)
+        m, sample_se = _mean_se(A1)
+        second = mdp.conditional_advantage(estimator, R=R, h=top["h"], s=top["s"], a=top["a"],
+                                           past_count=top["past_count"], opts=opts, power=2)
         out.append(
             make_check(
                 f"E[A_hat(h={h + 1})|prefix s={top['s']},a={top['a']},past={top['past_count']}] "
                 f"{estimator} R={R}",
                 estimate=m,
                 exact=top["exact_cond_adv"],
-                se=se,
+                se=float(np.sqrt(max(second - top["exact_cond_adv"] ** 2, 0.0) / n)),
+                se_from="exact moments",
                 n=n,
                 k=k,
                 paper_value=top["paper_cond_adv"],
-                details={key: top[key] for key in ("true_adv", "exact_bias", "paper_bias", "prob")},
+                details={**{key: top[key] for key in ("true_adv", "exact_bias", "paper_bias",
+                                                      "prob")}, "sample_se": sample_se},
             )
         )
     gJ = mdp.grad_J()
@@ -118,6 +123,7 @@ def check_multiturn(
             estimate=m,
             exact=float(Eg @ gJ / nrm2),
             se=se,
+            se_from="sample",
             n=n,
             k=k,
             paper_value=None,
@@ -135,6 +141,7 @@ def check_multiturn(
             estimate=cos,
             exact=float(Eg @ gJ / (np.linalg.norm(Eg) * np.sqrt(nrm2))),
             se=cse,
+            se_from="jackknife",
             n=n,
             k=k,
         )
@@ -149,6 +156,10 @@ def multiturn_mode_coefficients(
     probed with unit stage rewards (others 0); raises if the mode is not linear."""
     from grpo_theory.multiturn import multiturn_advantages
 
+    check_R_limit(int(R), limit=ARRAY_R_MAX // (8 * max(int(H), 1)), name="ARRAY_R_MAX // (8 H)",
+                  routine="multiturn_mode_coefficients", cost="probes of (H + 5) x R x H "
+                  "stage rewards", alternative="estimate the gradient by Monte Carlo "
+                  "(multiturn_advantages on sampled groups)")
     probe = np.zeros((H + 1, R, H))
     for hp in range(H):
         probe[hp + 1, 0, hp] = 1.0
@@ -215,6 +226,7 @@ def check_multiturn_modes(
                 estimate=mm,
                 exact=float(Eg @ gJ / nrm2),
                 se=se,
+                se_from="sample",
                 n=n,
                 k=k,
                 details={"cosine_exact": float(Eg @ gJ / (np.linalg.norm(Eg) * np.sqrt(nrm2)))},

@@ -1,12 +1,31 @@
-"""The result object every check in :mod:`sims` returns.
+"""The result object every check in :mod:`sims` returns, and the one decision rule.
 
 A check compares a Monte Carlo ``estimate`` with an ``exact`` value that this package computed
-itself (closed form, enumeration or dynamic programming). The verdict is computed, never typed:
-``z = (estimate - exact) / se`` and ``passed = |z| <= k`` with ``k`` stated (default 4). A
-deterministic check (``se == 0``, e.g. an identity that holds in every sampled group) passes when
-``|estimate - exact| <= atol`` (``atol`` recorded in ``details``); an SE below
-``1e-12 * max(1, |exact|)`` is float rounding of constant samples and is treated as 0. The
-paper's own formula, when it makes a claim about the same quantity, is carried separately as
+itself (closed form, enumeration or dynamic programming). The verdict is computed, never typed,
+with ``k`` fixed and stated (default 4):
+
+* **normal rule**: ``z = (estimate - exact) / se`` and ``passed = |z| <= k``, where ``se`` is the
+  exact standard error (from the exact law of the per-group statistic, or its exact second
+  moment) wherever the package can compute it, and the sample SE only where it cannot
+  (continuous rewards, the multi-turn gradient; ``details["se_from"]`` says which);
+* **rare-event rule**: when the estimate is driven by a class of groups whose expected number in
+  the sample, ``lambda``, is below :data:`RARE_COUNT` (e.g. the groups with a nonzero advantage
+  under ``grpo_passk`` at ``R = 16``, ``J = 0.652``: exactly one success, probability 1.38e-6,
+  ``lambda = 0.28`` in 200 000 groups), the normal approximation fails (three such groups are a
+  5.2-sigma event for it even with the exact SE, yet happen in 0.3 % of runs; a sample without
+  any had sample SE 0 and ``z = -inf``). Such a check passes iff the observed count ``N`` of that
+  class is inside the two-sided
+  exact acceptance region of its law (a Binomial, or a sum of independent Binomials):
+  ``P(N' <= N) > alpha / 2`` and ``P(N' >= N) > alpha / 2`` with ``alpha = 2 Phi(-k)``, the
+  level of ``|z| <= k`` for a normal estimate (6.3e-5 at ``k = 4``);
+* **deterministic**: ``se == 0`` for an identity that holds in every sampled group (or a point-mass
+  law): ``|estimate - exact| <= atol`` (recorded in ``details``); an SE below
+  ``1e-12 * max(1, |exact|)`` is float rounding of constant samples and is treated as 0. A zero
+  *sample* SE of a statistical check is not a yardstick: it is an error, never ``z = inf``.
+
+With ``law_mean`` (the mean of the exact law the SE comes from) the check also requires
+``law_mean == exact`` to ``1e-9`` (relative): two exact computations that must agree. The paper's
+own formula, when it makes a claim about the same quantity, is carried separately as
 ``paper_value`` so that a wrong formula shows up as ``exact != paper_value`` while the Monte
 Carlo agrees with ``exact``.
 """
@@ -14,17 +33,85 @@ Carlo agrees with ``exact``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from grpo_io import to_jsonable
 
-from ._stats import Z_THRESHOLD
+from ._stats import Z_THRESHOLD, FiniteLaw
 
-__all__ = ["CheckResult", "make_check", "DEFAULT_K", "results_table", "md_escape"]
+__all__ = [
+    "CheckResult", "make_check", "law_check", "DEFAULT_K", "RARE_COUNT", "RareCount",
+    "rare_count_pvalues", "results_table", "md_escape",
+]
 
 #: Default ``k`` of :func:`make_check`: the one threshold :data:`sims._stats.Z_THRESHOLD`.
 DEFAULT_K = Z_THRESHOLD
+
+#: Below this expected count of a rare class of groups the exact count rule decides (a Poisson
+#: count with mean 100 fails ``|z| <= 4`` falsely at 1.1x the normal rate; at mean 30, 2.7x;
+#: at mean 5, 11x; at mean 0.28, 45x: 3 groups, 0.3 % of runs).
+RARE_COUNT = 100.0
+
+
+@dataclass(frozen=True)
+class RareCount:
+    """The observed number of groups in a class and the exact law of that number.
+
+    Attributes:
+        observed: groups of the class in the sample.
+        trials: ``((n_1, q_1), ...)``: the count is a sum of independent Binomial(n_i, q_i)
+            (one pair for one world; one per prompt or per step otherwise).
+        what: the class, e.g. ``"groups with a nonzero advantage"``.
+    """
+
+    observed: int
+    trials: tuple[tuple[int, float], ...]
+    what: str
+
+    @property
+    def expected(self) -> float:
+        """``sum_i n_i q_i``."""
+        return float(sum(n * q for n, q in self.trials))
+
+
+def rare_count_pvalues(observed: int, trials: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """``(P(N <= observed), P(N >= observed))`` for ``N = sum_i Binomial(n_i, q_i)``, exactly.
+
+    The pmf of ``N`` on ``0..observed`` is the convolution of the Binomial pmfs truncated there
+    (exact for those counts: a term beyond ``observed`` never lands below it); the upper tail is
+    ``1 - P(N <= observed - 1)``, accurate to ~1e-15 absolute (the decision compares it with
+    ``alpha / 2 >= 1e-10``). Beyond 10 000 the upper tail is Chernoff's bound
+    ``exp(-lambda) (e lambda / m)^m`` (an upper bound: the decision stays sound).
+
+    >>> lo, hi = rare_count_pvalues(0, [(200_000, 8.6e-8)])  # lambda = 0.0172
+    >>> round(lo, 4), hi
+    (0.9829, 1.0)
+    >>> [round(p, 4) for p in rare_count_pvalues(1, [(200_000, 8.6e-8)])]
+    [0.9999, 0.0171]
+    """
+    import numpy as np
+    from scipy.stats import binom
+
+    m = int(observed)
+    if m < 0:
+        raise ValueError(f"observed must be >= 0, got {observed}")
+    lam = float(sum(n * q for n, q in trials))
+    if m > 10_000:
+        if m <= lam:
+            raise ValueError(f"observed={m} > 10000 is not a rare count (expected {lam:g})")
+        log_hi = -lam + m * (1.0 + math.log(lam / m)) if lam > 0 else -math.inf
+        return 1.0, math.exp(log_hi)
+    pmf = np.zeros(m + 1)
+    pmf[0] = 1.0
+    for n, q in trials:
+        b = binom.pmf(np.arange(min(int(n), m) + 1), int(n), float(q))
+        pmf = np.convolve(pmf, b)[: m + 1]
+    below = min(1.0, float(pmf.sum()))  # P(N <= m)
+    return below, min(1.0, max(0.0, 1.0 - below + float(pmf[m])))
 
 
 @dataclass(frozen=True)
@@ -74,26 +161,35 @@ def make_check(
     atol: float = 1e-9,
     paper_rtol: float = 1e-9,
     details: dict[str, Any] | None = None,
+    se_from: str = "exact",
+    rare: RareCount | None = None,
+    law_mean: float | None = None,
 ) -> CheckResult:
-    """Build a :class:`CheckResult`, computing ``z`` and the verdict.
+    """Build a :class:`CheckResult`, computing ``z`` and the verdict (module docstring).
 
     Args:
         name: label of the check.
         estimate: Monte Carlo estimate.
         exact: exact value (must be finite).
-        se: standard error, ``>= 0``.
+        se: standard error, ``>= 0`` (0: a deterministic check).
         n: sample size.
-        k: pass threshold on ``|z|`` (default 4).
+        k: pass threshold on ``|z|`` (default 4); the rare-event rule uses the same level.
         paper_value: the paper's formula for the same quantity, or None.
         atol: tolerance of a deterministic check (``se == 0``).
         paper_rtol: relative tolerance for ``details["paper_matches_exact"]``.
         details: extra JSON-able information.
+        se_from: where ``se`` comes from: ``"exact"`` (the exact law or exact moments),
+            ``"sample"`` (the sample SE: a zero value is then an error, not a yardstick) or
+            ``"jackknife"``; recorded in ``details["se_from"]``.
+        rare: the class of groups that drives the estimate and its exact count law; when its
+            expected count is below :data:`RARE_COUNT` the exact count rule decides.
+        law_mean: mean of the exact law behind ``se``; must equal ``exact`` (``1e-9`` relative).
 
     Returns:
         The frozen :class:`CheckResult`.
 
     Raises:
-        ValueError: non-finite ``exact``/``estimate`` or negative ``se``.
+        ValueError: non-finite ``exact``/``estimate``, negative ``se``, or a zero sample SE.
 
     >>> make_check("x", estimate=1.02, exact=1.0, se=0.01, n=100).passed
     True
@@ -105,6 +201,14 @@ def make_check(
         raise ValueError(f"check {name!r}: se must be finite and >= 0, got {se}")
     diff = estimate - exact
     d = dict(details or {})
+    if se_from in ("sample", "jackknife") and se == 0 and n > 1 and abs(diff) > atol:
+        raise ValueError(
+            f"check {name!r}: the {se_from} SE is 0 (every sampled value equal) while the "
+            f"estimate {estimate!r} differs from the exact {exact!r} by more than atol={atol!r}: "
+            "no yardstick; this check "
+            "needs an exact standard error or a rare-event rule"
+        )
+    d["se_from"] = se_from
     if 0 < se <= 1e-12 * max(1.0, abs(exact), abs(estimate)):
         # the samples are constant up to float rounding: judge as a deterministic check
         d["se_rounding_only"] = se
@@ -112,10 +216,29 @@ def make_check(
     if se > 0:
         z = diff / se
         passed = abs(z) <= k
+        d["rule"] = f"normal: |z| <= {k:g}"
     else:
         z = 0.0 if abs(diff) <= atol else math.copysign(math.inf, diff)
         passed = abs(diff) <= atol
         d["atol"] = atol
+        d["rule"] = "deterministic: |estimate - exact| <= atol"
+    if rare is not None and se > 0 and rare.expected < RARE_COUNT:
+        alpha = math.erfc(k / math.sqrt(2.0))  # 2 Phi(-k): the level of |z| <= k
+        lo, hi = rare_count_pvalues(rare.observed, rare.trials)
+        passed = min(lo, hi) > alpha / 2
+        d.update({
+            "rule": f"exact count of {rare.what}: P(N <= obs), P(N >= obs) > alpha/2, "
+                    f"alpha = 2 Phi(-{k:g}) = {alpha:.3g}",
+            "rare_observed": rare.observed,
+            "rare_expected": rare.expected,
+            "rare_p_low": lo,
+            "rare_p_high": hi,
+        })
+    if law_mean is not None:
+        agree = abs(float(law_mean) - exact) <= 1e-9 * max(1.0, abs(exact)) + atol
+        d["law_mean"] = float(law_mean)
+        d["law_matches_exact"] = bool(agree)
+        passed = passed and agree
     if paper_value is not None:
         paper_value = float(paper_value)
         d["paper_matches_exact"] = bool(
@@ -133,6 +256,47 @@ def make_check(
         paper_value=paper_value,
         details=d,
     )
+
+
+def law_check(
+    name: str,
+    samples: Any,
+    *,
+    law: FiniteLaw,
+    exact: float,
+    k: float = DEFAULT_K,
+    paper_value: float | None = None,
+    atol: float = 1e-9,
+    details: dict[str, Any] | None = None,
+) -> CheckResult:
+    """The Monte Carlo mean of a per-group statistic with a known finite law, against ``exact``.
+
+    ``estimate = mean(samples)``; ``se = sd(law) / sqrt(n)`` (the exact SE); the rare class is
+    the groups off the law's most likely value (count law Binomial(n, P(X != mode))), so a
+    statistic that is constant but for rare groups is decided by the exact count rule; the law's
+    mean must equal ``exact`` (two exact computations); and every sample must lie in the law's
+    support (else the sampled groups do not follow it: an estimator that is not exchangeable,
+    or a wrong world). ``details`` records the sample SE beside the exact one.
+
+    >>> law = FiniteLaw.of([0.0, 1.0], [0.75, 0.25])
+    >>> law_check("x", [0.0, 1.0, 0.0, 0.0] * 50, law=law, exact=0.25).passed
+    True
+    """
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    n = x.size
+    if n == 0:
+        raise ValueError(f"check {name!r}: no samples")
+    off_support = law.count_off_support(x)
+    d = {**(details or {}), "sample_se": float(x.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+         "law_support_size": int(law.values.size), "samples_off_support": off_support}
+    chk = make_check(
+        name, estimate=float(x.mean()), exact=exact, se=law.sd / np.sqrt(n), n=n, k=k,
+        paper_value=paper_value, atol=atol, details=d, se_from="exact law",
+        rare=RareCount(law.count_off_mode(x), ((n, law.off_mode),),
+                       "groups off the most likely value"),
+        law_mean=law.mean,
+    )
+    return replace(chk, passed=chk.passed and off_support == 0)
 
 
 def _fmt(x: float | None) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_theory.limits import ARRAY_R_MAX
 from grpo_theory.tilted_policies import (
     as_policy,
     as_success_mask,
@@ -89,8 +90,18 @@ def group_advantage_table(G: int, *, estimator: str, opts: dict[str, Any]
     return a_S, a_F
 
 
+#: Most branches ``C(G+K-1, K-1)^n_steps`` that :func:`exact_sampled_expectation` enumerates
+#: (and most rows of :func:`compositions`, ``ARRAY_R_MAX``).
+BRANCHES_MAX = 1_000_000
+
+
 def compositions(G: int, K: int) -> np.ndarray:
     """Every ``[K]`` vector of non-negative integers summing to ``G`` (stars and bars), as rows."""
+    n_rows = math.comb(int(G) + int(K) - 1, int(K) - 1)
+    if n_rows > ARRAY_R_MAX:
+        raise ValueError(f"compositions: {n_rows} compositions of G={G} into K={K} parts exceed "
+                         f"ARRAY_R_MAX={ARRAY_R_MAX}; sample the counts (Monte Carlo: "
+                         "numpy's multinomial) instead")
     rows = []
     for bars in combinations(range(G + K - 1), K - 1):
         edges = (-1, *bars, G + K - 1)
@@ -150,6 +161,11 @@ def exact_sampled_expectation(world: FiniteWorld, *, G: int, beta: float, eps: f
     ``normalisation="mean_std"`` with ``eps``; pass the matching estimator and options).
     """
     opts = dict(PAPER_ESTIMATOR_OPTIONS | {"eps": eps} if opts is None else opts)
+    per_step = math.comb(int(G) + int(world.K) - 1, int(world.K) - 1)
+    if int(n_steps) * math.log(per_step) > math.log(BRANCHES_MAX):  # never per_step ** n_steps
+        raise ValueError(
+            f"exact_sampled_expectation: {per_step}^{n_steps} branches (G={G}, K={world.K}) "
+            f"exceed BRANCHES_MAX={BRANCHES_MAX}; use simulate_sampled_iterates (Monte Carlo)")
     st = _Stepper(world, G=G, beta=beta, alpha=alpha, estimator=estimator, opts=opts)
     comp = compositions(st.G, world.K)
     pop = grpo_policy_iterates(world.pi_ref, world.success, beta=beta, eps=eps,

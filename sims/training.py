@@ -110,8 +110,9 @@ def run_training(
         "m_F",
         "n_nondegenerate",
         "zero_adv_var",
+        "zero_adv_probs",
     )
-    hist: dict[str, list[float]] = {k: [] for k in keys}
+    hist: dict[str, list[Any]] = {k: [] for k in keys}
     for _ in range(steps):
         tables = [w.outcome_model() for w in worlds]
         Js = np.array([pr @ mu for pr, mu, _ in tables])
@@ -147,6 +148,7 @@ def run_training(
         hist["zero_adv_frac"].append(float(zero.mean()))
         hist["zero_adv_frac_exact"].append(float(pz.mean()))
         hist["zero_adv_var"].append(float(np.sum(pz * (1 - pz))))
+        hist["zero_adv_probs"].append(pz.tolist())  # per prompt: the exact count law
         hist["grad_norm"].append(float(np.mean(grads)))
         hist["grad_J_norm"].append(float(np.mean([np.linalg.norm(w.grad_J()) for w in worlds])))
         hist["eff_rank"].append(float(np.mean(ers)) if ers else float("nan"))
@@ -183,13 +185,15 @@ def summarize_training(run: dict[str, Any], *, k: float = Z_THRESHOLD) -> dict[s
     """Tests of Corollary 4.2 and of the rank-collapse prediction on one run.
 
     * zero-advantage groups: sampled count over all steps vs the exact expected count
-      (``sum_t sum_p P_t(k in {0, R})``), SE ``sqrt(sum p (1 - p))``, verdict ``|z| <= k``;
+      (``sum_t sum_p P_t(k in {0, R})``), SE ``sqrt(sum p (1 - p))``, verdict ``|z| <= k``; when
+      either class (zero-advantage or not) is rare (expected count below
+      :data:`sims.results.RARE_COUNT`) the exact count law, a sum of Bernoulli(p_tp), decides;
     * Corollary 4.2: log-log slope and Spearman correlation of the per-step mean ``|g|`` against
       ``sigma_r`` (the corollary predicts a positive association);
     * rank collapse (Sec. 8 "Future directions"): Spearman correlation of the effective rank with
       ``sigma_r`` over steps (the paper predicts positive: rank falls as ``sigma_r -> 0``).
     """
-    from .results import make_check
+    from .results import RareCount, make_check
 
     h = {key: np.asarray(v, dtype=np.float64) for key, v in run["history"].items()}
     P = run["config"]["n_prompts"]
@@ -197,6 +201,14 @@ def summarize_training(run: dict[str, Any], *, k: float = Z_THRESHOLD) -> dict[s
     exp_count = float(h["zero_adv_frac_exact"].sum() * P)
     se = float(np.sqrt(h["zero_adv_var"].sum()))
     obs = float(h["zero_adv_frac"].sum() * P)
+    rare = None
+    if "zero_adv_probs" in h:
+        pz = h["zero_adv_probs"].ravel()
+        n_obs = int(round(obs))
+        rare = (RareCount(n_obs, tuple((1, float(q)) for q in pz), "zero-advantage groups")
+                if exp_count <= pz.size / 2 else
+                RareCount(pz.size - n_obs, tuple((1, float(1 - q)) for q in pz),
+                          "groups with a nonzero advantage"))
     chk = make_check(
         f"zero-variance groups over training {run['config']['estimator']} "
         f"({run['config']['gradient']} gradient)",
@@ -205,6 +217,7 @@ def summarize_training(run: dict[str, Any], *, k: float = Z_THRESHOLD) -> dict[s
         se=se / (P * steps),
         n=P * steps,
         k=k,
+        rare=rare,
         details={"se_note": "martingale SE: sqrt(sum_t sum_p p_tp (1 - p_tp))"},
     )
     ok = (h["sigma_r"] > 0) & (h["grad_norm"] > 0)

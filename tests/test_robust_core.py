@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -251,3 +252,58 @@ def test_complex_rewards_are_an_error_not_a_warning() -> None:
 def test_isotropic_effective_rank_rejects_fractional_k() -> None:
     with pytest.raises(TypeError, match="k must be an integer"):
         gt.isotropic_effective_rank_binary(4, 1.5)
+
+
+def test_pytest_turns_runtime_warnings_from_the_library_modules_into_errors() -> None:
+    """pyproject's filterwarnings entry: a RuntimeWarning attributed to one of the library's
+    modules fails the test; the same warning from another module does not."""
+    import warnings
+
+    code = "import numpy as np\ndef f():\n    return np.float64(1e308) * 10.0\n"
+    for module in ("grpo_theory.advantages", "sims.checks", "real_model", "grpo_io.locks",
+                   "paper_checks.report", "framework_checks.audit", "paper_values",
+                   "grpo_audit.cli"):
+        ns: dict[str, Any] = {"__name__": module}
+        exec(compile(code, f"<{module}>", "exec"), ns)
+        with pytest.raises(RuntimeWarning, match="overflow"):
+            ns["f"]()
+    ns = {"__name__": "somebody_else"}
+    exec(compile(code, "<somebody_else>", "exec"), ns)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        warnings.filterwarnings(
+            "error", category=RuntimeWarning,
+            module="(grpo_io|paper_values|grpo_theory|sims|real_model|paper_checks|"
+                   "framework_checks|grpo_audit)([.]|$)",
+        )
+        assert ns["f"]() == float("inf")
+    assert [w.category for w in seen] == [RuntimeWarning]
+
+
+@pytest.mark.parametrize(
+    "fn,kw,expected",
+    [
+        ("chebyshev_bound", dict(R=1, eps=1e-320, sigma2=0.25), 0.0),  # (R-1) = 0: no 0 * inf
+        ("chebyshev_bound", dict(R=2, eps=1e-320, sigma2=0.25), float("inf")),  # vacuous
+        ("chebyshev_bound", dict(R=2, eps=1e-160, sigma2=1e-320), 0.5 * 1e-320 / 1e-160 / 1e-160),
+        ("hoeffding_bound", dict(R=10**300, eps=1e200, width=1.0), 0.0),
+        ("hoeffding_bound", dict(R=1, eps=1e-320, width=1e-320), 2.0 * math.exp(-2.0)),
+        ("bernstein_bound", dict(R=2, eps=1e-320, sigma2=0.0, width=1.0), 2.0),
+        ("bernstein_bound", dict(R=2, eps=1e300, sigma2=0.25, width=1e-300), 0.0),
+    ],
+)
+def test_bounds_at_extreme_inputs_are_the_limit_values_without_nan_or_warning(
+    fn: str, kw: dict[str, Any], expected: float
+) -> None:
+    import grpo_theory
+
+    assert getattr(grpo_theory, fn)(**kw) == pytest.approx(expected, rel=1e-12)
+
+
+def test_singular_values_beyond_the_float_range_are_refused_before_the_multiply() -> None:
+    from grpo_theory import spectral_metrics
+
+    with pytest.raises(ValueError, match="exceed the float range"):
+        spectral_metrics(np.eye(3) * 1e308, [1e308, -1e308, 0.0])
+    m = spectral_metrics(np.eye(3) * 1e300, [1e-300, -1e-300, 0.0])  # scale-free: fine
+    assert m.effective_rank == pytest.approx(2.0)

@@ -193,3 +193,63 @@ def test_quiet_loading_also_silences_the_gguf_dequantisation_bar(capfd: Any) -> 
     assert "de-quantizing" not in capfd.readouterr().err
     list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
     assert "de-quantizing" in capfd.readouterr().err  # restored afterwards
+
+
+class _Payload:
+    """Unpickling this runs ``touch MARKER`` (what a tampered checkpoint could carry)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _trained_once(tmp_path: Path) -> tuple[Path, Any, Path]:
+    from real_model.train import TrainConfig, default_cache_dir, run_train
+
+    out = tmp_path / "t"
+    cfg = TrainConfig(steps=1, prompts_per_step=1, lr=1e-2, **KW)
+    run_train(out, cfg, loaded=_tiny(), progress=False, reward_fn=_reward)
+    ckpt = default_cache_dir(out) / "checkpoint.pt"
+    assert ckpt.is_file()
+    return out, TrainConfig(steps=2, prompts_per_step=1, lr=1e-2, **KW), ckpt
+
+
+def test_train_checkpoint_with_a_pickled_callable_is_refused_by_name_and_never_run(
+    tmp_path: Path,
+) -> None:
+    from real_model.train import run_train
+
+    out, cfg2, ckpt = _trained_once(tmp_path)
+    good = torch.load(ckpt, weights_only=True)  # what run_train writes loads as weights only
+    marker = tmp_path / "payload-ran"
+    torch.save({**good, "model": _Payload(marker)}, ckpt)
+    with pytest.raises(ValueError) as ei:
+        run_train(out, cfg2, loaded=_tiny(), progress=False, reward_fn=_reward)
+    msg = str(ei.value)
+    assert str(ckpt) in msg and "weights_only=True refused it" in msg
+    assert "system" in msg and "nothing in it was run" in msg and "new --out" in msg
+    assert not marker.exists()
+    assert len((out / "steps.jsonl").read_text().splitlines()) == 1  # nothing rewritten
+
+
+def test_train_old_or_foreign_checkpoint_says_how_to_proceed(tmp_path: Path) -> None:
+    import numpy as np
+
+    from real_model.train import load_checkpoint, run_train
+
+    out, cfg2, ckpt = _trained_once(tmp_path)
+    good = torch.load(ckpt, weights_only=True)
+    torch.save({**good, "rng": np.random.default_rng(0).random(3)}, ckpt)  # a numpy array
+    with pytest.raises(ValueError, match=r"numpy.*new --out \(or pass --overwrite"):
+        load_checkpoint(ckpt)
+    torch.save({k: v for k, v in good.items() if k != "records"}, ckpt)  # an older layout
+    with pytest.raises(ValueError, match=r"lacks \['records'\] .*new --out"):
+        run_train(out, cfg2, loaded=_tiny(), progress=False, reward_fn=_reward)
+    torch.save(good, ckpt)
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])  # cut short (a full disk, a killed copy)
+    with pytest.raises(ValueError, match="is not a readable torch checkpoint"):
+        load_checkpoint(ckpt)

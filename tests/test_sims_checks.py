@@ -409,7 +409,7 @@ def test_spectra_top1_isotropic_exact_mean_and_se_hand_checked() -> None:
     assert top1.exact == pytest.approx(mu, rel=1e-12)
     sd = math.sqrt(float(w @ (f - mu) ** 2))
     assert top1.se == pytest.approx(sd / math.sqrt(top1.n), rel=1e-12)
-    assert top1.details["se_from"] == "exact variance over k"
+    assert top1.details["se_from"] == "exact law"
 
 
 def test_spectra_se_from_exact_variance_judges_the_seed0_sample_correctly() -> None:

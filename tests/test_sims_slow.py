@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +66,25 @@ def test_multiturn_h4_r8_checks() -> None:
         assert all(r.passed for r in res), [r.name for r in res if not r.passed]
 
 
+# The CI-affordable subset of "every experiment, full size, exits 0 at seeds 0-4": every
+# experiment at seed 0 (where moments/unbiasedness used to fail on grpo_passk's rare signal
+# groups), and seeds 1-4 of the two experiments that hold the rare-event cases and most of the
+# checks (moments, unbiasedness). All six at seeds 0-4 were run as docs/sims.md records.
+FULL_RUNS = [(name, 0) for name in sorted(EXPERIMENTS)] + [
+    (name, seed) for name in ("moments", "unbiasedness") for seed in (1, 2, 3, 4)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_full_experiment_runs(name: str, tmp_path: Path) -> None:
-    res = EXPERIMENTS[name](tmp_path, seed=0, quick=False)
-    assert (tmp_path / "figure.png").exists() and res["n_checks"] >= 1
+@pytest.mark.parametrize("name,seed", FULL_RUNS)
+def test_full_experiment_exits_0_with_every_check_passed(
+    name: str, seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`grpo-audit sims NAME --out DIR --seed SEED` at full size (no --quick) exits 0."""
+    from grpo_audit.cli import main
+
+    code = main(["sims", name, "--out", str(tmp_path), "--seed", str(seed)])
+    res = json.loads((tmp_path / "results.json").read_text())
+    failed = [(c["name"], c["z"], c["details"].get("rule")) for c in res["checks"]
+              if not c["passed"]]
+    assert code == 0 and not failed, (capsys.readouterr().err, failed)
+    assert (tmp_path / "figure.png").exists() and res["n_checks"] >= 1 and not res["quick"]
