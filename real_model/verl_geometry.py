@@ -548,13 +548,13 @@ class VerlGeometry:
                     "num_success": int(succ.sum()) if have_r else None,
                     "mixed": bool(succ.any() and not succ.all()) if have_r else bool(np.any(A))})
         try:
-            if Ks is not None and have_r:
-                rec.update(group_records(Ks, rewards, A, np.ones(len(rows)), lengths,
-                                         rtol=self.config.rtol, exact_structure=False,
+            if Ks is not None and have_r:  # score geometry, plus the rows' metrics from Kg
+                rec.update(group_records(Ks, rewards, A, None, lengths, rtol=self.config.rtol,
+                                         exact_structure=False, row_gram=Kg,
                                          success_threshold=self.config.success_threshold))
-            if Kg is not None:
+            elif Kg is not None:
                 rec.update(gradient_row_metrics(Kg, rtol=self.config.rtol))
-            elif plan.path[uid] == "unsupported":
+            if Kg is None and plan.path[uid] == "unsupported":
                 rec["unsupported"] = plan.reason[uid]
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {e}"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_theory.spectral import spectral_metrics_from_matrix
-from real_model.geometry_metrics import GRADIENT_KEYS, gradient_row_metrics
+from real_model.geometry_metrics import gradient_row_metrics, group_records
+
+KEYS = ("effective_rank", "entropy_effective_rank", "stable_rank", "top1_fraction")
 
 
 def test_collinear_rows_by_hand():
@@ -18,7 +20,7 @@ def test_collinear_rows_by_hand():
 def test_all_zero_rows_give_none_not_nan():
     m = gradient_row_metrics(np.zeros((3, 3)))
     assert m["rank"] == 0 and m["grad_norm"] == 0.0
-    assert all(m[k] is None for k in GRADIENT_KEYS if k != "rank")
+    assert all(m[k] is None for k in KEYS)
 
 
 def test_equals_the_svd_of_the_rows():
@@ -26,6 +28,15 @@ def test_equals_the_svd_of_the_rows():
     G = rng.standard_normal((5, 40)) * rng.uniform(0.1, 3.0, (5, 1))
     m = gradient_row_metrics(G @ G.T)
     ref = spectral_metrics_from_matrix(G).as_dict()
-    for k in GRADIENT_KEYS:
+    for k in ("rank", *KEYS):
         assert np.isclose(m[k], ref[k], rtol=1e-9), k
     assert np.isclose(m["grad_norm"], np.linalg.norm(G.sum(0)), rtol=1e-12)
+
+
+def test_group_records_row_gram_route_is_gradient_row_metrics():
+    rng = np.random.default_rng(1)
+    G, P = rng.standard_normal((4, 30)), rng.standard_normal((4, 30))
+    rec = group_records(P @ P.T, [1, 0, 1, 0], [1.0, -1.0, 1.0, -1.0], None, [3, 4, 5, 6],
+                        row_gram=G @ G.T)
+    for key, val in gradient_row_metrics(G @ G.T).items():
+        assert rec[key] == val, key
