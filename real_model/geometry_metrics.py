@@ -6,8 +6,10 @@ rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is ``c_i
 :func:`group_records` gives every per-group metric (spectra of ``G = diag(w) Psi`` with
 ``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
 :func:`grpo_theory.mass.gradient_mass`; score geometry :func:`real_model.geometry.score_geometry`;
-``cos(S, F)``), and :func:`aggregate_groups` the per-step mean / sd / min / max / count over the
-mixed groups. No host framework is imported here.
+``cos(S, F)``), :func:`gradient_row_metrics` the same spectra from the Gram of a host's actual
+gradient rows ``K_ij = <g_i, g_j>`` (captured in-run, e.g. by the verl adapter), and
+:func:`aggregate_groups` the per-step mean / sd / min / max / count over the mixed groups. No host
+framework is imported here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "SCORE_KEYS",
     "cos_success_failure",
     "group_records",
+    "gradient_row_metrics",
     "metric_stats",
     "aggregate_groups",
 ]
@@ -127,19 +130,35 @@ def group_records(
         rec["row_weights"] = np.asarray(c, dtype=np.float64).reshape(-1).tolist()
         rec["weights"] = w.tolist()
     if row_gram is not None:
-        kg = np.asarray(row_gram, dtype=np.float64)
-        m = spectral_metrics(kg, np.ones(kg.shape[0]), rtol=rtol).as_dict()
-        rec["grad_norm"] = float(math.sqrt(max(float(kg.sum()), 0.0)))
-    elif exact_structure:
-        if c is None:
-            raise ValueError("group_records needs the row weights c or the row Gram row_gram")
-        m = spectral_metrics(k, w, rtol=rtol).as_dict()
-        rec["grad_norm"] = float(math.sqrt(max(float(w @ k @ w), 0.0)))
-    else:
+        rec.update(gradient_row_metrics(row_gram, rtol=rtol))
         return rec
+    if not exact_structure:
+        return rec
+    if c is None:
+        raise ValueError("group_records needs the row weights c or the row Gram row_gram")
+    m = spectral_metrics(k, w, rtol=rtol).as_dict()
+    rec["grad_norm"] = float(math.sqrt(max(float(w @ k @ w), 0.0)))
     for key, val in m.items():
         rec[key] = _none_if_nan(val) if isinstance(val, float) else val
     return rec
+
+
+def gradient_row_metrics(K: Any, *, rtol: float = DEFAULT_RTOL) -> dict[str, Any]:
+    """Metrics of a group's gradient matrix ``G`` (rows ``g_i``) from its Gram ``K = G G^T``.
+
+    Every field of :func:`grpo_theory.spectral.spectral_metrics` with unit weights (``G`` is the
+    matrix of the actual rows; non-finite values -> ``None``) and
+    ``grad_norm = ||sum_i g_i|| = sqrt(1^T K 1)``.
+
+    >>> m = gradient_row_metrics(np.eye(2))
+    >>> (m["rank"], m["effective_rank"], m["grad_norm"])
+    (2, 2.0, 1.4142135623730951)
+    """
+    k = np.asarray(K, dtype=np.float64)
+    m = spectral_metrics(k, np.ones(k.shape[0]), rtol=rtol).as_dict()
+    out = {key: _none_if_nan(val) if isinstance(val, float) else val for key, val in m.items()}
+    out["grad_norm"] = float(math.sqrt(max(float(k.sum()), 0.0)))
+    return out
 
 
 def metric_stats(vals: Sequence[float | None]) -> dict[str, Any]:
