@@ -61,6 +61,7 @@ from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_t
 __all__ = [
     "GramCapture",
     "GramCaptureError",
+    "PackedRows",
     "active_dropout_modules",
     "product_dtype",
     "validate_blocks",
@@ -174,6 +175,42 @@ def _select_rows(t: torch.Tensor, *, idx: slice | torch.Tensor) -> torch.Tensor:
     return t[idx] if isinstance(idx, slice) else t.index_select(0, idx.to(t.device))
 
 
+class PackedRows:
+    """Rows packed into one sequence (``segments``: cumulative lengths, as ``cu_seqlens``).
+
+    Remove-padding trainers (verl's ``use_remove_padding=True``, flash-attention varlen) run a
+    micro-batch of ``n`` rows as ONE sequence ``[1, N, ...]`` with ``N = segments[-1]`` tokens
+    (possibly followed by padding), row ``i`` holding tokens ``segments[i]:segments[i + 1]``;
+    attention stays within a row. :meth:`unpack` lays a packed tensor out batch-first,
+    ``[n, T_max, ...]``, zeros where a row has no token: padded positions carry zero input and
+    zero gradient, so the per-row identities add nothing there (exact).
+    """
+
+    def __init__(self, segments: Any, device: torch.device) -> None:
+        seg = torch.as_tensor(segments).detach().reshape(-1).cpu().long()
+        lengths = seg[1:] - seg[:-1] if seg.numel() else seg
+        if seg.numel() < 2 or int(seg[0]) != 0 or bool((lengths < 0).any()):
+            raise ValueError("segments must be cumulative row lengths [0, l_0, l_0 + l_1, ...] "
+                             f"(non-decreasing, from 0, at least one row), got {seg.tolist()}")
+        self.n = int(lengths.numel())
+        self.tokens = int(seg[-1])
+        self.T = max(1, int(lengths.max()))
+        row = torch.repeat_interleave(torch.arange(self.n), lengths)
+        col = torch.arange(self.tokens) - torch.repeat_interleave(seg[:-1], lengths)
+        self.index = (row * self.T + col).to(device)  # packed position -> padded [n, T] position
+
+    def is_packed(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` is one packed sequence ``[1, >= N, ...]`` of these rows."""
+        return x.dim() >= 2 and x.shape[0] == 1 and x.shape[1] >= self.tokens
+
+    def unpack(self, t: torch.Tensor, fill: Any = 0) -> torch.Tensor:
+        """``[1, N(+pad), ...]`` -> ``[n, T_max, ...]``, ``fill`` where a row has no token."""
+        flat = t[0, : self.tokens]
+        out = flat.new_full((self.n * self.T, *flat.shape[1:]), fill)
+        out.index_copy_(0, self.index.to(flat.device), flat)
+        return out.reshape(self.n, self.T, *flat.shape[1:])
+
+
 @dataclass
 class _HeadState:
     """The head's per-tile bookkeeping (weight/bias trainable, tied embedding, method)."""
@@ -223,6 +260,10 @@ class GramCapture:
         chunk_size: entries of one temporary block (default: ``gm.default_chunk_size``).
         strict: raise :class:`GramCaptureError` inside the host's forward/backward at the first
             problem instead of recording it.
+        segments: packed rows (remove-padding micro-batches): cumulative row lengths
+            ``[0, l_0, l_0 + l_1, ..., N]`` (``cu_seqlens``) of ``n`` rows packed into one
+            sequence; modules then take ``[1, N(+pad), ...]`` inputs (:class:`PackedRows`).
+            ``blocks`` index these ``n`` rows. Default ``None``: batch-first rows.
 
     Usage: enter, run ONE forward + backward over ``n`` rows (batch-first inputs), exit; then
     :meth:`result` (float64 ``[n, n]``, or one matrix per block), :meth:`coverage` and
@@ -239,6 +280,7 @@ class GramCapture:
         gram_precision: str = "auto",
         chunk_size: int | None = None,
         strict: bool = False,
+        segments: Any = None,
     ) -> None:
         if linear_method not in LINEAR_METHODS:
             raise ValueError(
@@ -261,6 +303,7 @@ class GramCapture:
         self.anchor = torch.zeros((), device=dev, requires_grad=True)
         self.n: int | None = None
         self.acc: _Blocks | None = None
+        self.packed = None if segments is None else PackedRows(segments, dev)
         self.counts: dict[str, int] = defaultdict(int)
         self.called: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
@@ -402,7 +445,10 @@ class GramCapture:
 
     # ----------------------------------------------------------------- forward side
     def _rows(self, name: str, x: torch.Tensor) -> None:
-        """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call)."""
+        """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call),
+        or, with ``segments``, one packed sequence of them."""
+        if self.packed is not None and self.packed.is_packed(x):
+            x = x.new_empty((self.packed.n, 1))
         if self.n is None:
             if x.dim() < 2:
                 raise GramCaptureError(f"module {name!r} got an input of shape "
@@ -445,7 +491,8 @@ class GramCapture:
             ids = args[0]
             self._rows(name, ids)
             if name in self.tied_embeddings:
-                self.tied_rows[name] = torch.unique(ids.reshape(-1), sorted=True)
+                self.tied_rows[name] = torch.unique(self._unpacked_ids(ids).reshape(-1),
+                                                    sorted=True)
             return _Call(name, kind, held=ids.detach())
         slots = [i for i, v in enumerate(args)
                  if isinstance(v, torch.Tensor) and v.is_floating_point()]
@@ -516,8 +563,23 @@ class GramCapture:
         self.counts[call.name] += 1
         self._contribute(call, x, delta)
 
+    def _unpacked_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Packed token ids laid out batch-first; padded slots repeat an id of the batch (their
+        gradient is zero, and the tied head's rows then cover every id)."""
+        if self.packed is None or not self.packed.is_packed(ids) or self.packed.tokens == 0:
+            return ids
+        return self.packed.unpack(ids, fill=ids[0, 0])
+
     def _contribute(self, call: _Call, x: Any, delta: torch.Tensor) -> None:
         mod, kind, names = self.plan.modules[call.name]
+        if self.packed is not None and self.packed.is_packed(delta):
+            if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
+                self._guard(call.name, lambda: self.fail(
+                    f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
+                    "packed micro-batch (segments): unsupported by the capture"))
+                return
+            x = self._unpacked_ids(x) if kind == "embedding" else self.packed.unpack(x)
+            delta = self.packed.unpack(delta)
         self._busy = True
         try:
             if kind == "linear":
@@ -635,6 +697,8 @@ class GramCapture:
             return None
         name = lin[0] if lin else self.plan.uses[id(bias)][0][0]
         self._rows(name, h)
+        if self.packed is not None and self.packed.is_packed(h):
+            h = self.packed.unpack(h)
         R, T, d = h.shape
         V = weight.shape[0]
         method = self.linear_method
@@ -665,6 +729,8 @@ class GramCapture:
 
     def _head_tile(self, st: _HeadState, v0: int, v1: int, dy: torch.Tensor) -> None:
         assert self.acc is not None
+        if self.packed is not None and dy.shape[:2] != st.h.shape[:2] and self.packed.is_packed(dy):
+            dy = self.packed.unpack(dy)
         cols = None
         if st.tied_rows is not None:
             lo, hi = torch.searchsorted(st.tied_rows, torch.tensor([v0, v1],
