@@ -55,7 +55,7 @@ from torch import nn
 
 from real_model import _gram_modules as gm
 from real_model import _gram_triton
-from real_model._gram_plan import Plan
+from real_model._gram_plan import plan_of
 from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_tiles
 
 __all__ = [
@@ -63,12 +63,20 @@ __all__ = [
     "GramCaptureError",
     "PackedRows",
     "active_dropout_modules",
+    "checkpointing_enabled",
     "product_dtype",
     "validate_blocks",
     "LINEAR_METHODS",
 ]
 
 LINEAR_METHODS = gm.LINEAR_METHODS
+
+
+NORM_CLOSED_FORM_CHECKED: dict[type, bool] = {}
+"""Verdict per norm class: does its closed-form per-row gradient (``gm.fast_leaf_grads``) match
+the generic per-row VJP? Checked at the class's first use in this process (a property of the
+class's ``forward`` code, not of one batch): a trainer builds one capture per micro-batch, and
+re-checking with the generic path in each was a large part of a small step's overhead."""
 
 
 def _in_backward() -> bool:
@@ -91,6 +99,14 @@ def product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
     low = {torch.bfloat16, torch.float16}
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.float32 if params and all(p.dtype in low for p in params) else torch.float64
+
+
+def checkpointing_enabled(model: nn.Module) -> bool:
+    """Whether a module of ``model`` runs activation checkpointing: a Hugging Face layer with
+    ``gradient_checkpointing=True`` (``gradient_checkpointing_enable``), or a module wrapped by
+    ``torch.distributed.algorithms._checkpoint`` (``CheckpointWrapper``)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True
+               or type(m).__name__ == "CheckpointWrapper" for m in model.modules())
 
 
 def active_dropout_modules(model: nn.Module) -> list[str]:
@@ -127,6 +143,7 @@ class _Call:
     held: Any = None  # embedding ids, or a generic module's arguments (tap slot = None)
     slot: int = 0  # position of the tapped input among the arguments
     delta: torch.Tensor | None = None
+    x: torch.Tensor | None = None  # the input, held (input_taps off: no tap node)
 
 
 class _InputTap(torch.autograd.Function):
@@ -198,10 +215,24 @@ class PackedRows:
         row = torch.repeat_interleave(torch.arange(self.n), lengths)
         col = torch.arange(self.tokens) - torch.repeat_interleave(seg[:-1], lengths)
         self.index = (row * self.T + col).to(device)  # packed position -> padded [n, T] position
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def is_packed(self, x: torch.Tensor) -> bool:
         """Whether ``x`` is one packed sequence ``[1, >= N, ...]`` of these rows."""
         return x.dim() >= 2 and x.shape[0] == 1 and x.shape[1] >= self.tokens
+
+    def unpack_shared(self, t: torch.Tensor) -> torch.Tensor:
+        """:meth:`unpack`, reusing the last result when ``t`` is the same memory (modules that
+        share one input, e.g. the q/k/v projections, complete one after the other)."""
+        last = self._last
+        if last is not None:
+            src, out = last
+            if (src.data_ptr() == t.data_ptr() and src.shape == t.shape and src.dtype == t.dtype
+                    and src.stride() == t.stride() and src._version == t._version):
+                return out  # ``src`` is held: its memory cannot be another tensor's now
+        out = self.unpack(t)
+        self._last = (t, out)
+        return out
 
     def unpack(self, t: torch.Tensor, fill: Any = 0) -> torch.Tensor:
         """``[1, N(+pad), ...]`` -> ``[n, T_max, ...]``, ``fill`` where a row has no token."""
@@ -260,6 +291,18 @@ class GramCapture:
         chunk_size: entries of one temporary block (default: ``gm.default_chunk_size``).
         strict: raise :class:`GramCaptureError` inside the host's forward/backward at the first
             problem instead of recording it.
+        input_taps: how a module's input reaches its contribution. ``True``: an identity
+            autograd node on the input saves it (activation checkpointing then drops and
+            recomputes it like any saved activation; the extra nodes can change the order in
+            which float32 gradient terms of a shared input are summed, ~1e-7 relative).
+            ``False``: the forward hook holds the input and the output's gradient hook adds the
+            contribution; the host's autograd graph is untouched (``.grad`` bit-identical in
+            any dtype) and the per-call cost is lower, but under activation checkpointing the
+            held inputs would stay in memory, and the host must backpropagate with
+            ``.backward()`` (``torch.autograd.grad`` runs only the part of the graph it is asked
+            for: modules off that part are reported as uncounted). ``None``: taps only when a
+            module of the model has gradient checkpointing on (:func:`checkpointing_enabled`).
+            Default ``True``.
         segments: packed rows (remove-padding micro-batches): cumulative row lengths
             ``[0, l_0, l_0 + l_1, ..., N]`` (``cu_seqlens``) of ``n`` rows packed into one
             sequence; modules then take ``[1, N(+pad), ...]`` inputs (:class:`PackedRows`).
@@ -281,6 +324,7 @@ class GramCapture:
         chunk_size: int | None = None,
         strict: bool = False,
         segments: Any = None,
+        input_taps: bool | None = True,
     ) -> None:
         if linear_method not in LINEAR_METHODS:
             raise ValueError(
@@ -288,7 +332,7 @@ class GramCapture:
             )
         if chunk_size is not None and int(chunk_size) < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        self.plan = Plan(model)
+        self.plan = plan_of(model)
         if not self.plan.modules:
             raise ValueError("model has no parameter with requires_grad=True: the rows are empty")
         self.model = model
@@ -304,6 +348,7 @@ class GramCapture:
         self.n: int | None = None
         self.acc: _Blocks | None = None
         self.packed = None if segments is None else PackedRows(segments, dev)
+        self.input_taps = checkpointing_enabled(model) if input_taps is None else bool(input_taps)
         self.counts: dict[str, int] = defaultdict(int)
         self.called: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
@@ -313,7 +358,7 @@ class GramCapture:
         self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
         self.tied_rows: dict[str, torch.Tensor] = {}
         self.tied_values: dict[str, list[torch.Tensor]] = {}
-        self.norm_closed_form_ok: dict[type, bool] = {}
+        self.norm_closed_form_ok = NORM_CLOSED_FORM_CHECKED  # per process (see add_leaf)
         self._open: dict[str, list[_Call]] = defaultdict(list)
         self._handles: list[Any] = []
         self._trl: tuple[Any, Any] | None = None
@@ -344,6 +389,8 @@ class GramCapture:
         tapping only inside a backward; they go when its last tap is freed (weak finalizers).
         """
         self._exited = True
+        if not self.input_taps:  # nothing to recompute: the tensor hooks carry the backward
+            self._live = 0
         if self._trl is not None:
             utils, original = self._trl
             utils._ChunkedLogProbFunction = original
@@ -472,7 +519,9 @@ class GramCapture:
         call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
         if call is None:
             return None
-        if kind == "embedding":
+        if kind == "embedding" or not self.input_taps:
+            if kind != "embedding":
+                call.x = args[call.slot]
             self._open[name].append(call)
             return None
         # outside the guard: checkpointing's early stop may raise through here, as it must
@@ -516,7 +565,7 @@ class GramCapture:
         call = next((c for v in args if (c := getattr(v, self._attr, None)) is not None), None)
         if call is None:
             stack = self._open.get(name)
-            if not stack or self.plan.modules[name][1] != "embedding":
+            if not stack or (self.input_taps and self.plan.modules[name][1] != "embedding"):
                 return None
             call = stack.pop()
         if self.failed:
@@ -546,6 +595,10 @@ class GramCapture:
         if call.kind == "embedding":
             self.counts[call.name] += 1
             self._contribute(call, call.held, delta)
+        elif call.x is not None:  # no tap: the input was held by the forward hook
+            x, call.x = call.x, None
+            self.counts[call.name] += 1
+            self._contribute(call, x, delta)
         else:
             call.delta = delta
         return None
@@ -578,7 +631,7 @@ class GramCapture:
                     f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
                     "packed micro-batch (segments): unsupported by the capture"))
                 return
-            x = self._unpacked_ids(x) if kind == "embedding" else self.packed.unpack(x)
+            x = self._unpacked_ids(x) if kind == "embedding" else self.packed.unpack_shared(x)
             delta = self.packed.unpack(delta)
         self._busy = True
         try:
@@ -650,8 +703,9 @@ class GramCapture:
         self, mod: nn.Module, names: list[str], args: tuple, delta: torch.Tensor
     ) -> None:
         """Per-row gradients of a small leaf module: closed-form norms (from a re-run of the
-        module's ``forward`` on the saved input, checked once per class against the generic
-        path), else per-row VJPs (``gm.generic_per_sample_grads``)."""
+        module's ``forward`` on the saved input, checked once per class and process against the
+        generic path: :data:`NORM_CLOSED_FORM_CHECKED`), else per-row VJPs
+        (``gm.generic_per_sample_grads``)."""
         assert self.acc is not None
         n, cls = self.n, type(mod)
         grads = None

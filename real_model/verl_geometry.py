@@ -184,8 +184,10 @@ def tapped_log_probs(model_output: Mapping[str, Any], sink: list) -> dict[str, A
 def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
              blocks: list[list[int]], **options: Any) -> GramCapture:
     """The core's capture of one verl micro-batch: batch-first, or packed (``segments``: verl's
-    ``use_remove_padding=True`` runs the micro-batch as one sequence with ``cu_seqlens``)."""
-    return GramCapture(module, blocks=blocks, segments=segments, **options)
+    ``use_remove_padding=True`` runs the micro-batch as one sequence with ``cu_seqlens``).
+    verl backpropagates with ``loss.backward()``: without gradient checkpointing the capture
+    needs no input taps (``input_taps=None``), so verl's autograd graph is untouched."""
+    return GramCapture(module, blocks=blocks, segments=segments, input_taps=None, **options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 from test_real_gram import batch, llama, rel_err
 from torch.distributed.fsdp import fully_shard

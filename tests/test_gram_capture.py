@@ -183,7 +183,10 @@ def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
 
 def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
     """Each RMSNorm's per-row gradient comes from the closed form; the generic per-row VJP runs
-    only once per module class (the check of that closed form)."""
+    only once per module class and process (the check of that closed form), not per capture."""
+    from real_model import gram_capture
+
+    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {})  # a fresh process
     model = llama(tied=True, bias=True, kv_heads=2, pad=0)
     calls = {"fast": 0, "generic": 0}
     fast, generic = gm.fast_leaf_grads, gm.generic_per_sample_grads
@@ -204,6 +207,10 @@ def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
         (token_logprobs(model, ids, am) * cm).sum().backward()
     assert cap.ok
     assert calls == {"fast": 5, "generic": 1}  # 2 layers x 2 norms + the final norm
+    with GramCapture(model) as cap:  # the next capture (micro-batch) trusts the verdict
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.ok and calls == {"fast": 10, "generic": 1}
+    assert gram_capture.NORM_CLOSED_FORM_CHECKED == {type(model.model.norm): True}
 
 
 # ----------------------------------------------------------------------------- coverage
@@ -406,3 +413,70 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
     with pytest.raises(GramCaptureError, match="boom in a Linear"):
         trajectory_gram(untied, ids, am, cm)
     assert seen[-1] == "embedding"  # the gradient reached the first module: backward complete
+
+
+def test_the_module_plan_is_reused_until_the_parameters_change():
+    from real_model._gram_plan import plan_of
+
+    model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2))
+    assert plan_of(model) is plan_of(model)
+    first = plan_of(model)
+    model[0].weight.requires_grad_(False)
+    assert plan_of(model) is not first and "0" in plan_of(model).modules  # bias still trainable
+    model[0].bias.requires_grad_(False)
+    assert "0" not in plan_of(model).modules
+
+
+# ------------------------------------------------------------------ without input taps
+@pytest.mark.parametrize("which", ["tied", "untied"])
+def test_without_input_taps_equals_naive_reference(request, which):
+    model = request.getfixturevalue(which)
+    ids, am, cm = batch(R=4, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    with GramCapture(model, input_taps=False, blocks=[[0, 1, 2, 3]]) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    model.zero_grad(set_to_none=True)
+    assert cap.ok and set(cap.coverage().values()) == {1}
+    assert rel_err(cap.result()[0], K_ref) <= RTOL
+
+
+def test_without_input_taps_packed_rows_equal_the_per_row_reference(tied):
+    cu, ids, pos, u = packed_batch([4, 6, 3], seed=2)
+    terms = packed_terms(tied, ids, pos, u, cu)
+    K_ref = per_row_gram(tied, terms)
+    with GramCapture(tied, segments=cu, input_taps=False) as cap:
+        terms().sum().backward()
+    tied.zero_grad(set_to_none=True)
+    assert rel_err(cap.result(), K_ref) <= RTOL
+
+
+def test_without_input_taps_float32_host_grads_are_bit_identical():
+    """No tap node: the host's autograd graph is unchanged, so even float32 ``.grad`` (whose
+    sums over a shared input's consumers depend on their order) is bit for bit the same."""
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0).float()
+    ids, am, cm = batch(R=3, T=9)
+
+    def step(**capture):
+        model.zero_grad(set_to_none=True)
+        if capture:
+            with GramCapture(model, **capture) as cap:
+                (token_logprobs(model, ids, am) * cm.float()).sum().backward()
+            assert cap.ok
+        else:
+            (token_logprobs(model, ids, am) * cm.float()).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    plain, direct = step(), step(input_taps=False)
+    assert all(torch.equal(a, b) for a, b in zip(plain, direct, strict=True))
+
+
+def test_input_taps_none_follows_gradient_checkpointing():
+    from real_model.gram_capture import checkpointing_enabled
+
+    model = llama(tied=False, seed=8)
+    assert not checkpointing_enabled(model)
+    assert GramCapture(model, input_taps=None).input_taps is False
+    model.gradient_checkpointing_enable()
+    assert checkpointing_enabled(model)
+    assert GramCapture(model, input_taps=None).input_taps is True
+    assert GramCapture(model).input_taps is True  # the default: taps
