@@ -23,7 +23,7 @@ from paper_checks.claims.dr_grpo import (
     s3_2_dr_grpo,
     s3_objective,
 )
-from paper_checks.claims.dr_grpo._worlds import answer_mdp
+from paper_checks.claims.dr_grpo.worlds import answer_mdp
 from paper_checks.registry import REGISTRY, CheckContext, get_claim
 
 CTX = CheckContext(seed=0, quick=True)
