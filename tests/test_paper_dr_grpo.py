@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_paper_claims import EXPECTED_DR_GRPO
+from expected_verdicts import EXPECTED_DR_GRPO
 
 from paper_checks.claims.dr_grpo import (
     appA_policy_gradient,

@@ -607,3 +607,11 @@ def test_the_papers_printed_values_have_one_import_path():
     assert "PAPER_TABLE1" not in real_model.__all__
     with pytest.raises(AttributeError):
         real_model.PAPER_TABLE1  # noqa: B018
+
+
+# --- the exact helpers' limits -------------------------------------------------------------------
+def test_paper_checks_grid_sup_tail_states_its_limit() -> None:
+    from paper_checks._exact import sup_baseline_tail
+
+    with pytest.raises(ValueError, match="R <= 2000.*sup_baseline_tail_bernoulli"):
+        sup_baseline_tail(R=10_000, eps=0.3)
