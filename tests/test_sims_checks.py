@@ -237,7 +237,7 @@ def test_isotropic_limit_spectrum_equals_closed_form() -> None:
             assert m.effective_rank == pytest.approx(isotropic_effective_rank_binary(R, k))
 
 
-# --- seeded statistical checks (k = 4) -----------------------------------------------------------
+# --- seeded statistical checks (k = 4) ------------------------------------------------------------
 @pytest.mark.parametrize("estimator", sorted(ESTIMATOR_SPECS))
 def test_theorem41_sampled_moments_agree_with_exact(estimator: str) -> None:
     res = checks.check_theorem41(

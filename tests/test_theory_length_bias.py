@@ -195,7 +195,7 @@ def test_question_weights_reject_bad_input():
         group_mean_factor(2.5)
 
 
-# --- surrogate -----------------------------------------------------------------------------------
+# --- surrogate ------------------------------------------------------------------------------------
 def test_clipped_surrogate_hand_checked_both_signs():
     # A < 0: rho = 0.5 is clipped to 0.8 -> min(-0.5, -0.8) = -0.8; rho = 1.5 -> min(-1.5, -1.2)
     assert clipped_surrogate([[0.5, 1.5]], [-1.0], [[1, 1]], mode="token_sum") == pytest.approx(
