@@ -363,3 +363,17 @@ def test_tied_head_and_embedding_are_exact_packed_in_run_and_second_pass(tmp_pat
         data = vc.rank_slice(batch, 0, 1, micro_batch_size=mb)
         loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=mb)
         _assert_exact(H.check_step(engine, path, data, loss_fn), path_kind)
+
+
+def test_gradient_checkpointing_takes_input_taps_and_stays_exact(tmp_path):
+    """verl's ``enable_gradient_checkpointing=True``: the capture taps the module inputs
+    (checkpoint-proof; ``input_taps=None`` follows the checkpointing) and the rows stay exact."""
+    vc.init_process_group()
+    path = vc.save_tiny_llama(tmp_path / "tiny")
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig(), gradient_checkpointing=True)
+    td = vc.grpo_batch(H.REWARDS, seed=3, logp_noise=0.3, model_path=path)
+    data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
+    res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    _assert_exact(res, "in_run")
+    assert all(mb.capture.input_taps for mb in engine.geometry.micro)
