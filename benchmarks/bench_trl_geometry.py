@@ -37,8 +37,7 @@ def _run(loaded: Any, state: dict[str, Any], cfg: Any, every: int | None, out: s
     from datasets import Dataset
     from transformers import TrainerCallback
 
-    from real_model.data import binary_reward
-    from real_model.rank import load_problems
+    from real_model.data import binary_reward, load_problems
     from real_model.rollouts import build_prompt
     from real_model.trl_geometry import GeometryConfig, GeometryGRPOTrainer
     from real_model.trl_train import cut_at_stop

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,194 +41,26 @@ from grpo_io import locks_out_dir
 from ._io import (
     append_jsonl,
     check_config,
+    check_record_configs,
     environment,
-    jsonable,
     read_jsonl,
     rewrite_jsonl,
     write_json,
 )
-from .data import Problem, binary_reward, generate_problems, load_gsm8k, load_gsm_symbolic_originals
+from .config import RankConfig
+from .data import binary_reward, load_problems
+from .rollouts import sample_problem_groups
 
+# RankConfig and load_problems are imported from here by trl_train.py (kept for it; their homes
+# are real_model.config and real_model.data)
 __all__ = [
     "RankConfig",
-    "check_record_configs",
     "load_problems",
-    "prompt_seed",
     "run_rank",
     "summarize_rank",
     "rank_table_markdown",
     "plot_rank_metric",
 ]
-
-
-@dataclass(frozen=True)
-class RankConfig:
-    """Options of a rank run (defaults stated; every one is recorded in ``results.json``)."""
-
-    model: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    R_values: tuple[int, ...] = (2, 4, 8)
-    prompts: int = 8
-    max_new_tokens: int = 64
-    temperature: float = 0.7
-    top_p: float = 1.0
-    seed: int = 0
-    source: str = "generated"  # "generated" | "gsm8k" | "gsm-symbolic"
-    data_path: str | None = None
-    difficulty: tuple[int, ...] = (1, 2)
-    operations: tuple[str, ...] = ("add", "sub", "mul")
-    shots: int = 3
-    prompt_style: str = "fewshot"
-    estimators: tuple[str, ...] = ("grpo", "rloo", "grpo_std")
-    aggregation: str = "sequence_sum"
-    gram_method: str = "exact"
-    stop_strings: tuple[str, ...] = field(default=("\n\n", "Question:"))
-    rollout_batch: int = 8  # prompts sampled in one batch; 1: one group at a time (old path)
-
-    def resume_key(self) -> dict[str, Any]:
-        """The configuration a resumed run must match (everything but ``prompts``).
-
-        ``rollout_batch=1`` (per-group sampling, the only mode of earlier releases) is left out,
-        so that run folders written before the option existed resume with it."""
-        d = asdict(self)
-        d.pop("prompts")
-        if d.get("rollout_batch") == 1:
-            d.pop("rollout_batch")
-        return d
-
-    def validate(self) -> None:
-        """Check every option (cheap: no model, no files written); ``ValueError`` names it."""
-        from grpo_theory import compute_advantages
-
-        _positive_ints("R values", self.R_values, minimum=2)
-        _positive_ints("prompts", (self.prompts,), minimum=1)
-        _positive_ints("max_new_tokens", (self.max_new_tokens,), minimum=1)
-        _positive_ints("shots", (self.shots,), minimum=0)
-        _positive_ints("difficulty", self.difficulty, minimum=1)
-        _positive_ints("rollout_batch", (self.rollout_batch,), minimum=1)
-        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
-            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
-        for name, value, allowed in (
-            ("source", self.source, ("generated", "gsm8k", "gsm-symbolic")),
-            ("prompt_style", self.prompt_style, ("fewshot", "chat")),
-            ("aggregation", self.aggregation, _AGGREGATIONS),
-            ("gram_method", self.gram_method, ("exact", "naive")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"unknown {name} {value!r}; choose one of {list(allowed)}")
-        if self.source == "gsm-symbolic" and self.data_path is None:
-            raise ValueError("source 'gsm-symbolic' needs --data PATH to the wheel")
-        if self.data_path is not None and not Path(self.data_path).expanduser().exists():
-            raise FileNotFoundError(f"--data {self.data_path}: no such file or folder")
-        if not self.estimators:
-            raise ValueError("estimators must name at least one grpo_theory estimator")
-        probe = np.zeros((1, min(self.R_values)))
-        probe[0, 0] = 1.0
-        for name in self.estimators:
-            try:  # the registry's own check: unknown names and options fail here, before any work
-                compute_advantages(name, probe)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"estimator {name!r}: {exc}") from exc
-
-
-_AGGREGATIONS = ("sequence_sum", "token_mean", "sequence_mean", "dr_grpo")
-
-
-def _positive_ints(name: str, values: Sequence[Any], *, minimum: int) -> None:
-    if isinstance(values, (str, bytes)) or not len(values):
-        raise ValueError(f"{name} must be one or more integers >= {minimum}, got {values!r}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-            raise ValueError(f"{name} must be integers >= {minimum}, got {tuple(values)!r}")
-
-
-def check_record_configs(
-    records: Sequence[dict[str, Any]], key: dict[str, Any], path: Path, *, have_config: bool
-) -> None:
-    """Refuse records computed under another configuration than ``key`` (by option name).
-
-    Records without a ``config`` field (written by an older version) are accepted only when the
-    run's ``config.json`` exists (``have_config``): it then vouches for them.
-    """
-    want = jsonable(key)
-    for n, rec in enumerate(records):
-        got = rec.get("config")
-        if got is None:
-            if have_config:
-                continue
-            raise ValueError(
-                f"{path} holds records without their configuration and {path.parent}/config.json "
-                "is missing, so they may come from other settings; use a new --out directory or "
-                "pass --overwrite"
-            )
-        if got != want:
-            diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
-            detail = ", ".join(f"{k}: recorded {got.get(k)!r}, now {want.get(k)!r}" for k in diff)
-            raise ValueError(
-                f"{path} record {n + 1} was computed with a different configuration ({detail}); "
-                "use a new --out directory or pass --overwrite"
-            )
-
-
-def prompt_seed(seed: int, index: int) -> int:
-    """Per-prompt sampling seed derived from ``(seed, index)`` (independent of run length)."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-
-
-def sample_problem_groups(
-    model: Any,
-    tokenizer: Any,
-    cfg: RankConfig,
-    problems: list[Problem],
-    shots: list[Problem],
-    idxs: list[int],
-    *,
-    R: int,
-    batch_prompts: int,
-) -> list[Any]:
-    """Groups of ``R`` completions for ``problems[i]``, ``i in idxs``, with ``cfg``'s prompt and
-    sampling options and the per-prompt seeds :func:`prompt_seed` ``(cfg.seed, i)``, sampled
-    ``batch_prompts`` prompts at a time (:func:`real_model.rollouts.sample_prompts`)."""
-    from .rollouts import build_prompt, sample_prompts
-
-    prompts = [build_prompt(problems[i].question, style=cfg.prompt_style, shots=shots,
-                            tokenizer=tokenizer) for i in idxs]
-    return sample_prompts(model, tokenizer, prompts, R=R,
-                          seeds=[prompt_seed(cfg.seed, i) for i in idxs],
-                          batch_prompts=batch_prompts, max_new_tokens=cfg.max_new_tokens,
-                          temperature=cfg.temperature, top_p=cfg.top_p,
-                          stop_strings=cfg.stop_strings)
-
-
-def load_problems(cfg: RankConfig, n: int) -> tuple[list[Problem], list[Problem]]:
-    """``n`` problems and ``cfg.shots`` worked few-shot examples (generated, disjoint seeds)."""
-    shots = generate_problems(
-        cfg.shots,
-        rng=np.random.default_rng([cfg.seed, 1]),
-        difficulty=(1, 2),
-        operations=cfg.operations,
-    )
-    if cfg.source == "generated":
-        probs = generate_problems(
-            n,
-            rng=np.random.default_rng([cfg.seed, 0]),
-            difficulty=cfg.difficulty,
-            operations=cfg.operations,
-        )
-    elif cfg.source == "gsm8k":
-        probs = load_gsm8k(cfg.data_path, limit=n)
-    elif cfg.source == "gsm-symbolic":
-        if cfg.data_path is None:
-            raise ValueError("source 'gsm-symbolic' needs --data PATH to the wheel")
-        probs = load_gsm_symbolic_originals(cfg.data_path)[:n]
-    else:
-        raise ValueError(f"unknown source {cfg.source!r}; use generated, gsm8k or gsm-symbolic")
-    if len(probs) < n:
-        raise ValueError(f"asked for {n} prompts but the source has only {len(probs)}")
-    return probs, shots
 
 
 @locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
@@ -257,7 +89,7 @@ def run_rank(
     from .geometry import group_gram, nested_group_geometry
     from .loading import load_model
     cfg.validate()  # before any file is written or the model is loaded
-    problems, shots = load_problems(cfg, cfg.prompts)
+    problem_set = load_problems(cfg, cfg.prompts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "results.jsonl"
@@ -279,13 +111,13 @@ def run_rank(
     B = cfg.rollout_batch
     sampled: dict[int, Any] = {}
     for i in tqdm(todo, desc="real rank", disable=not progress):
-        prob = problems[i]
+        prob = problem_set.problems[i]
         if i not in sampled:
             # blocks of prompt indices [kB, (k+1)B) cut at cfg.prompts: a resumed run resamples a
             # partly written block in full, so every group sees the same batch as uninterrupted
             block = range((i // B) * B, min((i // B + 1) * B, cfg.prompts))
             t0 = time.perf_counter()
-            groups = sample_problem_groups(loaded.model, loaded.tokenizer, cfg, problems, shots,
+            groups = sample_problem_groups(loaded.model, loaded.tokenizer, cfg, problem_set,
                                            list(block), R=R_max, batch_prompts=B)
             sample_s = (time.perf_counter() - t0) / len(block)  # per group, block average
             sampled = dict(zip(block, groups, strict=True))

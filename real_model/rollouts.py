@@ -21,15 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .data import Problem
+from .data import Problem, ProblemSet
+
+if TYPE_CHECKING:
+    from .config import RankConfig
 
 __all__ = [
     "RolloutBatch", "DEFAULT_STOP_STRINGS", "build_prompt", "sample_group", "sample_groups",
-    "sample_prompts",
+    "sample_prompts", "prompt_seed", "sample_problem_groups",
 ]
 
 DEFAULT_STOP_STRINGS: tuple[str, ...] = ("\n\n", "Question:")
@@ -481,3 +484,36 @@ def sample_prompts(
         out += sample_groups(model, tokenizer, prompts[b0 : b0 + batch_prompts], R=R,
                              seeds=seeds[b0 : b0 + batch_prompts], **options)
     return out
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """Sampling seed of prompt ``index`` of a run seeded by ``seed``: a function of the pair
+    ``(seed, index)`` only, so a prompt draws the same completions whatever the run's length."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+def sample_problem_groups(
+    model: Any,
+    tokenizer: Any,
+    cfg: RankConfig,
+    problem_set: ProblemSet,
+    idxs: Sequence[int],
+    *,
+    R: int,
+    batch_prompts: int,
+) -> list[RolloutBatch]:
+    """Groups of ``R`` completions for ``problem_set.problems[i]``, ``i in idxs``.
+
+    The prompts are :func:`build_prompt` of each question with ``cfg.prompt_style`` and the
+    set's few-shot examples; prompt ``i`` is seeded by :func:`prompt_seed` ``(cfg.seed, i)``;
+    ``cfg``'s sampling options (``max_new_tokens``, ``temperature``, ``top_p``,
+    ``stop_strings``) apply; :func:`sample_prompts` samples ``batch_prompts`` prompts at a time.
+    Returns one :class:`RolloutBatch` per index, in the order of ``idxs``.
+    """
+    prompts = [build_prompt(problem_set.problems[i].question, style=cfg.prompt_style,
+                            shots=problem_set.shots, tokenizer=tokenizer) for i in idxs]
+    return sample_prompts(model, tokenizer, prompts, R=R,
+                          seeds=[prompt_seed(cfg.seed, i) for i in idxs],
+                          batch_prompts=batch_prompts, max_new_tokens=cfg.max_new_tokens,
+                          temperature=cfg.temperature, top_p=cfg.top_p,
+                          stop_strings=cfg.stop_strings)

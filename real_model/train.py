@@ -57,13 +57,16 @@ from grpo_io import lock_out_dir
 from ._io import (
     append_jsonl,
     check_config,
+    check_record_configs,
     environment,
     jsonable,
     read_jsonl,
     rewrite_jsonl,
     write_json,
 )
-from .rank import RankConfig, check_record_configs, load_problems, sample_problem_groups
+from .config import RankConfig
+from .data import ProblemSet, load_problems
+from .rollouts import sample_problem_groups
 
 __all__ = [
     "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
@@ -250,7 +253,7 @@ def run_train(
     ``cache_dir`` is the checkpoint folder (default: see :func:`default_cache_dir`).
     """
     cfg.validate()  # before any file is written or the model is loaded
-    problems = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+    problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
     with contextlib.ExitStack() as held:
         # one writer per folder: --out, then the checkpoint folder (a --cache-dir may be shared)
@@ -269,7 +272,7 @@ def run_train(
                     lock_out_dir(new_cache, purpose="real train checkpoints",
                                  option="--cache-dir")
                 )
-        return _train_locked(out, cfg, cache, problems, loaded=loaded, progress=progress,
+        return _train_locked(out, cfg, cache, problem_set, loaded=loaded, progress=progress,
                              reward_fn=reward_fn)
 
 
@@ -277,7 +280,7 @@ def _train_locked(
     out: Path,
     cfg: TrainConfig,
     cache: Path,
-    problems_and_shots: tuple[list[Any], list[Any]],
+    problem_set: ProblemSet,
     *,
     loaded: Any,
     progress: bool,
@@ -292,7 +295,6 @@ def _train_locked(
     from .loading import load_model
 
     R_train = cfg.train_R or max(cfg.R_values)
-    problems, shots = problems_and_shots
     jsonl = out / "steps.jsonl"
     ckpt = cache / "checkpoint.pt"
     key = cfg.resume_key()
@@ -345,10 +347,10 @@ def _train_locked(
         rewards_all, geos, loss_total = [], [], 0.0
         idxs = [s * cfg.prompts_per_step + j for j in range(cfg.prompts_per_step)]
         # the step's groups in blocks of rollout_batch prompts: a fixed function of the step
-        batches = sample_problem_groups(model, loaded.tokenizer, cfg, problems, shots, idxs,
+        batches = sample_problem_groups(model, loaded.tokenizer, cfg, problem_set, idxs,
                                         R=R_train, batch_prompts=cfg.rollout_batch)
         for idx, batch in zip(idxs, batches, strict=True):
-            prob = problems[idx]
+            prob = problem_set.problems[idx]
             r = np.array([reward(t, prob.answer) for t in batch.texts])
             rewards_all.append(r)
             K = group_gram(model, batch, method=cfg.gram_method)
