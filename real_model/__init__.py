@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     # experiments
     "RankConfig": "config",
     "run_rank": "rank",
-    "summarize_rank": "rank",
+    "summarize_rank": "outputs",
     "TrainConfig": "train",
     "run_train": "train",
     "grpo_loss": "train",

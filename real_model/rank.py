@@ -29,8 +29,7 @@ rank bound of ``diag(w) Psi``), mean numerical rank, mean +/- sd of the effectiv
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +41,17 @@ from ._io import (
     append_jsonl,
     check_config,
     check_record_configs,
-    environment,
     read_jsonl,
     rewrite_jsonl,
-    write_json,
 )
 from .config import RankConfig
 from .data import binary_reward, load_problems
+from .outputs import rank_table_markdown, summarize_rank, write_rank_results
 from .rollouts import sample_problem_groups
 
-# RankConfig and load_problems are imported from here by trl_train.py (kept for it; their homes
-# are real_model.config and real_model.data)
-__all__ = [
-    "RankConfig",
-    "load_problems",
-    "run_rank",
-    "summarize_rank",
-    "rank_table_markdown",
-    "plot_rank_metric",
-]
+# RankConfig, load_problems, summarize_rank and rank_table_markdown: trl_train.py imports them from
+# here (kept for it; their homes are real_model.config, .data and .outputs)
+__all__ = ["run_rank", "RankConfig", "load_problems", "summarize_rank", "rank_table_markdown"]
 
 
 @locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
@@ -154,163 +145,5 @@ def run_rank(
         )
     records = sorted(read_jsonl(jsonl), key=lambda r: r["prompt_index"])
     records = [r for r in records if r["prompt_index"] < cfg.prompts]
-    main = cfg.estimators[0]
-    rows = summarize_rank(records, estimator=main, R_values=cfg.R_values)
-    result = {
-        "experiment": "real_rank",
-        "config": asdict(cfg),
-        "model": loaded.describe() if hasattr(loaded, "describe") else None,
-        "environment": environment(getattr(loaded, "device", None)),
-        "main_estimator": main,
-        "summary": rows,
-        "summary_by_estimator": {
-            e: summarize_rank(records, estimator=e, R_values=cfg.R_values) for e in cfg.estimators
-        },
-        "accuracy": float(np.mean([np.mean(r["rewards"]) for r in records])),
-        "num_groups": len(records),
-        "wall_s_this_call": time.perf_counter() - t_start,
-        "results_jsonl": str(jsonl),
-    }
-    write_json(out / "results.json", result)
-    (out / "table.md").write_text(rank_table_markdown(rows, title=_title(result)), encoding="utf-8")
-    _figure(out / "rank.png", records, main, cfg.R_values)
-    return result
-
-
-def _title(result: dict[str, Any]) -> str:
-    m = result.get("model") or {}
-    c = result["config"]
-    return (
-        f"real rank: model {m.get('name')}, estimator {result['main_estimator']}, aggregation "
-        f"{c['aggregation']}, {result['num_groups']} prompts, seed {c['seed']}, "
-        f"accuracy {result['accuracy']:.3f}"
-    )
-
-
-def summarize_rank(
-    records: Sequence[dict[str, Any]],
-    *,
-    estimator: str = "grpo",
-    R_values: Sequence[int] = (2, 4, 8),
-) -> list[dict[str, Any]]:
-    """Per-``R`` summary over mixed-reward groups (see the module docstring)."""
-    rows = []
-    for R in sorted(R_values):
-        geos = [r["by_R"][str(R)] for r in records if str(R) in r["by_R"]]
-        mixed = [g for g in geos if g["mixed"]]
-        ests = [g["estimators"][estimator] for g in mixed]
-
-        def stat(key: str, vals: list[dict[str, Any]] = ests) -> tuple[float | None, float | None]:
-            x = np.array([v[key] for v in vals if v.get(key) is not None], dtype=float)
-            if x.size == 0:
-                return None, None
-            return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else None
-
-        er, er_sd = stat("effective_rank")
-        t1, t1_sd = stat("top1_fraction")
-        rows.append(
-            {
-                "R": int(R),
-                "groups": len(geos),
-                "mixed_groups": len(mixed),
-                "max_rank": max((v["max_rank"] for v in ests), default=None),
-                "numerical_rank_mean": stat("rank")[0],
-                "effective_rank_mean": er,
-                "effective_rank_sd": er_sd,
-                "entropy_effective_rank_mean": stat("entropy_effective_rank")[0],
-                "top1_mean": t1,
-                "top1_sd": t1_sd,
-                "common_share_mean": stat("common_share", mixed)[0],
-                "cos_between_mean": stat("cos_between", mixed)[0],
-                "cos_within_success_mean": stat("cos_within_success", mixed)[0],
-                "cos_within_failure_mean": stat("cos_within_failure", mixed)[0],
-            }
-        )
-    return rows
-
-
-def _f(x: float | None, nd: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.{nd}f}"
-
-
-def _pm(m: float | None, s: float | None) -> str:
-    return _f(m) if s is None else f"{_f(m)} ± {_f(s)}"
-
-
-def rank_table_markdown(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
-    """Markdown table of :func:`summarize_rank` rows."""
-    head = (
-        "| R | max rank | numerical rank | effective rank | entropy eff. rank | top-1 fraction "
-        "| common share | cos(S,F) | mixed groups |\n|---|---|---|---|---|---|---|---|---|\n"
-    )
-    body = "".join(
-        f"| {r['R']} | {r['max_rank'] if r['max_rank'] is not None else 'n/a'} "
-        f"| {_f(r['numerical_rank_mean'], 2)} "
-        f"| {_pm(r['effective_rank_mean'], r['effective_rank_sd'])} "
-        f"| {_f(r['entropy_effective_rank_mean'])} | {_pm(r['top1_mean'], r['top1_sd'])} "
-        f"| {_f(r['common_share_mean'])} | {_f(r['cos_between_mean'])} "
-        f"| {r['mixed_groups']}/{r['groups']} |\n"
-        for r in rows
-    )
-    note = (
-        "\nMeans (± sd) over mixed-reward groups. max rank = largest number of nonzero weights "
-        "(rank bound of diag(w) Psi); common share = lambda_max(cosine matrix)/R; cos(S,F) = mean "
-        "cosine between success and failure scores. Smaller R are nested subsets of the largest "
-        "group.\n"
-    )
-    return (f"{title}\n\n" if title else "") + head + body + note
-
-
-def plot_rank_metric(
-    ax: Any,
-    records: Sequence[dict[str, Any]],
-    *,
-    metric: str = "effective_rank",
-    estimator: str = "grpo",
-    R_values: Sequence[int] = (2, 4, 8),
-    seed: int = 0,
-) -> Any:
-    """Scatter of ``metric`` per mixed group vs ``R`` (jittered), with the mean; returns ``ax``."""
-    rng = np.random.default_rng(seed)
-    for R in sorted(R_values):
-        vals = [
-            r["by_R"][str(R)]["estimators"][estimator][metric]
-            for r in records
-            if str(R) in r["by_R"] and r["by_R"][str(R)]["mixed"]
-        ]
-        vals = [v for v in vals if v is not None]
-        if not vals:
-            continue
-        x = R + rng.uniform(-0.15, 0.15, len(vals)) * R / 4
-        ax.scatter(x, vals, s=12, alpha=0.5, color="C0")
-        ax.scatter([R], [np.mean(vals)], s=60, marker="D", color="C3", zorder=3)
-    if metric in ("effective_rank", "rank"):
-        Rs = sorted(R_values)
-        ax.plot(Rs, Rs, ls="--", color="grey", lw=1, label="R (max possible)")
-        ax.legend(loc="upper left", fontsize=8)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(R_values), [str(r) for r in sorted(R_values)])
-    ax.set_xlabel("group size R")
-    ax.set_ylabel(metric.replace("_", " "))
-    return ax
-
-
-def _figure(
-    path: Path, records: Sequence[dict[str, Any]], estimator: str, R_values: Sequence[int]
-) -> None:
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    plot_rank_metric(
-        axes[0], records, metric="effective_rank", estimator=estimator, R_values=R_values
-    )
-    plot_rank_metric(
-        axes[1], records, metric="top1_fraction", estimator=estimator, R_values=R_values
-    )
-    axes[1].set_ylim(0, 1.02)
-    fig.suptitle(
-        f"GRPO gradient spectrum per mixed group ({estimator}; diamonds: mean)", fontsize=10
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return write_rank_results(out, cfg, loaded, records, wall_s=time.perf_counter() - t_start,
+                              results_jsonl=jsonl)

@@ -45,8 +45,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ from ._io import (
     append_jsonl,
     check_config,
     check_record_configs,
-    environment,
     jsonable,
     read_jsonl,
     rewrite_jsonl,
@@ -66,12 +65,18 @@ from ._io import (
 )
 from .config import RankConfig
 from .data import ProblemSet, load_problems
+from .outputs import step_spectra, train_figure, train_table_markdown, write_train_results
 from .rollouts import sample_problem_groups
 
 __all__ = [
-    "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
-    "window_stats", "default_window", "load_checkpoint", "CHECKPOINT_KEYS",
+    "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "load_checkpoint",
+    "CHECKPOINT_KEYS",
 ]
+
+# trl_train.py imports these two private names from here (kept for it: use
+# real_model.outputs.train_table_markdown and train_figure)
+_table = train_table_markdown
+_figure = train_figure
 
 
 @dataclass(frozen=True)
@@ -209,30 +214,6 @@ def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
     if w.shape != seq.shape:
         raise ValueError(f"weights must be shaped [R]={tuple(seq.shape)}, got {tuple(w.shape)}")
     return -(w * seq).sum()
-
-
-def _step_summary(geos: list[dict[int, dict[str, Any]]], estimator: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for R in sorted({R for g in geos for R in g}):
-        mixed = [g[R] for g in geos if g[R]["mixed"]]
-        vals = {
-            k: [
-                m["estimators"][estimator][k]
-                for m in mixed
-                if m["estimators"][estimator][k] is not None
-            ]
-            for k in ("effective_rank", "top1_fraction", "rank")
-        }
-        out[str(R)] = {
-            "mixed_groups": len(mixed),
-            "groups": len(geos),
-            **{f"{k}_mean": (float(np.mean(v)) if v else None) for k, v in vals.items()},
-            **{f"{k}_values": v for k, v in vals.items()},
-            "common_share_mean": float(np.mean([m["common_share"] for m in mixed]))
-            if mixed
-            else None,
-        }
-    return out
 
 
 def run_train(
@@ -387,7 +368,7 @@ def _train_locked(
             "zero_adv_fraction": float(np.mean(rw.min(axis=1) == rw.max(axis=1))),
             "grad_norm": float(np.sqrt(sq)),
             "loss": loss_total,
-            "spectra": _step_summary(geos, est),
+            "spectra": step_spectra(geos, est),
             "time_s": time.perf_counter() - t0,
             "config": key,
         }
@@ -407,8 +388,8 @@ def _train_locked(
             )
             tmp.replace(ckpt)
     records = read_jsonl(jsonl)
-    return _write_results(out, cfg, loaded, est, ckpt, records, steps_on_disk=len(records),
-                          checkpoint_steps=cfg.steps)
+    return write_train_results(out, cfg, loaded, records, checkpoint=ckpt,
+                               steps_on_disk=len(records), checkpoint_steps=cfg.steps)
 
 
 def _report_fewer_steps(
@@ -431,162 +412,5 @@ def _report_fewer_steps(
         f"{cfg.steps}..{on_disk - 1} are left untouched on disk (steps.jsonl, checkpoint): rerun "
         f"with --steps {on_disk} or more to report them"
     )
-    return _write_results(out, cfg, loaded, est, ckpt, kept[: cfg.steps], steps_on_disk=on_disk,
-                          checkpoint_steps=start, note=note)
-
-
-def _write_results(
-    out: Path,
-    cfg: TrainConfig,
-    loaded: Any,
-    est: str,
-    ckpt: Path,
-    records: list[dict[str, Any]],
-    *,
-    steps_on_disk: int,
-    checkpoint_steps: int,
-    note: str | None = None,
-) -> dict[str, Any]:
-    """Write ``results.json``, ``table.md`` and ``train.png`` for ``records`` (the reported
-    steps); ``steps_on_disk`` and ``checkpoint_steps`` say what ``OUT`` and the checkpoint hold."""
-    result = {
-        "experiment": "real_train",
-        "config": asdict(cfg),
-        "model": loaded.describe() if hasattr(loaded, "describe") else None,
-        "environment": environment(getattr(loaded, "device", None)),
-        "estimator": est,
-        "steps_done": len(records),
-        "steps_on_disk": steps_on_disk,
-        "steps": [{k: v for k, v in r.items()} for r in records],
-        "checkpoint": str(ckpt),
-        "checkpoint_steps_done": checkpoint_steps,
-        "note": note,
-    }
-    write_json(out / "results.json", result)
-    table = _table(records, cfg.R_values)
-    if note:
-        table += f"\nNote: {note}.\n"
-    (out / "table.md").write_text(table, encoding="utf-8")
-    _figure(out / "train.png", records, cfg.R_values)
-    return result
-
-
-def _f(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _table(records: list[dict[str, Any]], R_values: tuple[int, ...]) -> str:
-    Rs = sorted(R_values)
-    head = (
-        "| step | accuracy | reward std | zero-adv frac | grad norm | "
-        + " | ".join(f"eff. rank R={R} | top-1 R={R}" for R in Rs)
-        + " |\n"
-    )
-    head += "|" + "---|" * (5 + 2 * len(Rs)) + "\n"
-    body = ""
-    for r in records:
-        cells = []
-        for R in Rs:
-            sp = r["spectra"].get(str(R), {})
-            cells += [_f(sp.get("effective_rank_mean")), _f(sp.get("top1_fraction_mean"))]
-        body += (
-            f"| {r['step']} | {_f(r['accuracy'])} | {_f(r['reward_std_within'])} | "
-            f"{_f(r['zero_adv_fraction'])} | {r['grad_norm']:.3g} | " + " | ".join(cells) + " |\n"
-        )
-    return head + body + "\nSpectra: means over the step's mixed-reward groups (n/a: none mixed).\n"
-
-
-def window_stats(
-    steps: Sequence[int], values: Sequence[Sequence[float]], *, window: int
-) -> dict[str, np.ndarray]:
-    """Per-window mean, spread and count of values pooled over ``window`` consecutive steps.
-
-    Per-step spectra are means over that step's few mixed groups (noisy); pooling the per-group
-    values of ``window`` consecutive steps gives a mean with a stated spread.
-
-    Args:
-        steps: step indices, increasing, one per record.
-        values: for each step, the values to pool (e.g. per-group effective ranks; may be empty).
-        window: steps per window (>= 1); windows are ``records[k window : (k+1) window]``.
-
-    Returns:
-        ``center`` (mean step of the window), ``mean``, ``sd`` (sample sd, ddof 1; NaN for fewer
-        than 2 values) and ``n`` (values pooled), each ``[num_windows]``; windows with no value
-        are dropped.
-    """
-    if int(window) < 1:
-        raise ValueError(f"window must be >= 1, got {window!r}")
-    if len(steps) != len(values):
-        raise ValueError(f"steps and values differ in length: {len(steps)} vs {len(values)}")
-    rows = []
-    for k in range(0, len(steps), window):
-        pooled = np.array([v for vs in values[k : k + window] for v in vs if v is not None],
-                          dtype=float)
-        if pooled.size == 0:
-            continue
-        sd = float(pooled.std(ddof=1)) if pooled.size > 1 else float("nan")
-        rows.append((float(np.mean(steps[k : k + window])), float(pooled.mean()), sd, pooled.size))
-    c, m, sd, n = (np.array(x) for x in zip(*rows, strict=True)) if rows else ([],) * 4
-    return {"center": np.asarray(c, dtype=float), "mean": np.asarray(m, dtype=float),
-            "sd": np.asarray(sd, dtype=float), "n": np.asarray(n, dtype=int)}
-
-
-def default_window(num_steps: int) -> int:
-    """Steps per window of the training figure: about 10 windows, at least 1 step each."""
-    return max(1, round(num_steps / 10))
-
-
-def plot_training_metric(
-    ax: Any,
-    records: list[dict[str, Any]],
-    *,
-    metric: str,
-    R_values: tuple[int, ...] = (2, 4, 8),
-    window: int | None = None,
-) -> Any:
-    """``metric`` against the GRPO step: per-window means with a +/- 1 sd band, per-step values
-    faint behind them. Returns ``ax``.
-
-    ``metric``: ``effective_rank_mean`` / ``top1_fraction_mean`` / ``rank_mean`` (one line per
-    ``R``; the window pools the per-group values of its steps) or a step field such as
-    ``accuracy`` (the window pools the per-step values). ``window``: steps per window (default
-    :func:`default_window`; 1 draws the per-step values with no pooling across steps).
-    """
-    steps = [r["step"] for r in records]
-    window = default_window(len(records)) if window is None else int(window)
-    if records and metric in records[0]:
-        series = [("_nolegend_", [r[metric] for r in records], [[r[metric]] for r in records])]
-    else:
-        base = metric[: -len("_mean")] if metric.endswith("_mean") else metric
-        series = []
-        for R in sorted(R_values):
-            sp = [r["spectra"].get(str(R), {}) for r in records]
-            per_step = [np.nan if x.get(metric) is None else x[metric] for x in sp]
-            series.append((f"R={R}", per_step, [x.get(f"{base}_values", []) for x in sp]))
-    for label, per_step, pooled in series:
-        y = np.array([np.nan if v is None else v for v in per_step], dtype=float)
-        (faint,) = ax.plot(steps, y, ls="none", marker=".", alpha=0.3)
-        st = window_stats(steps, pooled, window=window)
-        ax.plot(st["center"], st["mean"], marker="o", color=faint.get_color(), label=label)
-        band = np.nan_to_num(st["sd"])
-        ax.fill_between(st["center"], st["mean"] - band, st["mean"] + band,
-                        color=faint.get_color(), alpha=0.15)
-    if len(series) > 1 or series[0][0] != "_nolegend_":
-        ax.legend(fontsize=8)
-    ax.set_xlabel(f"GRPO step (means over {window}-step windows, band: +/- 1 sd)")
-    ax.set_ylabel(metric.replace("_", " "))
-    return ax
-
-
-def _figure(path: Path, records: list[dict[str, Any]], R_values: tuple[int, ...]) -> None:
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    if records:
-        plot_training_metric(axes[0], records, metric="effective_rank_mean", R_values=R_values)
-        plot_training_metric(axes[1], records, metric="top1_fraction_mean", R_values=R_values)
-        plot_training_metric(axes[2], records, metric="accuracy", R_values=R_values)
-    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return write_train_results(out, cfg, loaded, kept[: cfg.steps], checkpoint=ckpt,
+                               steps_on_disk=on_disk, checkpoint_steps=start, note=note)
