@@ -5,7 +5,8 @@ report alike:
 
 * JSON: :func:`run_header` (``experiment``, ``config``, ``model``, ``environment``: the head of
   every ``results.json``), :func:`rank_results` / :func:`write_rank_results`,
-  :func:`write_train_results`, and :func:`step_spectra` (the ``spectra`` field of a training step).
+  :func:`write_train_results`, :func:`train_step_record` (a line of ``steps.jsonl``) and
+  :func:`step_spectra` (its ``spectra`` field).
 * Tables: :func:`summarize_rank` (per ``R``, over mixed-reward groups) and
   :func:`rank_table_markdown`; :func:`train_table_markdown` (one row per step).
 * Figures: :func:`plot_rank_metric` / :func:`rank_figure` (``rank.png``);
@@ -44,6 +45,7 @@ __all__ = [
     "plot_rank_metric",
     "rank_figure",
     "step_spectra",
+    "train_step_record",
     "train_table_markdown",
     "write_train_results",
     "window_stats",
@@ -298,6 +300,42 @@ def step_spectra(geos: Sequence[dict[int, dict[str, Any]]], estimator: str) -> d
             else None,
         }
     return out
+
+
+def train_step_record(
+    step: int,
+    rewards: np.ndarray,
+    geometry: Sequence[dict[int, dict[str, Any]]],
+    estimator: str,
+    *,
+    grad_norm: float,
+    loss: float,
+) -> dict[str, Any]:
+    """A training step's line of ``steps.jsonl`` (``real train`` adds ``time_s`` and ``config``).
+
+    Args:
+        step: the step index.
+        rewards: ``[P, R]`` rewards of the step's groups.
+        geometry: per group, the nested geometry (see :func:`step_spectra`).
+        estimator: the estimator whose spectra are recorded.
+        grad_norm, loss: the step's gradient norm and loss.
+
+    Returns:
+        ``step``, ``accuracy`` (mean reward), ``reward_std_within`` (mean over groups of the
+        within-group std, ddof 0), ``reward_std`` (over all rollouts), ``zero_adv_fraction``
+        (groups whose rewards are all equal), ``grad_norm``, ``loss``, ``spectra``.
+    """
+    rw = np.asarray(rewards)
+    return {
+        "step": step,
+        "accuracy": float(rw.mean()),
+        "reward_std_within": float(rw.std(axis=1).mean()),
+        "reward_std": float(rw.std()),
+        "zero_adv_fraction": float(np.mean(rw.min(axis=1) == rw.max(axis=1))),
+        "grad_norm": grad_norm,
+        "loss": loss,
+        "spectra": step_spectra(geometry, estimator),
+    }
 
 
 def write_train_results(
