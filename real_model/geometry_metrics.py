@@ -6,8 +6,10 @@ rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is ``c_i
 :func:`group_records` gives every per-group metric (spectra of ``G = diag(w) Psi`` with
 ``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
 :func:`grpo_theory.mass.gradient_mass`; score geometry :func:`real_model.geometry.score_geometry`;
-``cos(S, F)``), and :func:`aggregate_groups` the per-step mean / sd / min / max / count over the
-mixed groups. No host framework is imported here.
+``cos(S, F)``), :func:`gradient_row_metrics` the same spectra from the Gram of a host's actual
+gradient rows ``K_ij = <g_i, g_j>`` (captured in-run, e.g. by the verl adapter), and
+:func:`aggregate_groups` the per-step mean / sd / min / max / count over the mixed groups. No host
+framework is imported here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "SCORE_KEYS",
     "cos_success_failure",
     "group_records",
+    "gradient_row_metrics",
     "metric_stats",
     "aggregate_groups",
 ]
@@ -38,7 +41,6 @@ SPECTRAL_KEYS = ("rank", "effective_rank", "entropy_effective_rank", "stable_ran
 SCORE_KEYS = ("common_share", "top_eig_share", "cos_within_success", "cos_within_failure",
               "cos_between", "cos_SF", "score_norm_mean", "score_norm_success",
               "score_norm_failure")
-
 
 
 def cos_success_failure(K: Any, success: Any) -> float | None:
@@ -75,26 +77,34 @@ def group_records(
     rtol: float = DEFAULT_RTOL,
     success_threshold: float = 0.5,
     exact_structure: bool = True,
+    row_gram: Any = None,
 ) -> dict[str, Any]:
     """All metrics of one group (JSON-ready; NaN -> None).
+
+    Two routes to the gradient-matrix metrics (spectra of the rows' gradients, ``grad_norm``):
+    from the score Gram and row weights (``G = diag(w) Psi``, ``w = c A``: ``G G^T =
+    diag(w) K diag(w)``), or, when ``row_gram`` is given, from the Gram of the host's actual
+    per-row gradients ``g_i`` (``row_gram_ij = <g_i, g_j>``, e.g. ``g_i = sum_t u_it grad log
+    pi_it`` with ``u`` the host's per-token loss gradient), which holds for any loss.
 
     Args:
         K: ``[R, R]`` Gram of the trajectory scores.
         rewards: ``[R]`` the host's (weighted-sum) rewards.
         advantages: ``[R]`` the host's advantages ``A_i``.
         c: ``[R]`` row weights ``c_i`` of the host's loss aggregation (the row's gradient is
-            ``c_i A_i psi_i``; e.g. :func:`real_model.trl_geometry.trl_row_weights`).
+            ``c_i A_i psi_i``; e.g. :func:`real_model.trl_geometry.trl_row_weights`), or
+            ``None`` (only with ``row_gram``).
         lengths: ``[R]`` loss tokens per row.
         rtol: numerical-rank tolerance.
         success_threshold: success when ``reward > success_threshold``.
         exact_structure: False when the host's gradient is not ``sum_i c_i A_i psi_i`` (e.g.
             :func:`real_model.trl_geometry.structure_issues` found a problem): the
-            weight-dependent metrics are then left out.
+            weight-dependent metrics are then left out (ignored when ``row_gram`` is given).
+        row_gram: ``[R, R]`` Gram of the rows' actual gradients ``g_i`` (optional; see above).
     """
     k = np.asarray(K, dtype=np.float64)
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
     A = np.asarray(advantages, dtype=np.float64).reshape(-1)
-    w = A * np.asarray(c, dtype=np.float64).reshape(-1)
     succ = r > success_threshold
     rec: dict[str, Any] = {
         "R": int(r.size),
@@ -115,14 +125,40 @@ def group_records(
     rec["score_norm_failure"] = float(norms[~succ].mean()) if (~succ).any() else None
     mS, mF = gradient_mass(A[None, :], succ[None, :].astype(np.float64))
     rec["m_S"], rec["m_F"] = float(mS[0]), float(mF[0])
-    if exact_structure:
-        m = spectral_metrics(k, w, rtol=rtol).as_dict()
+    if c is not None and (exact_structure or row_gram is not None):
+        w = A * np.asarray(c, dtype=np.float64).reshape(-1)
         rec["row_weights"] = np.asarray(c, dtype=np.float64).reshape(-1).tolist()
         rec["weights"] = w.tolist()
-        rec["grad_norm"] = float(math.sqrt(max(float(w @ k @ w), 0.0)))
-        for key, val in m.items():
-            rec[key] = _none_if_nan(val) if isinstance(val, float) else val
+    if row_gram is not None:
+        rec.update(gradient_row_metrics(row_gram, rtol=rtol))
+        return rec
+    if not exact_structure:
+        return rec
+    if c is None:
+        raise ValueError("group_records needs the row weights c or the row Gram row_gram")
+    m = spectral_metrics(k, w, rtol=rtol).as_dict()
+    rec["grad_norm"] = float(math.sqrt(max(float(w @ k @ w), 0.0)))
+    for key, val in m.items():
+        rec[key] = _none_if_nan(val) if isinstance(val, float) else val
     return rec
+
+
+def gradient_row_metrics(K: Any, *, rtol: float = DEFAULT_RTOL) -> dict[str, Any]:
+    """Metrics of a group's gradient matrix ``G`` (rows ``g_i``) from its Gram ``K = G G^T``.
+
+    Every field of :func:`grpo_theory.spectral.spectral_metrics` with unit weights (``G`` is the
+    matrix of the actual rows; non-finite values -> ``None``) and
+    ``grad_norm = ||sum_i g_i|| = sqrt(1^T K 1)``.
+
+    >>> m = gradient_row_metrics(np.eye(2))
+    >>> (m["rank"], m["effective_rank"], m["grad_norm"])
+    (2, 2.0, 1.4142135623730951)
+    """
+    k = np.asarray(K, dtype=np.float64)
+    m = spectral_metrics(k, np.ones(k.shape[0]), rtol=rtol).as_dict()
+    out = {key: _none_if_nan(val) if isinstance(val, float) else val for key, val in m.items()}
+    out["grad_norm"] = float(math.sqrt(max(float(k.sum()), 0.0)))
+    return out
 
 
 def metric_stats(vals: Sequence[float | None]) -> dict[str, Any]:

@@ -73,6 +73,8 @@ __all__ = [
     "causal_lm_parts",
     "CausalLMParts",
     "pass_bytes_per_row",
+    "pass_fixed_bytes",
+    "plan_passes",
     "default_memory_budget",
 ]
 
@@ -424,7 +426,7 @@ def _pass_logprobs(
     lp, _ = head_logprobs(
         h[:, a - 1 : b - 1], parts.head.weight, parts.head.bias, ids[:, a:b],
         transform=head_transform(parts.lm, opts.temperature), vocab_tile=opts.vocab_tile,
-        capture=cap,
+        capture=cap, param_grads=False,  # the pass wants dh and the Gram, never dW
     )
     return lp
 
@@ -493,16 +495,16 @@ def _gram_pass(
 
 
 # --------------------------------------------------------------------------- bounded memory
-ACT_PER_D = 24
+ACT_PER_D = 20
 """Activation values one token keeps per decoder layer and hidden feature during an exact pass
-(forward activations autograd saves for the backward, the tapped inputs sharing their storage,
-plus the backward's transient gradients; calibrated on SmolLM2-135M, see
-``docs/real_model_gram.md``, "Memory model")."""
-ACT_PER_F = 6
-"""The same per MLP intermediate feature (gate, up, activation, product, their gradients)."""
-ACT_PER_KEY = 3
-"""The same per attention head and key position (eager/math attention keeps scores and
-probabilities, ``[heads, T, T]`` per row and layer; fused kernels keep less)."""
+(what autograd saves for the backward: norm outputs, projections, rotary copies, residual sums;
+the capture's input taps share that storage), calibrated on SmolLM2-135M (float32, CPU, sdpa):
+see ``docs/real_model_gram.md``, "Memory model"."""
+ACT_PER_F = 5
+"""The same per MLP intermediate feature (gate, up, activation, product)."""
+ACT_PER_KEY = 2
+"""The same per attention head and key position, for ``eager`` attention only (it keeps the
+scores and probabilities ``[heads, T, T]`` per row and layer; sdpa/flash kernels do not)."""
 
 
 def _text_config(model: nn.Module) -> Any:
@@ -514,16 +516,16 @@ def _text_config(model: nn.Module) -> Any:
 def pass_bytes_per_row(model: nn.Module, T: int) -> int:
     """Estimated bytes one row of ``T`` tokens adds to the peak of an exact pass.
 
-    ``L T (24 d + 6 f + 3 H T) s`` for ``L`` layers of width ``d``, MLP width ``f``, ``H``
-    attention heads and ``s`` bytes per activation (the trainable parameters' dtype; float32 for
-    bf16/fp16, whose backward upcasts norms), from the config (``hidden_size``,
-    ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``); without a config,
-    ``64 d`` per token and layer from the largest Linear. The head's vocabulary tiles and the
-    Gram's chunk buffers do not grow with the rows (:func:`pass_fixed_bytes`).
+    ``L T (20 d + 5 f [+ 2 H T for eager attention]) s`` for ``L`` layers of width ``d``, MLP
+    width ``f``, ``H`` attention heads and ``s`` bytes per element of the trainable parameters,
+    read from the (text) config (``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
+    ``num_attention_heads``, ``_attn_implementation``); without a config, ``64 d`` per token
+    and group of 7 Linear layers. The head's vocabulary tiles and the Gram's chunk buffers do
+    not grow with the rows (:func:`pass_fixed_bytes`).
     """
     cfg = _text_config(model)
-    params = [p for p in model.parameters() if p.is_floating_point()]
-    s = max(4, max((p.element_size() for p in params), default=4))
+    trainable = [p for p in model.parameters() if p.requires_grad] or list(model.parameters())
+    s = max((p.element_size() for p in trainable), default=4)
     d = getattr(cfg, "hidden_size", None)
     if d is None:
         lins = [m for m in model.modules() if isinstance(m, nn.Linear)]
@@ -531,8 +533,10 @@ def pass_bytes_per_row(model: nn.Module, T: int) -> int:
         return int(T * 64 * d * max(1, len(lins) // 7) * s)
     L = int(getattr(cfg, "num_hidden_layers", 1))
     f = int(getattr(cfg, "intermediate_size", None) or 4 * d)
-    H = int(getattr(cfg, "num_attention_heads", 1))
-    return int(L * T * (ACT_PER_D * d + ACT_PER_F * f + ACT_PER_KEY * H * T) * s)
+    per_token = ACT_PER_D * d + ACT_PER_F * f
+    if getattr(cfg, "_attn_implementation", None) == "eager":
+        per_token += ACT_PER_KEY * int(getattr(cfg, "num_attention_heads", 1)) * T
+    return int(L * T * per_token * s)
 
 
 def pass_fixed_bytes(chunk_size: int | None, device: torch.device) -> int:
@@ -562,7 +566,7 @@ def default_memory_budget(device: torch.device) -> int:
     return 8 << 30
 
 
-def _plan_passes(sizes: list[int], max_rows: int) -> list[list[int]]:
+def plan_passes(sizes: list[int], max_rows: int) -> list[list[int]]:
     """Group consecutive blocks (by index) so that each group holds at most ``max_rows`` rows;
     a block larger than that is a group of its own (a block is never split)."""
     passes: list[list[int]] = []
@@ -637,7 +641,7 @@ def rows_gram(
         memory_budget_bytes)
     per_row = pass_bytes_per_row(model, T)
     max_rows = max(1, (budget - pass_fixed_bytes(chunk_size, input_ids.device)) // per_row)
-    passes = [[0]] if blocks is None else _plan_passes([len(g) for g in groups], max_rows)
+    passes = [[0]] if blocks is None else plan_passes([len(g) for g in groups], max_rows)
     Ks: list[torch.Tensor | None] = [None] * len(groups)
     lp_all = torch.zeros(R, T, dtype=torch.float64, device=input_ids.device)
     for pas in passes:

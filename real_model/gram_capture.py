@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,12 @@ __all__ = [
 ]
 
 LINEAR_METHODS = gm.LINEAR_METHODS
+
+
+def _in_backward() -> bool:
+    """Whether autograd is running a backward on this thread (checkpoint recomputation)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
 
 
 class GramCaptureError(ValueError):
@@ -268,29 +275,50 @@ class GramCapture:
         self._handles: list[Any] = []
         self._trl: tuple[Any, Any] | None = None
         self._busy = False
+        self._exited = False
+        self._live = 0  # tapped calls whose graph is alive
+        self._attr = f"_gram_capture_call_{id(self)}"
         self.roots: list[torch.Tensor] = []
 
     # ----------------------------------------------------------------- context
     def __enter__(self) -> GramCapture:
-        if self._handles:
-            raise RuntimeError("this GramCapture is already active")
+        if self._handles or self._exited:
+            raise RuntimeError("a GramCapture serves one forward + backward: make a new one")
+        self._install_trl_intercept()  # first: it may refuse (another capture around TRL)
         for name, (mod, _, _) in self.plan.modules.items():
             self._handles.append(mod.register_forward_pre_hook(
                 functools.partial(self._pre, name), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(
                 functools.partial(self._post, name), with_kwargs=True))
-        self._install_trl_intercept()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self._open.clear()
+        """Restore TRL's function; remove the hooks once no tapped graph is alive.
+
+        A graph whose taps saved their inputs under non-reentrant checkpointing is recomputed in
+        its backward, and the recomputation must tap the same inputs again (checkpointing checks
+        that it saves what the forward saved). So while such a graph lives, the hooks stay,
+        tapping only inside a backward; they go when its last tap is freed (weak finalizers).
+        """
+        self._exited = True
         if self._trl is not None:
             utils, original = self._trl
             utils._ChunkedLogProbFunction = original
             self._trl = None
+        if self._live == 0:
+            self._remove_hooks()
+
+    def _remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._open.clear()
+
+    def _release(self) -> None:
+        """Finalizer of one tapped call: its graph is gone."""
+        self._live -= 1
+        if self._exited and self._live == 0:
+            self._remove_hooks()
 
     @property
     def chunk(self) -> int:
@@ -341,6 +369,7 @@ class GramCapture:
         Raises:
             GramCaptureError: with every problem of :meth:`problems`, or on a non-finite ``K``.
         """
+        self.roots = []  # the backward is over: drop the embedding outputs (and their hooks)
         probs = self.problems()
         if probs:
             raise GramCaptureError("; ".join(probs))
@@ -389,17 +418,22 @@ class GramCapture:
 
     def _pre(self, name: str, mod: nn.Module, args: tuple, kwargs: dict) -> Any:
         """Forward pre-hook: open a call record; tap the floating input (see module doc)."""
-        if self._busy or self.failed or not torch.is_grad_enabled():
+        # the decision to tap must not depend on state that changes between a checkpointed
+        # forward and its recomputation (e.g. ``failed``): both must save the same tensors
+        if self._busy or not torch.is_grad_enabled() or (self._exited and not _in_backward()):
             return None
         kind = self.plan.modules[name][1]
         call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
         if call is None:
             return None
-        self._open[name].append(call)
         if kind == "embedding":
+            self._open[name].append(call)
             return None
         # outside the guard: checkpointing's early stop may raise through here, as it must
         tapped = _InputTap.apply(self.anchor, args[call.slot], call, self)
+        setattr(tapped, self._attr, call)  # the forward hook finds its call on its input
+        self._live += 1
+        weakref.finalize(call, self._release)
         return (*args[: call.slot], tapped, *args[call.slot + 1:]), kwargs
 
     def _open_call(self, name: str, kind: str, args: tuple, kwargs: dict) -> _Call:
@@ -432,10 +466,12 @@ class GramCapture:
             return None
         if isinstance(out, torch.Tensor) and out.requires_grad:
             self.called[name] += 1
-        stack = self._open.get(name)
-        if not stack:
-            return None
-        call = stack.pop()
+        call = next((c for v in args if (c := getattr(v, self._attr, None)) is not None), None)
+        if call is None:
+            stack = self._open.get(name)
+            if not stack or self.plan.modules[name][1] != "embedding":
+                return None
+            call = stack.pop()
         if self.failed:
             return None
         if not isinstance(out, torch.Tensor):
@@ -558,8 +594,12 @@ class GramCapture:
         n, cls = self.n, type(mod)
         grads = None
         if self.norm_closed_form_ok.get(cls, True):
+            # the input requires grad in the re-run, as in the host's forward, so that autograd
+            # saves both factors of ``weight * z`` (the closed form reads them)
+            rerun = tuple(a.detach().requires_grad_(a.is_floating_point())
+                          if isinstance(a, torch.Tensor) else a for a in args)
             with torch.enable_grad():
-                out = mod.forward(*args)
+                out = mod.forward(*rerun)
             if isinstance(out, torch.Tensor) and out.grad_fn is not None:
                 grads = gm.fast_leaf_grads(mod, names, args, delta, out.grad_fn, R=n)
         if grads is not None and cls not in self.norm_closed_form_ok:
@@ -664,12 +704,13 @@ class GramCapture:
 
     def watch_fused_head(self, outputs: tuple, hidden: torch.Tensor, weight: torch.Tensor,
                          bias: torch.Tensor | None, targets: torch.Tensor,
-                         transform: HeadTransform, mask: Any) -> None:
+                         transform: HeadTransform, mask: Any, tile: int) -> None:
         """After TRL's fused head ran: hook its backward node to add the head's contribution.
 
         ``mask`` ``[n, T']`` (TRL's ``labels != -100``) places the ``N`` scored tokens in rows:
         TRL scores either the masked tokens only (``N = mask.sum()``, its "compact" mode on
-        Triton devices) or every position (``N = n T'``, row-major).
+        Triton devices) or every position (``N = n T'``, row-major). ``tile``: vocabulary columns
+        per tile, at most TRL's own chunk width.
         """
         logp = outputs[0]
         if self.failed or self._busy or not isinstance(logp, torch.Tensor) or \
@@ -680,7 +721,7 @@ class GramCapture:
             return
         ent = outputs[1] if len(outputs) > 1 and isinstance(outputs[1], torch.Tensor) else None
         saved = (hidden.detach(), weight, bias, targets, logp.detach(),
-                 None if ent is None else ent.detach(), transform, state)
+                 None if ent is None else ent.detach(), transform, state, tile)
         logp.grad_fn.register_prehook(functools.partial(self._fused_backward, saved))
 
     def _fused_rows(self, hidden: torch.Tensor, mask: Any) -> tuple:
@@ -702,7 +743,7 @@ class GramCapture:
         entropy's gradient), scattered into rows ``[n, T', tile]`` for :meth:`head_tile`."""
         if self.failed:
             return None
-        hidden, weight, bias, targets, logp, ent, transform, (shape, rr, cc) = saved
+        hidden, weight, bias, targets, logp, ent, transform, (shape, rr, cc), tile = saved
         g_lp = grad_outputs[0]
         g_ent = grad_outputs[1] if len(grad_outputs) > 1 else None
         if g_lp is None and g_ent is None:
@@ -727,7 +768,8 @@ class GramCapture:
             if st is None:
                 return
             tiles = logit_grad_tiles(h, wd, bd, tgt, log_z, transform=transform,
-                                     tile=default_vocab_tile(h.shape[0], wd.shape[0]),
+                                     tile=min(tile, default_vocab_tile(h.shape[0],
+                                                                       wd.shape[0])),
                                      grad_logprobs=g_lp, grad_entropy=g_ent, entropy=ent)
             for v0, v1, dy in tiles:
                 self.head_tile(st, v0, v1, rows(dy))
@@ -766,5 +808,6 @@ class _TrlFusedHead:
             softcap=bound.get("final_logit_softcapping"),
         )
         self.capture.watch_fused_head(out, bound["hidden"], bound["weight"], bound["bias"],
-                                      bound["targets"], transform, mask)
+                                      bound["targets"], transform, mask,
+                                      int(bound["chunk_size"]))
         return out

@@ -67,11 +67,21 @@ class HeadTransform:
             raise ValueError(f"softcap must be positive or None, got {self.softcap}")
 
     def apply(self, y: torch.Tensor) -> torch.Tensor:
-        """``z = softcap(s y) / tau``."""
+        """``z = softcap(s y) / tau`` (a new tensor; differentiable)."""
         z = y * self.logit_scale
         if self.softcap is not None:
             z = self.softcap * torch.tanh(z / self.softcap)
         return z / self.temperature
+
+    def apply_(self, y: torch.Tensor) -> torch.Tensor:
+        """``z = softcap(s y) / tau``, in place on ``y`` (one tile: no temporary of its size)."""
+        if self.logit_scale != 1.0:
+            y.mul_(self.logit_scale)
+        if self.softcap is not None:
+            y.div_(self.softcap).tanh_().mul_(self.softcap)
+        if self.temperature != 1.0:
+            y.div_(self.temperature)
+        return y
 
     def chain(self, y: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
         """``dy = dz dz/dy = dz / tau * (1 - tanh^2(s y / c)) * s`` (in place on ``dz``)."""
@@ -146,17 +156,17 @@ def _tile_statistics(
     zt = torch.zeros(N, dtype=f64, device=h.device)
     for v0 in range(0, V, tile):
         v1 = min(V, v0 + tile)
-        z = transform.apply(_raw_tile(h, weight, bias, v0, v1))
-        m_new = torch.maximum(m, z.amax(dim=1).to(f64))
-        rescale = torch.exp(m - m_new)
-        e = torch.exp(z - m_new.to(z.dtype).unsqueeze(1))
-        S = S * rescale + e.sum(dim=1, dtype=f64)
-        if A is not None:
-            A = A * rescale + (e * z).sum(dim=1, dtype=f64)
-        m = m_new
+        z = transform.apply_(_raw_tile(h, weight, bias, v0, v1))
         inside = (targets >= v0) & (targets < v1)
         local = (targets - v0).clamp(0, v1 - v0 - 1).unsqueeze(1)
         zt = torch.where(inside, z.gather(1, local).squeeze(1).to(f64), zt)
+        m_new = torch.maximum(m, z.amax(dim=1).to(f64))
+        rescale = torch.exp(m - m_new)
+        e = torch.sub(z, m_new.to(z.dtype).unsqueeze(1)).exp_()
+        S = S * rescale + e.sum(dim=1, dtype=f64)
+        if A is not None:
+            A = A * rescale + e.mul_(z).sum(dim=1, dtype=f64)
+        m = m_new
     log_z = m + torch.log(S)
     return log_z, zt, (None if A is None else log_z - A / S)
 
@@ -192,15 +202,19 @@ def logit_grad_tiles(
     for v0 in range(0, V, tile):
         v1 = min(V, v0 + tile)
         y = _raw_tile(h, weight, bias, v0, v1)
-        logp = transform.apply(y).sub_(lz)
-        p = torch.exp(logp)
-        dz = torch.zeros_like(y)
+        # the soft-cap's chain rule needs y; otherwise the tile is transformed in place
+        logp = (transform.apply(y) if transform.softcap is not None else
+                transform.apply_(y)).sub_(lz)
+        dz = torch.exp(logp)  # p, turned into dz in place below
+        ent = None if e is None else (logp.add_(H)).mul_(dz).mul_(e)  # e p (log p + H)
         if u is not None:
-            dz.sub_(u * p)
+            dz.mul_(-u)
             inside = ((targets >= v0) & (targets < v1)).nonzero().squeeze(1)
             dz.index_put_((inside, targets[inside] - v0), u[inside, 0], accumulate=True)
-        if e is not None:
-            dz.sub_(e * p * logp.add_(H))
+        else:
+            dz.zero_()
+        if ent is not None:
+            dz.sub_(ent)
         yield v0, v1, transform.chain(y, dz)
 
 
@@ -218,8 +232,10 @@ class _HeadLogProbs(torch.autograd.Function):
         tile: int,
         want_entropy: bool,
         capture: Any,
+        param_grads: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         ctx.set_materialize_grads(False)
+        ctx.param_grads = param_grads
         lead, d = hidden.shape[:-1], hidden.shape[-1]
         h = hidden.detach().reshape(-1, d).to(_compute_dtype(hidden.dtype))
         tgt = targets.reshape(-1).long()
@@ -233,15 +249,16 @@ class _HeadLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g_lp: torch.Tensor | None, g_h: torch.Tensor | None) -> tuple:
+        if g_lp is None and g_h is None:
+            return (None,) * 9
         hidden, weight, bias, tgt, log_z, H = ctx.saved_tensors
         d = hidden.shape[-1]
         h = hidden.detach().reshape(-1, d).to(_compute_dtype(hidden.dtype))
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        need_w, need_b = need_w and ctx.param_grads, need_b and ctx.param_grads
         dh = torch.zeros_like(h) if need_h else None
         dw = torch.zeros(weight.shape, dtype=h.dtype, device=h.device) if need_w else None
         db = torch.zeros(bias.shape, dtype=h.dtype, device=h.device) if need_b else None
-        if g_lp is None and g_h is None:
-            return None, None, None, None, None, None, None, None
         capture = ctx.capture
         state = None if capture is None else capture.head_begin(weight, bias, h.view(
             *ctx.lead, d))
@@ -267,7 +284,7 @@ class _HeadLogProbs(torch.autograd.Function):
             None if dh is None else dh.to(hidden.dtype).view(hidden.shape),
             None if dw is None else dw.to(weight.dtype),
             None if db is None else db.to(bias.dtype),
-            None, None, None, None, None,
+            None, None, None, None, None, None,
         )
 
 
@@ -281,6 +298,7 @@ def head_logprobs(
     vocab_tile: int | None = None,
     entropy: bool = False,
     capture: Any = None,
+    param_grads: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token ``log p(targets)`` (and entropy) of the head, in vocabulary tiles; autograd.
 
@@ -294,6 +312,10 @@ def head_logprobs(
         entropy: also return the per-token entropy ``H`` (differentiable).
         capture: a :class:`real_model.gram_capture.GramCapture` that adds the head's per-row
             Gram contribution in the backward (``hidden`` must then be ``[R, T, d]``).
+        param_grads: compute the gradients of ``weight`` and ``bias`` (default). ``False`` when
+            the backward only wants ``dh`` and the Gram (a custom autograd function cannot tell
+            which inputs a ``torch.autograd.grad`` call needs): saves the ``[V, d]`` gradient
+            GEMM; ``weight``/``bias`` then receive no gradient from the head.
 
     Returns:
         ``(logp, H)``: ``[...]`` in float64 for float64 inputs, else float32; ``H`` is ``None``
@@ -314,4 +336,4 @@ def head_logprobs(
     if tile < 1:
         raise ValueError(f"vocab_tile must be a positive integer, got {vocab_tile!r}")
     return _HeadLogProbs.apply(hidden, weight, bias, targets, transform or HeadTransform(),
-                               tile, bool(entropy), capture)
+                               tile, bool(entropy), capture, bool(param_grads))

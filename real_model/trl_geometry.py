@@ -1,68 +1,61 @@
-"""Exact per-rollout gradient geometry inside TRL's ``GRPOTrainer`` (TRL 1.16).
+"""Exact per-rollout gradient geometry inside TRL's ``GRPOTrainer`` (TRL 1.16), from TRL's own loss.
 
-:class:`GeometryGRPOTrainer` is a ``trl.GRPOTrainer`` that, every ``geometry_every`` optimizer
-steps, takes the step's groups exactly as TRL built them (prompt + completion ids, attention and
-loss masks, TRL's own advantages and rewards) and computes, per group of ``R = num_generations``
-rollouts, at the current weights (before the step's update):
+For every optimizer step that is due (``geometry_every``), the geometry is measured at the current
+weights (before the step's update) on the micro-batches of THAT step, as TRL buffered them:
 
-* ``K [R, R]``, ``K_ij = <psi_i, psi_j>``: the Gram of the trajectory scores
-  ``psi_i = grad_theta sum_t m_it log pi_theta(y_it | y_i,<t)`` (seed paper Eq. 18) over every
-  trainable parameter, by :func:`real_model.gram.trajectory_gram` (exact), with TRL's temperature
-  (TRL scores ``log softmax(logits / temperature)``), TRL's loss mask ``m`` (completion mask times
-  tool mask) and TRL's position ids;
-* the rows' effective weights ``w_i = c_i A_i`` of the trainer's ACTUAL loss: ``A_i`` TRL's
-  advantages (whatever ``scale_rewards`` / ``multi_objective_aggregation`` made them) and ``c_i``
-  the aggregation weight of :func:`grpo_theory.aggregation.aggregation_weights` for TRL's
-  ``loss_type`` (:func:`trl_row_weights`), so that at an on-policy step with ``beta = 0``
+* **Per-token loss gradient from TRL's own autograd.** For each micro-batch of the step, the
+  per-token log-probabilities are made a leaf ``x`` (TRL's ``_get_per_token_logps_and_entropies``
+  returns it for the call, with TRL's real entropies detached), TRL's own ``compute_loss`` runs on
+  the micro-batch, and ``u[i,t] = dL/dx[i,t]`` by ``autograd.grad``. Summed over the step's
+  micro-batches (a row used twice, e.g. ``num_iterations > 1`` inside one optimizer step, counts
+  twice), the rows' gradients
 
-      grad_theta L_TRL = - sum_{processes} sum_i w_i psi_i          (the optimizer's gradient);
+      g_i = sum_t u[i,t] grad_theta log pi_theta(y_it | y_i,<t)
 
-* the metrics of ``G = diag(w) Psi`` from ``diag(w) K diag(w)``
-  (:func:`grpo_theory.spectral.spectral_metrics`: numerical rank, effective rank, entropy
-  effective rank, top-1 fraction, stable rank), the FADE masses ``m_S, m_F`` of TRL's advantages
-  (:func:`grpo_theory.mass.gradient_mass`), and the score geometry
-  (:func:`real_model.geometry.score_geometry`: per-rollout norms ``sqrt(K_ii)``, cosines within
-  successes / failures / between, common share ``lambda_max(C)/R``), plus
-  ``cos(S, F) = <g_S, g_F> / (||g_S|| ||g_F||)`` of the mean success and failure scores.
+  sum to TRL's gradient of the step (before DDP's average) for every ``loss_type``, ``beta > 0``,
+  the vLLM importance-sampling correction, entropy masks, ``delta``, off-policy masks, any inner
+  step of ``num_iterations > 1`` and any ``steps_per_generation``, with no hand-derived
+  normaliser. Terms of TRL's loss that do not go through the log-probabilities (the entropy bonus,
+  a MoE router auxiliary loss) are not in the rows: listed by :func:`structure_issues`.
+* **Second pass.** ``<g_i, g_j>`` (the gradient-row Gram ``Kg``) and the score Gram
+  ``K_ij = <psi_i, psi_j>``, ``psi_i = grad sum_t m_it log pi_it`` (unit weights on TRL's loss
+  mask ``m``; seed paper Eq. 18) come from one exact forward + backward of the rows
+  (:func:`real_model.gram.trajectory_gram` with per-token weights ``u``, resp. ``m``; TRL's
+  temperature; TRL's position ids); when every row's ``u`` is a multiple ``a_i m_i`` of its mask
+  (the on-policy steps of every loss type with ``beta = 0``), one pass gives both,
+  ``Kg = diag(a) K diag(a)``. The pass runs the model without dropout (eval mode); active dropout
+  is named in the record (:func:`active_dropout`).
+* **Metrics** per group (``R = num_generations`` consecutive rows of TRL's global generation
+  batch): :func:`real_model.geometry_metrics.group_records` (spectra of the rows ``g_i`` from
+  ``Kg``; score geometry, ``cos(S, F)`` and FADE masses from ``K``), aggregated over the step's
+  mixed groups (mean, sd, min, max, count) into TRL's log (``geometry/...``) and one JSON line
+  per step (``geometry.jsonl``, main process). With one process and the full Gram
+  (``grad_norm=True``), ``geometry/grad_norm = sqrt(sum_ij Kg_ij)`` equals TRL's logged
+  pre-clipping ``grad_norm``.
 
-Per measured step the per-group values are gathered over all data-parallel processes
-(``accelerate.utils.gather_object``) and aggregated over the step's mixed-reward groups (mean,
-sd, min, max, count); the aggregates go into TRL's own metric buffer (so ``Trainer.log`` sends them
-to TensorBoard / W&B / trackio under ``geometry/...``) and, on the main process, one JSON line per
-step is appended to ``geometry.jsonl``.
+Groups whose rows live on several processes are measured on the process holding their first row
+(the other rows are sent to it); groups split over optimizer steps (``steps_per_generation >
+gradient_accumulation_steps``) are measured on the rows present in the step (``rows_present <
+R`` in the record). Any failure inside the geometry is caught on every process, all processes
+agree to skip that step's geometry (``geometry/skipped_reason``), and training goes on
+(``strict=True`` raises instead, on every process).
 
-Loss types of TRL 1.16 (``GRPOConfig.loss_type``) and their row weights at ratio 1
-(``B_c`` rows and ``N_c`` loss tokens in the micro-batch that holds row ``i``, ``GA`` gradient
-accumulation steps, ``S = steps_per_generation``, ``W`` processes, ``N`` loss tokens of the whole
-generation batch over all processes, ``L_i`` row ``i``'s loss tokens)::
+Settings: :class:`GeometryConfig`, or the ``geometry_*`` fields of :class:`GeometryGRPOConfig` (a
+``trl.GRPOConfig``: TrlParser, YAML, CLI, checkpoints). :class:`GeometryMixin` composes with any
+``GRPOTrainer`` subclass; :class:`GeometryGRPOTrainer` is ``GeometryMixin + trl.GRPOTrainer``.
+:func:`measure_rows` is the measuring step on plain tensors (no TRL). Docs: ``docs/trl.md``.
 
-    grpo, sapo      c_i = 1 / (W GA B_c L_i)    aggregation "sequence_mean" of the micro-batch
-    bnpo            c_i = 1 / (W GA N_c)        "token_mean" of the micro-batch
-    dr_grpo         c_i = 1 / (W GA B_c Lmax)   "dr_grpo", Lmax = max_completion_length
-    dapo, vespo     c_i = S / (GA N)            "token_mean" of the global generation batch
-    cispo           c_i = min(1, eps_high) S / (GA N)
-    luspo           c_i = 1 / (W GA B_c)        "sequence_sum" of the micro-batch
-
-sapo's gate ``4 sigmoid(tau (r - 1)) / tau`` has slope 1 at ``r = 1``; vespo's Gamma weight is
-``phi(1) = 1``; cispo's detached clipped ratio is ``min(1, eps_high)``; sequence-level importance
-sampling (GSPO) gives the same row weights at ratio 1. These identities are checked against TRL's
-own ``compute_loss`` gradient in ``tests/test_trl_geometry.py``.
-
-Options that break the per-rollout structure ``sum_i w_i psi_i`` (the KL term with ``beta > 0``,
-entropy bonus / entropy mask, MoE auxiliary loss, vLLM importance-sampling correction, token-level
-advantages, ``steps_per_generation != gradient_accumulation_steps``) are listed by
-:func:`structure_issues`; the trainer then logs the score geometry (valid for any loss) but NOT the
-weight-dependent "gradient matrix" metrics, says why in the log and the JSONL, and warns once
-(``strict=True`` raises instead). ``num_iterations > 1`` is fine for the measured step: geometry is
-taken at generation time, i.e. the first inner step, where the ratio is 1; the later inner steps
-(clipped, importance weighted) are not measured. Docs: ``docs/trl.md``.
+The hand-derived row weights of :func:`trl_row_weights` (``grpo_theory.aggregation``) are the
+independent second route of the tests at ratio 1 (``beta = 0``): ``u[i,t] = -c_i A_i m_it``.
 """
 
 from __future__ import annotations
 
 import math
+import time
 import warnings
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,34 +65,42 @@ from grpo_theory.aggregation import aggregation_weights
 from grpo_theory.conventions import TRL_LOSS_AGGREGATION  # loss_type -> (mode, normaliser scope)
 from grpo_theory.spectral import DEFAULT_RTOL
 
-from .geometry_metrics import (
-    aggregate_groups,
-    cos_success_failure,
-    group_records,
-)
+from .geometry_metrics import aggregate_groups, cos_success_failure, group_records
 
 __all__ = [
     "GeometryConfig",
+    "GEOMETRY_FIELDS",
     "TRL_LOSS_AGGREGATION",
     "SUPPORTED_LOSS_TYPES",
     "trl_row_weights",
     "structure_issues",
     "structure_notes",
+    "active_dropout",
+    "GeometryRows",
+    "RowsMeasurement",
+    "measure_rows",
     "group_records",
     "aggregate_groups",
     "cos_success_failure",
+    "GeometryMixin",
+    "GeometryGRPOConfig",  # noqa: F822 (built lazily by __getattr__: no trl import here)
     "GeometryGRPOTrainer",  # noqa: F822 (built lazily by __getattr__: no trl import here)
     "TemperatureScaled",
 ]
 
 SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_AGGREGATION)
 
+# relative tolerance of "u_i is a multiple of the loss mask m_i" (one Gram pass instead of two)
+PROPORTIONAL_RTOL = 1e-9
+
+
 @dataclass(frozen=True)
 class GeometryConfig:
     """Options of the in-training geometry (defaults stated).
 
     Attributes:
-        geometry_every: measure at optimizer steps ``0, k, 2k, ...`` (default 1: every step).
+        geometry_every: measure at optimizer steps ``0, k, 2k, ...`` (default 1: every step;
+            0: off, nothing is hooked).
         jsonl_path: JSONL file of per-step records (default ``<output_dir>/geometry.jsonl``).
         gram_method: ``"exact"`` (default) or ``"naive"`` (:func:`trajectory_gram`).
         rtol: numerical-rank tolerance (default ``1e-6``).
@@ -108,8 +109,14 @@ class GeometryConfig:
         log_prefix: prefix of the logged metric names (default ``"geometry/"``).
         keep_groups: write per-group records (weights, norms, singular values) to the JSONL
             (default True).
-        strict: raise instead of warning when an option breaks the per-rollout structure
-            (default False).
+        strict: raise instead of skipping the step's geometry on any failure, on active
+            dropout, or when TRL's loss has terms outside the log-probabilities (default False).
+        grad_norm: form the Gram over all of a process's rows in one pass (cross-group terms
+            included), so that ``sqrt(sum_ij Kg_ij)`` is the process's gradient norm (default
+            True); False forms the groups' diagonal blocks only, in as many passes as
+            ``memory_budget_mb`` allows (no ``grad_norm``).
+        memory_budget_mb: memory budget of one Gram pass in MiB, whole groups per pass (needs
+            ``grad_norm=False``; default None: the engine's default budget).
     """
 
     geometry_every: int = 1
@@ -120,14 +127,45 @@ class GeometryConfig:
     log_prefix: str = "geometry/"
     keep_groups: bool = True
     strict: bool = False
+    grad_norm: bool = True
+    memory_budget_mb: float | None = None
 
     def __post_init__(self) -> None:
-        if int(self.geometry_every) < 1:
-            raise ValueError(f"geometry_every must be >= 1, got {self.geometry_every}")
+        if int(self.geometry_every) < 0:
+            raise ValueError(f"geometry_every must be >= 0 (0: off), got {self.geometry_every}")
         if self.gram_method not in ("exact", "naive"):
             raise ValueError(f"gram_method must be 'exact' or 'naive', got {self.gram_method!r}")
         if not self.rtol > 0:
             raise ValueError(f"rtol must be > 0, got {self.rtol}")
+        if self.memory_budget_mb is not None:
+            if not self.memory_budget_mb > 0:
+                raise ValueError(f"memory_budget_mb must be > 0, got {self.memory_budget_mb}")
+            if self.grad_norm:
+                raise ValueError("memory_budget_mb splits the Gram pass by groups: it needs "
+                                 "grad_norm=False (the gradient norm needs one full pass)")
+
+
+def _geometry_field_name(attr: str) -> str:
+    return attr if attr.startswith("geometry_") else f"geometry_{attr}"
+
+
+#: ``GeometryGRPOConfig`` field -> :class:`GeometryConfig` attribute.
+GEOMETRY_FIELDS: dict[str, str] = {_geometry_field_name(f.name): f.name
+                                   for f in fields(GeometryConfig)}
+
+_FIELD_HELP = {
+    "geometry_every": "Measure the exact gradient geometry every k optimizer steps (0: off).",
+    "jsonl_path": "JSONL file of per-step geometry records (default <output_dir>/geometry.jsonl).",
+    "gram_method": "Gram engine: 'exact' (one forward + backward) or 'naive' (per row).",
+    "rtol": "Numerical-rank tolerance of the geometry's spectra.",
+    "success_threshold": "A rollout is a success when its reward exceeds this.",
+    "log_prefix": "Prefix of the geometry metrics in TRL's log.",
+    "keep_groups": "Write per-group records to the geometry JSONL.",
+    "strict": "Raise instead of skipping the step's geometry on any failure or inexact option.",
+    "grad_norm": "Form the full Gram over a process's rows in one pass (gives the gradient norm).",
+    "memory_budget_mb": "Memory budget of one geometry Gram pass in MiB (needs "
+                        "geometry_grad_norm=False; passes hold whole groups).",
+}
 
 
 def trl_row_weights(
@@ -142,24 +180,31 @@ def trl_row_weights(
     max_completion_length: int | None = None,
     epsilon_high: float | None = None,
 ) -> np.ndarray:
-    """Row weights ``c_i`` of TRL's loss: the optimizer's gradient is ``-sum c_i A_i psi_i``.
+    """Hand-derived row weights ``c_i`` of TRL's loss at ratio 1, ``beta = 0``.
 
-    The table is in the module docstring (at importance ratio 1, ``beta = 0``). The gradient is the
-    one the optimizer sees: summed over ``gradient_accumulation_steps`` micro-batches and averaged
-    over ``num_processes`` data-parallel replicas (DDP's all-reduce mean), summed over every
-    process's rows.
+    The optimizer's gradient (summed over ``gradient_accumulation_steps`` micro-batches, averaged
+    over ``num_processes`` replicas) is then ``-sum c_i A_i psi_i``, i.e. TRL's per-token loss
+    gradient is ``u[i,t] = -c_i A_i m_it``. ``B_c`` rows and ``N_c`` loss tokens in the
+    micro-batch of row ``i``, ``GA`` accumulation steps, ``S`` chunks, ``W`` processes, ``N``
+    loss tokens of the generation batch over all processes, ``L_i`` row ``i``'s loss tokens::
+
+        grpo, sapo      c_i = 1 / (W GA B_c L_i)    aggregation "sequence_mean" of the micro-batch
+        bnpo            c_i = 1 / (W GA N_c)        "token_mean" of the micro-batch
+        dr_grpo         c_i = 1 / (W GA B_c Lmax)   "dr_grpo", Lmax = max_completion_length
+        dapo, vespo     c_i = S / (GA N)            "token_mean" of the global generation batch
+        cispo           c_i = min(1, eps_high) S / (GA N)
+        luspo           c_i = 1 / (W GA B_c)        "sequence_sum" of the micro-batch
 
     Args:
-        lengths: ``[B]`` loss tokens per local row (TRL's ``completion_mask * tool_mask`` sums).
+        lengths: ``[B]`` loss tokens per local row.
         chunk_index: ``[B]`` micro-batch (``0 .. num_chunks-1``) that TRL put each row in.
         loss_type: one of :data:`SUPPORTED_LOSS_TYPES`.
-        num_chunks: ``steps_per_generation`` (micro-batches per generation batch).
+        num_chunks: ``steps_per_generation``.
         gradient_accumulation_steps: TRL's ``current_gradient_accumulation_steps``.
         num_processes: data-parallel world size ``W``.
-        num_items_in_batch: ``N``, loss tokens of the generation batch over all processes
-            (TRL's ``num_items_in_batch``); needed by dapo, vespo, cispo.
+        num_items_in_batch: ``N`` (dapo, vespo, cispo).
         max_completion_length: ``Lmax`` of dr_grpo.
-        epsilon_high: TRL's ``epsilon_high`` (cispo's clip of the detached ratio).
+        epsilon_high: TRL's ``epsilon_high`` (cispo).
 
     Returns:
         ``[B]`` float64 weights ``c_i``.
@@ -189,8 +234,6 @@ def trl_row_weights(
             if num_items_in_batch is not None and L.sum() == 0:
                 return c
             raise ValueError(f"loss_type {loss_type!r} needs num_items_in_batch > 0")
-        # token_mean over the global generation batch (N tokens), DDP-averaged, GA/S rescaled
-        # as TRL does: loss = sum / (N / W * GA / S), then the all-reduce mean divides by W.
         c[:] = S / (GA * float(num_items_in_batch))
         if loss_type == "cispo":
             eh = 1.0 if epsilon_high is None else float(epsilon_high)
@@ -212,62 +255,268 @@ def trl_row_weights(
     return c
 
 
-def structure_issues(args: Any, *, advantages_dim: int = 1, aux_loss: bool = False) -> list[str]:
-    """Options of a ``GRPOConfig`` under which TRL's gradient is NOT ``-sum_i w_i psi_i``.
+def structure_issues(args: Any, *, aux_loss: bool = False, multimodal: bool = False) -> list[str]:
+    """Terms of TRL's loss that are NOT in the rows ``g_i = sum_t u_it grad log pi_it``.
+
+    With none of them, the rows sum to TRL's gradient exactly (any loss type and option).
 
     Args:
         args: the trainer's ``GRPOConfig`` (any object with its attributes).
-        advantages_dim: dimension of TRL's ``advantages`` (2: token-level advantages).
         aux_loss: the trainer adds a MoE router auxiliary loss.
-
-    Returns:
-        Human-readable reasons (empty: the per-rollout structure holds at the measured step).
+        multimodal: the batch carries image inputs (the second pass scores text only).
     """
     out = []
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    if g("loss_type") not in TRL_LOSS_AGGREGATION:
-        out.append(f"loss_type={g('loss_type')!r} is not supported (known: {SUPPORTED_LOSS_TYPES})")
-    if float(g("beta", 0.0) or 0.0) != 0.0:
-        out.append(f"beta={g('beta')} > 0: the KL term's per-token weights are not A_i; "
-                   "rows are not w_i psi_i")
-    if g("use_vllm", False) and g("vllm_importance_sampling_correction", False):
-        out.append("vLLM importance-sampling correction reweights tokens within rollouts")
-    if float(g("top_entropy_quantile", 1.0)) < 1.0:
-        out.append("top_entropy_quantile < 1 masks tokens by entropy: psi_i is over a subset")
     if float(g("entropy_coef", 0.0) or 0.0) != 0.0 or g("use_adaptive_entropy", False):
-        out.append("the entropy bonus adds a gradient that is not a multiple of psi_i")
+        out.append("the entropy bonus adds a gradient outside the log-probabilities; the rows "
+                   "are those of the policy term only")
     if aux_loss:
-        out.append("the MoE router auxiliary loss adds a gradient outside the rollout scores")
-    if advantages_dim != 1:
-        out.append("token-level advantages (advantages of shape [B, T])")
-    spg, ga = g("steps_per_generation"), g("gradient_accumulation_steps", 1)
-    if spg is not None and int(spg) != int(ga):
-        out.append(f"steps_per_generation={spg} != gradient_accumulation_steps={ga}: the "
-                   "generation batch spans several optimizer steps (later ones off-policy)")
-    thr = g("off_policy_mask_threshold")
-    if thr is not None and g("use_vllm", False):
-        out.append("off_policy_mask_threshold with vLLM sampling log-probs can drop rollouts")
-    d = g("delta")
-    if d is not None and float(d) < 1.0:
-        out.append(f"delta={d} < 1 clips the ratio below 1 (zero gradient at ratio 1)")
+        out.append("the MoE router auxiliary loss adds a gradient outside the log-probabilities")
+    if multimodal:
+        out.append("image inputs: the geometry pass scores text-only models")
     return out
 
 
 def structure_notes(args: Any) -> list[str]:
-    """Options that leave the measured step exact but limit what it covers (JSONL ``notes``)."""
+    """Options that leave the rows exact but are worth knowing (JSONL ``notes``)."""
     out = []
     if int(getattr(args, "num_iterations", 1) or 1) > 1:
-        out.append(f"num_iterations={args.num_iterations}: measured at the first inner step "
-                   "(ratio 1); the later, clipped and importance-weighted inner steps are not")
-    if getattr(args, "use_vllm", False) and not getattr(
-        args, "vllm_importance_sampling_correction", False
-    ):
-        out.append("vLLM sampling without correction: samples are slightly off-policy for the "
-                   "trainer's weights; the scores are the trainer's")
+        out.append(f"num_iterations={args.num_iterations}: every inner step is measured at its "
+                   "own weights (TRL's clipped, importance-weighted loss)")
+    spg = getattr(args, "steps_per_generation", None)
+    ga = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
+    if spg is not None and int(spg) > ga:
+        out.append(f"steps_per_generation={spg} > gradient_accumulation_steps={ga}: a group's "
+                   "rows are spread over optimizer steps; each step measures the rows present")
     if getattr(args, "bf16", False) or getattr(args, "fp16", False):
-        out.append("mixed-precision autocast: TRL's gradient is of the autocast forward, K of the "
-                   "model's own precision (they agree to that precision only)")
+        out.append("mixed-precision autocast: TRL's gradient is of the autocast forward, the "
+                   "Grams of the model's own precision (they agree to that precision only)")
     return out
+
+
+def active_dropout(model: Any) -> list[str]:
+    """Names of the dropout that is active when ``model`` trains (modules and config fields).
+
+    Modules: every ``torch.nn`` dropout module with ``p > 0`` (PEFT's ``lora_dropout`` included).
+    Config: every float field of ``model.config`` (and its text config) whose name contains
+    ``dropout``, ``pdrop`` or ``jitter`` and is ``> 0`` (HF attention / hidden dropout, MoE router
+    jitter, applied functionally in train mode).
+    """
+    from torch import nn
+
+    drop = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+            nn.FeatureAlphaDropout)
+    out = [f"{name} (p={mod.p})" for name, mod in model.named_modules()
+           if isinstance(mod, drop) and float(mod.p) > 0]
+    cfgs = []
+    cfg = getattr(model, "config", None)
+    if cfg is not None:
+        cfgs.append(cfg)
+        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else None
+        if text is not None and text is not cfg:
+            cfgs.append(text)
+    for c in cfgs:
+        for key, val in sorted(vars(c).items()):
+            low = key.lower()
+            if (any(s in low for s in ("dropout", "pdrop", "jitter"))
+                    and isinstance(val, float) and val > 0):
+                out.append(f"config.{key}={val}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The measuring step on plain tensors (no TRL)
+
+
+@dataclass
+class GeometryRows:
+    """The rows of one host step to measure (torch tensors ``[n, T]``, numpy ``[n]``).
+
+    ``weights[i, t]`` is the host's loss gradient ``u`` of token ``t`` of row ``i`` (the weight of
+    ``log pi(input_ids[i,t] | input_ids[i,<t])``), ``loss_mask`` the 0/1 loss mask on the same
+    positions (score geometry); both 0 on the prompt and on padding. ``local[i]``: the row is in
+    this process's gradient (a row sent by another process is measured here but not local).
+    """
+
+    input_ids: Any
+    attention_mask: Any
+    position_ids: Any
+    loss_mask: Any
+    weights: Any
+    rewards: np.ndarray
+    advantages: np.ndarray
+    group: np.ndarray
+    local: np.ndarray
+    row: np.ndarray
+
+
+@dataclass
+class RowsMeasurement:
+    """What :func:`measure_rows` returns.
+
+    ``groups``: one record per group (``group_records`` fields, ``group``, ``rows``,
+    ``rows_present``); ``grams`` / ``row_grams``: ``{group: K}`` and ``{group: Kg}``;
+    ``local_grad_sq``: ``||sum_{local i} g_i||^2`` (None without the full Gram);
+    ``passes``: Gram passes run; ``proportional``: ``u_i = a_i m_i`` for every row.
+    """
+
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    grams: dict[int, np.ndarray] = field(default_factory=dict)
+    row_grams: dict[int, np.ndarray] = field(default_factory=dict)
+    local_grad_sq: float | None = None
+    passes: int = 0
+    proportional: bool = True
+
+
+def _row_multiples(weights: Any, mask: Any) -> tuple[np.ndarray, bool]:
+    """``a_i`` with ``weights_i = a_i mask_i`` per row, and whether that holds to rounding."""
+    import torch
+
+    w = weights.double()
+    m = mask.double()
+    n_tok = m.sum(dim=1).clamp(min=1.0)
+    a = (w * m).sum(dim=1) / n_tok
+    resid = (w - a[:, None] * m).abs().max() if w.numel() else torch.tensor(0.0)
+    scale = float(w.abs().max()) if w.numel() else 0.0
+    return a.cpu().numpy(), bool(float(resid) <= PROPORTIONAL_RTOL * max(scale, 1e-300))
+
+
+def _gram_pass(model: Any, rows: GeometryRows, weights: Any, sel: np.ndarray,
+               blocks: list[list[int]] | None, *, temperature: float,
+               config: GeometryConfig) -> list[np.ndarray]:
+    """Grams of the rows ``sel`` with per-token ``weights``: the full ``[n, n]`` (``blocks``
+    None, one pass) or one matrix per block (positions in ``sel``), float64 numpy.
+
+    ``gram_method="exact"``: :func:`real_model.gram.rows_gram` (log-probs in vocabulary tiles,
+    whole blocks per pass within ``memory_budget_mb``); ``"naive"``: the per-row reference of
+    :func:`real_model.gram.trajectory_gram`.
+    """
+    import torch
+
+    from .gram import rows_gram, trajectory_gram
+
+    idx = torch.as_tensor(sel, dtype=torch.long, device=rows.input_ids.device)
+    ids, am = rows.input_ids[idx], rows.attention_mask[idx]
+    pos, w = rows.position_ids[idx], weights[idx].to(torch.float64)
+    if config.gram_method == "naive":
+        net = model if temperature == 1.0 else TemperatureScaled(model, temperature)
+        K = trajectory_gram(net, ids, am, w, method="naive", position_ids=pos)
+        K = K.detach().cpu().double().numpy()
+        return [K] if blocks is None else [K[np.ix_(b, b)] for b in blocks]
+    budget = (None if config.memory_budget_mb is None
+              else int(config.memory_budget_mb * 2**20))
+    out = rows_gram(model, ids, am, w, blocks=blocks, temperature=temperature,
+                    position_ids=pos, memory_budget_bytes=budget)
+    mats = [out] if blocks is None else list(out)
+    return [m.detach().cpu().double().numpy() for m in mats]
+
+
+def measure_rows(
+    model: Any,
+    rows: GeometryRows,
+    *,
+    config: GeometryConfig,
+    temperature: float = 1.0,
+    group_size: int,
+) -> RowsMeasurement:
+    """Grams and per-group records of the rows of one host step (seed paper Eq. 18, Sec. 7.1).
+
+    A group (rows with the same ``rows.group``) is measured when any of its rows has a nonzero
+    weight; its rows with an empty loss mask (``psi_i = 0 = g_i``) are left out of its Grams.
+    ``K`` uses ``loss_mask`` as token weights, ``Kg`` the host's ``weights``; when every row's
+    weights are a multiple ``a_i`` of its mask, ``Kg = diag(a) K diag(a)`` from one pass. With
+    ``config.grad_norm`` the Grams span all rows (one pass; ``local_grad_sq`` from the cross-group
+    terms), else only the groups' diagonal blocks (passes within ``memory_budget_mb``).
+
+    Args:
+        model: the host's (unwrapped) model; measured in its current mode (pass eval).
+        rows: :class:`GeometryRows`.
+        config: :class:`GeometryConfig` (``gram_method``, ``rtol``, ``success_threshold``,
+            ``grad_norm``, ``memory_budget_mb``).
+        temperature: the host's sampling temperature (log-probs of ``logits / T``).
+        group_size: ``R``, rows per complete group.
+    """
+    out = RowsMeasurement()
+    L = rows.loss_mask.sum(dim=1).cpu().numpy()
+    wmax = rows.weights.abs().amax(dim=1).cpu().numpy()
+    active = sorted({int(g) for g in np.unique(rows.group) if np.any(wmax[rows.group == g] > 0)})
+    sel = np.nonzero(np.isin(rows.group, active) & (L > 0))[0]
+    blocks = [np.nonzero(rows.group[sel] == g)[0].tolist() for g in active]
+    full = bool(config.grad_norm)
+    kw = {"temperature": temperature, "config": config}
+    if sel.size:
+        a, prop = _row_multiples(rows.weights[sel], rows.loss_mask[sel])
+        out.proportional = prop
+        Ks = _gram_pass(model, rows, rows.loss_mask, sel, None if full else blocks, **kw)
+        out.passes = 1
+        if prop:
+            Kgs = [a[b][:, None] * K * a[b][None, :]
+                   for K, b in zip(Ks, [list(range(sel.size))] if full else blocks, strict=True)]
+        else:
+            Kgs = _gram_pass(model, rows, rows.weights, sel, None if full else blocks, **kw)
+            out.passes = 2
+        if full:
+            loc = rows.local[sel]
+            out.local_grad_sq = float(max(Kgs[0][np.ix_(loc, loc)].sum(), 0.0))
+            Ks = [Ks[0][np.ix_(b, b)] for b in blocks]
+            Kgs = [Kgs[0][np.ix_(b, b)] for b in blocks]
+    elif full:
+        out.local_grad_sq = 0.0  # no row with a nonzero weight: the gradient is 0
+    grams = dict(zip(active, zip(Ks, Kgs, blocks, strict=True), strict=True)) if sel.size else {}
+    for g in np.unique(rows.group):
+        mine = np.nonzero(rows.group == g)[0]
+        rec = _group_record(rows, mine, L, group_size=group_size, config=config)
+        rec["has_gradient"] = int(g) in grams
+        if int(g) in grams:
+            Kb, Kgb, b = grams[int(g)]
+            rec.update(_measured_fields(rows, sel[b], Kb, Kgb, a[b] if out.proportional else None,
+                                        config=config))
+            out.grams[int(g)], out.row_grams[int(g)] = Kb, Kgb
+        out.groups.append(rec)
+    return out
+
+
+def _group_record(rows: GeometryRows, mine: np.ndarray, L: np.ndarray, *, group_size: int,
+                  config: GeometryConfig) -> dict[str, Any]:
+    """The fields of a group that need no Gram (rewards, lengths, advantages, rows present)."""
+    r = rows.rewards[mine]
+    succ = r > config.success_threshold
+    return {
+        "group": int(rows.group[mine[0]]),
+        "R": int(group_size),
+        "rows_present": int(mine.size),
+        "rows": [int(x) for x in rows.row[mine]],
+        "mixed": bool(succ.any() and not succ.all()),
+        "num_success": int(succ.sum()),
+        "rewards": [None if not math.isfinite(x) else float(x) for x in r],
+        "lengths": [int(x) for x in L[mine]],
+        "advantages": [float(x) for x in rows.advantages[mine]],
+    }
+
+
+def _measured_fields(rows: GeometryRows, idx: np.ndarray, K: np.ndarray, Kg: np.ndarray,
+                     a: np.ndarray | None, *, config: GeometryConfig) -> dict[str, Any]:
+    """Metrics of one measured group (its rows ``idx`` with a nonempty loss mask)."""
+    L = rows.loss_mask[idx].sum(dim=1).cpu().numpy()
+    r = np.nan_to_num(rows.rewards[idx], nan=-np.inf)
+    rec = group_records(K, r, rows.advantages[idx], None, L, rtol=config.rtol,
+                        success_threshold=config.success_threshold, row_gram=Kg)
+    keep = ("norms", "common_share", "top_eig_share", "cos_within_success",
+            "cos_within_failure", "cos_between", "cos_SF", "score_norm_mean",
+            "score_norm_success", "score_norm_failure", "m_S", "m_F", "grad_norm",
+            "singular_values", "rank", "effective_rank", "entropy_effective_rank",
+            "stable_rank", "top1_fraction", "degenerate")
+    out = {k: rec[k] for k in keep if k in rec}
+    out["measured_rows"] = [int(x) for x in rows.row[idx]]
+    out["row_grad_norms"] = [float(math.sqrt(max(x, 0.0))) for x in np.diag(Kg)]
+    out["max_rank"] = int(np.count_nonzero(np.diag(Kg) > 0))
+    if a is not None:  # u_i = a_i m_i: G = diag(w) Psi with w = -a (TRL's c_i A_i at ratio 1)
+        out["weights"] = [float(-x) for x in a]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# TRL adapter
 
 
 def _torch_module_base() -> Any:
@@ -300,300 +549,710 @@ class TemperatureScaled(_torch_module_base()):  # type: ignore[misc]
         return SimpleNamespace(logits=logits / self.temperature)
 
 
-def rows_gram(
-    model: Any,
-    input_ids: Any,
-    attention_mask: Any,
-    loss_mask: Any,
-    prompt_width: int,
-    *,
-    temperature: float = 1.0,
-    method: str = "exact",
-) -> Any:
-    """``K [n, n]`` (float64 numpy) of any ``n`` rows of TRL's batch, scored as TRL scores them.
+def settings_from_args(args: Any) -> GeometryConfig:
+    """:class:`GeometryConfig` from the ``geometry_*`` fields of ``args`` (defaults if absent)."""
+    kw = {attr: getattr(args, name) for name, attr in GEOMETRY_FIELDS.items()
+          if hasattr(args, name)}
+    return GeometryConfig(**kw)
 
-    ``input_ids``/``attention_mask`` are TRL's ``[n, P + C]`` prompt + completion rows (prompt
-    left-padded, completion right-padded), ``loss_mask`` ``[n, C]`` TRL's completion loss mask.
-    Columns that are padding in every row are dropped; position ids are those TRL's
-    forward uses (the model's default ``0 .. P+C-1`` of the full width), so the scores are
-    TRL's exactly.
+
+class GeometryMixin:
+    """Mix into any ``trl.GRPOTrainer`` (subclass) to measure the exact gradient geometry.
+
+    ``class MyTrainer(GeometryMixin, MyGRPOTrainer): ...``. Settings come from the trainer's
+    ``args`` when it is a :class:`GeometryGRPOConfig` (``geometry_*`` fields), else from the
+    ``geometry=`` keyword (:class:`GeometryConfig`), else the defaults. Hooks (each calls the
+    parent unchanged): ``_calculate_rewards`` (TRL's gathered rewards), ``_generate_and_score_
+    completions`` (tags each row of the generation batch), ``_prepare_inputs`` (measures at the
+    first micro-step of a due optimizer step, and where a new generation batch starts inside it),
+    ``log`` (adds ``geometry/skipped_reason``).
+    """
+
+    def __init__(self, *args: Any, geometry: GeometryConfig | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        cfg = geometry if geometry is not None else settings_from_args(self.args)
+        self.geometry_meter = TrlGeometryMeter(self, cfg)
+
+    @property
+    def geometry(self) -> GeometryConfig:
+        return self.geometry_meter.config
+
+    @property
+    def geometry_records(self) -> list[dict[str, Any]]:
+        return self.geometry_meter.records
+
+    @property
+    def geometry_last(self) -> dict[str, Any] | None:
+        return self.geometry_meter.last
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        out = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.geometry_meter.rewards = out
+        return out
+
+    def _generate_and_score_completions(self, inputs):
+        return self.geometry_meter.on_generation(super()._generate_and_score_completions(inputs))
+
+    def _prepare_inputs(self, generation_batch):
+        inputs = super()._prepare_inputs(generation_batch)
+        self.geometry_meter.on_micro_step()
+        return inputs
+
+    def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        self.geometry_meter.add_log_fields(logs)
+        super().log(logs, start_time)
+
+
+@dataclass
+class _Generation:
+    """One local generation batch of TRL (rows in TRL's group order) and its chunks."""
+
+    index: int
+    batch: dict[str, Any]
+    rewards: np.ndarray
+    advantages: np.ndarray
+    first_row: int
+    group_offset: int
+    chunk_rows: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class _StepState:
+    """The optimizer step being measured: its segments (rows and ``u``) and any failure."""
+
+    step: int
+    t0: float
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    reason: str | None = None
+
+
+class TrlGeometryMeter:
+    """State and steps of the in-training geometry of one trainer (see :class:`GeometryMixin`).
+
+    Per due optimizer step: at its first micro-step, and where a new generation batch starts
+    inside it, the per-token loss gradient ``u`` of the micro-steps to come on the current batch
+    (a *segment*) is taken from TRL's own loss; at the step's last segment one Gram pass over
+    all the step's rows (the weights do not change inside an optimizer step) gives the records.
+    """
+
+    def __init__(self, trainer: Any, config: GeometryConfig) -> None:
+        self.trainer = trainer
+        self.config = config
+        self.records: list[dict[str, Any]] = []
+        self.last: dict[str, Any] | None = None
+        self.rewards: Any = None
+        self._gen: _Generation | None = None
+        self._gen_count = 0
+        self._new_gen = False
+        self._seen_step: int | None = None
+        self._micro = 0
+        self._state: _StepState | None = None
+        self._pending_reason: str | None = None
+        self._jsonl_ready = False
+        self._warned: set[str] = set()
+        p = config.jsonl_path
+        self.jsonl_path = Path(p) if p else Path(trainer.args.output_dir) / "geometry.jsonl"
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_generation(self, out: dict[str, Any]) -> dict[str, Any]:
+        """Keep TRL's generation batch (rows, rewards, advantages) and tag its rows."""
+        import torch
+
+        tr = self.trainer
+        rw, self.rewards = self.rewards, None
+        if self.config.geometry_every == 0 or not tr.model.training:
+            return out
+        B = out["completion_ids"].shape[0]
+        pi = tr.accelerator.process_index
+        rewards = np.full(B, np.nan)
+        if rw is not None:
+            wts = tr.reward_weights.to(rw.device).unsqueeze(0)
+            full = (rw * wts).nansum(dim=1)
+            full[torch.isnan(rw).all(dim=1)] = torch.nan
+            rewards = full[pi * B : (pi + 1) * B].detach().double().cpu().numpy()
+        A = out["advantages"].detach().double().cpu()
+        if A.dim() == 2:  # token-level advantages of a subclass: the row's mean over its mask
+            m = out["completion_mask"].double().cpu()
+            A = (A * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask",
+                "num_items_in_batch", "pixel_values", "image_grid_thw")
+        groups_per_gen = self._world() * B // int(tr.num_generations) + 1
+        self._gen = _Generation(index=self._gen_count, batch={k: out[k] for k in keys if k in out},
+                                rewards=rewards, advantages=A.numpy(), first_row=pi * B,
+                                group_offset=self._gen_count * groups_per_gen)
+        self._gen_count += 1
+        self._new_gen = True
+        out["geometry_row"] = torch.arange(B, device=out["completion_ids"].device)
+        return out
+
+    def on_micro_step(self) -> None:
+        """After TRL's ``_prepare_inputs``: take ``u`` where a due step (or its new batch)
+        starts; measure at the step's last segment."""
+        tr = self.trainer
+        if self.config.geometry_every == 0 or not tr.model.training:
+            return
+        regenerated, tag_error = _try(self._read_chunk_tags)
+        regenerated = bool(regenerated) or tag_error is not None
+        step = int(tr.state.global_step)
+        first = step != self._seen_step
+        self._micro = 0 if first else self._micro + 1
+        self._seen_step = step
+        if step % self.config.geometry_every != 0 or self._gen is None:
+            return
+        if not (first or regenerated):
+            return
+        GA = int(tr.current_gradient_accumulation_steps)
+        S = int(tr.args.steps_per_generation)
+        gen_every = S * int(tr.num_iterations)
+        m = int(tr._step)
+        remaining = GA - self._micro
+        n_micro = min(remaining, gen_every - m % gen_every)
+        if first:
+            self._state = _StepState(step=step, t0=time.perf_counter())
+        if self._state is None:  # the step's first micro-step was not seen (e.g. resumed)
+            return
+        self._collect_segment([(m + k) % S for k in range(n_micro)], tag_error)
+        if n_micro == remaining:
+            self._finish_step()
+
+    def add_log_fields(self, logs: dict[str, Any]) -> None:
+        """Add ``geometry/skipped_reason`` to TRL's log when a step's geometry was skipped."""
+        if self._pending_reason is not None and self.trainer.model.training:
+            logs[self.config.log_prefix + "skipped_reason"] = self._pending_reason
+            self._pending_reason = None
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _read_chunk_tags(self) -> bool:
+        """After a new generation: which rows of the batch each buffered chunk holds."""
+        if not self._new_gen or self._gen is None:
+            return False
+        self._new_gen = False
+        chunks = self.trainer._buffered_inputs
+        self._gen.chunk_rows = [ch.pop("geometry_row").cpu().numpy() for ch in chunks]
+        if sorted(np.concatenate(self._gen.chunk_rows).tolist()) != list(
+            range(self._gen.batch["completion_ids"].shape[0])
+        ):
+            raise RuntimeError("geometry: TRL's chunks do not partition the generation batch")
+        return True
+
+    def _world(self) -> int:
+        return int(self.trainer.accelerator.num_processes)
+
+    def _agree(self, payload: Any) -> list[Any]:
+        """Every process's ``payload`` (one collective; no collective with one process)."""
+        if self._world() == 1:
+            return [payload]
+        from accelerate.utils import gather_object
+
+        return gather_object([payload])
+
+    def _agreed_reason(self, err: str | None) -> str | None:
+        """The first process's failure (the same on every process), or None."""
+        reasons = [r for r in self._agree(err) if r]
+        return reasons[0] if reasons else None
+
+    def _collect_segment(self, chunks: list[int], pre_error: str | None) -> None:
+        """``u`` of the micro-steps ``chunks`` of this step on the current generation batch.
+
+        Collectives, called by every process whatever happened locally: agreement after the
+        local preparation, TRL's own loss (TRL's collectives), agreement after it.
+        """
+        import torch
+
+        st = self._state
+        assert st is not None and self._gen is not None
+        if st.reason is not None:  # an earlier segment failed on some process: all skip
+            return
+        gen = self._gen
+        with torch.random.fork_rng(devices=_rng_devices()):
+            prep, err = (None, pre_error) if pre_error else _try(lambda: self._prepare(chunks))
+            st.reason = self._agreed_reason(err)
+            if st.reason is not None:
+                return
+            U, err = _try(lambda: self._token_weights(prep))
+            st.reason = self._agreed_reason(err)
+        if st.reason is None:
+            st.segments.append({"chunks": chunks, "rows": prep["rows"], "token_weights": U,
+                                "generation": gen, "issues": prep["issues"]})
+
+    def _prepare(self, chunks: list[int]) -> dict[str, Any]:
+        """Local checks and the log-prob values TRL's loss needs (no-grad forward, eval mode)."""
+        tr = self.trainer
+        gen = self._gen
+        assert gen is not None
+        multimodal = any(k in gen.batch for k in ("pixel_values", "image_grid_thw"))
+        issues = structure_issues(tr.args, aux_loss=bool(getattr(tr, "aux_loss_enabled", False)),
+                                  multimodal=multimodal)
+        dropout = active_dropout(tr.accelerator.unwrap_model(tr.model))
+        if dropout:
+            issues.append("dropout is active in TRL's step (" + ", ".join(dropout) + "): the "
+                          "geometry is measured without dropout")
+        if issues and self.config.strict:
+            raise GeometryStrictError("geometry (strict): " + "; ".join(issues))
+        if multimodal:
+            raise ValueError("geometry: image inputs are not supported by the Gram pass")
+        counts = {j: chunks.count(j) for j in sorted(set(chunks))}
+        vals = {j: self._values(tr._buffered_inputs[j]) for j in counts}
+        rows = np.concatenate([gen.chunk_rows[j] for j in counts])
+        return {"counts": counts, "values": vals, "rows": np.sort(rows), "issues": issues}
+
+    def _values_needed(self, chunk: Mapping[str, Any]) -> bool:
+        """Whether TRL's per-token loss gradient depends on the log-prob values themselves.
+
+        Not when the ratio is ``exp(x - x.detach()) = 1`` (no stored old log-probs), ``beta = 0``,
+        no entropy mask, no off-policy mask and TRL's own ``compute_loss``: then ``u`` is the
+        same for any ``x`` and the forward is skipped.
+        """
+        import trl
+
+        tr = self.trainer
+        own = (type(tr).compute_loss is trl.GRPOTrainer.compute_loss
+               and type(tr)._compute_loss is trl.GRPOTrainer._compute_loss)
+        return not (own and chunk.get("old_per_token_logps") is None and float(tr.beta) == 0.0
+                    and float(tr.top_entropy_quantile) >= 1.0
+                    and tr.off_policy_mask_threshold is None)
+
+    def _values(self, chunk: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        """``(logps, entropies, aux)`` of a chunk at the current weights, as TRL computes them."""
+        import torch
+
+        tr = self.trainer
+        C = chunk["completion_ids"].shape[1]
+        if not self._values_needed(chunk):
+            z = torch.zeros(chunk["completion_ids"].shape, dtype=torch.float32,
+                            device=chunk["completion_ids"].device)
+            aux = z.new_zeros(()) if getattr(tr, "aux_loss_enabled", False) else None
+            return z, z, aux
+        ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+        am = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+        with torch.no_grad(), _eval_mode(tr.model):
+            lp, ent, aux = tr._get_per_token_logps_and_entropies(
+                tr.model, ids, am, C, compute_entropy=True,
+                compute_aux_loss=bool(getattr(tr, "aux_loss_enabled", False)))
+        return lp.detach(), ent.detach(), None if aux is None else aux.detach()
+
+    def _token_weights(self, prep: dict[str, Any]) -> Any:
+        """``u [B, C]`` (float64) of the segment from TRL's own ``compute_loss`` on leaves."""
+        import torch
+
+        tr = self.trainer
+        gen = self._gen
+        assert gen is not None
+        U = torch.zeros(gen.batch["completion_ids"].shape, dtype=torch.float64)
+        with _TrlLossState(tr):
+            for j, count in prep["counts"].items():
+                chunk = tr._buffered_inputs[j]
+                lp, ent, aux = prep["values"][j]
+                leaf = lp.clone().requires_grad_(True)
+                u = _loss_gradient(tr, chunk, leaf, ent, aux)
+                U[torch.as_tensor(gen.chunk_rows[j])] += count * u.double().cpu()
+        return U
+
+    def _exchange(self, st: _StepState) -> tuple[GeometryRows | None, str | None]:
+        """This process's rows to measure: its own groups' rows plus those sent to it.
+
+        A group belongs to the process holding its first row; with several processes every
+        process takes part in the one exchange (an empty payload after a local failure).
+        """
+        tr = self.trainer
+        pi = tr.accelerator.process_index
+        G = int(tr.num_generations)
+        parts: list[dict[str, Any]] = []
+        sent: list[dict[str, Any]] = []
+
+        def split() -> None:
+            for seg in st.segments:
+                gen, rows = seg["generation"], seg["rows"]
+                B = gen.batch["completion_ids"].shape[0]
+                owner = (((gen.first_row + rows) // G) * G) // B
+                parts.append(_row_payload(gen, seg["token_weights"], rows[owner == pi], G,
+                                          local=True))
+                out = _row_payload(gen, seg["token_weights"], rows[owner != pi], G, local=False)
+                out["owner"] = owner[owner != pi]
+                sent.append(out)
+
+        _, err = _try(split)
+        if self._world() > 1:
+            for other in self._agree(sent if err is None else None):
+                for p in other or []:
+                    keep = np.asarray(p["owner"]) == pi
+                    if err is None and keep.any():
+                        parts.append(_select_payload(p, keep))
+        if err is not None:
+            return None, err
+        return _try(lambda: _assemble_rows(parts))
+
+    def _gram(self, rows: GeometryRows) -> RowsMeasurement:
+        tr = self.trainer
+        model = tr.accelerator.unwrap_model(tr.model)
+        try:
+            with _eval_mode(model), _without_input_require_grads(model):
+                return measure_rows(model, rows, config=self.config,
+                                    temperature=float(tr.temperature),
+                                    group_size=int(tr.num_generations))
+        finally:
+            _reshard_fsdp(model)
+
+    def _step_record(self, st: _StepState) -> dict[str, Any]:
+        tr = self.trainer
+        return {
+            "step": st.step,
+            "num_processes": self._world(),
+            "loss_type": tr.loss_type,
+            "num_generations": int(tr.num_generations),
+            "num_iterations": int(tr.num_iterations),
+            "steps_per_generation": int(tr.args.steps_per_generation),
+            "gradient_accumulation_steps": int(tr.current_gradient_accumulation_steps),
+            "beta": float(tr.beta),
+            "notes": structure_notes(tr.args),
+        }
+
+    def _finish_step(self) -> None:
+        """The step's Gram pass, then gather, aggregate, log and write its record."""
+        import torch
+
+        st, self._state = self._state, None
+        assert st is not None
+        rec = self._step_record(st)
+        if st.reason is not None:
+            self._skip(rec, st.reason)
+            return
+        with torch.random.fork_rng(devices=_rng_devices()):
+            rows, err = self._exchange(st)
+            meas, err = _try(lambda: self._gram(rows)) if err is None else (None, err)
+        ok = err is None
+        gathered = self._agree({
+            "err": err, "groups": meas.groups if ok else [],
+            "sq": meas.local_grad_sq if ok else None, "time": time.perf_counter() - st.t0,
+            "issues": sorted({i for s in st.segments for i in s["issues"]}),
+        })
+        reasons = [p["err"] for p in gathered if p["err"]]
+        if reasons:
+            self._skip(rec, reasons[0])
+            return
+        groups = [g for p in gathered for g in p["groups"]]
+        issues = sorted({i for p in gathered for i in p["issues"]})
+        sq = [p["sq"] for p in gathered]
+        rec.update({
+            "exact": not issues,
+            "issues": issues,
+            "groups_with_gradient": sum(bool(g["has_gradient"]) for g in groups),
+            "groups_measured": sum("grad_norm" in g for g in groups),
+            "grad_norm": (math.sqrt(sq[0]) if len(sq) == 1 and sq[0] is not None else None),
+            **aggregate_groups(groups),
+            "geometry_time_s": float(max(p["time"] for p in gathered)),
+        })
+        if self.config.keep_groups:
+            rec["group_records"] = groups
+        self._record(rec)
+        self.last = {"step": st.step, "segments": st.segments, "record": rec,
+                     "grams": meas.grams, "row_grams": meas.row_grams, "passes": meas.passes,
+                     "proportional": meas.proportional}
+
+    def _skip(self, rec: dict[str, Any], reason: str) -> None:
+        """Every process knows ``reason``: record it, log it; raise under ``strict``."""
+        if self.config.strict:
+            raise GeometryStrictError(f"geometry of step {rec['step']} failed: {reason}")
+        rec.update({"skipped": True, "skipped_reason": reason})
+        if reason not in self._warned:
+            warnings.warn(f"geometry: step {rec['step']} not measured: {reason}", stacklevel=3)
+            self._warned.add(reason)
+        self._pending_reason = reason
+        self.trainer._metrics["train"][self.config.log_prefix + "skipped"].append(1.0)
+        self._write(rec)
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        """Push the step's aggregates into TRL's metric buffer and write the JSONL line."""
+        pre = self.config.log_prefix
+        buf = self.trainer._metrics["train"]
+        buf[pre + "skipped"].append(0.0)
+        buf[pre + "groups"].append(float(rec["groups"]))
+        buf[pre + "mixed_groups"].append(float(rec["mixed_groups"]))
+        n = rec["groups_with_gradient"]
+        buf[pre + "groups_measured_fraction"].append(
+            float(rec["groups_measured"]) / n if n else 1.0)
+        buf[pre + "exact"].append(float(rec["exact"]))
+        buf[pre + "time_s"].append(float(rec["geometry_time_s"]))
+        if rec["grad_norm"] is not None:
+            buf[pre + "grad_norm"].append(float(rec["grad_norm"]))
+        for name, st in rec["metrics"].items():
+            for key in ("mean", "sd", "min", "max", "count"):
+                if st[key] is not None:
+                    buf[f"{pre}{name}/{key}"].append(float(st[key]))
+        self._write(rec)
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+        if not self.trainer.accelerator.is_main_process:
+            return
+        from ._io import append_jsonl, read_jsonl, rewrite_jsonl
+
+        path = self.jsonl_path
+        if not self._jsonl_ready:
+            # a resumed (or repeated) run: drop the records of the steps it is about to redo
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_file():
+                keep = [r for r in read_jsonl(path) if int(r.get("step", -1)) < rec["step"]]
+                rewrite_jsonl(path, keep)
+            self._jsonl_ready = True
+        append_jsonl(path, rec)
+
+
+class GeometryStrictError(RuntimeError):
+    """Raised under ``strict=True`` instead of skipping a step's geometry."""
+
+
+def _try(fn: Any) -> tuple[Any, str | None]:
+    """``(fn(), None)``, or ``(None, reason)`` for any exception (a strict error re-raises)."""
+    try:
+        return fn(), None
+    except GeometryStrictError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the geometry must never stop training
+        _free_memory()
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _free_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _reshard_fsdp(model: Any) -> None:
+    """Reshard every FSDP2 module after the Gram pass (its backward asks for no parameter
+    gradient, so FSDP's post-backward resharding may not run; stale unsharded weights would
+    then serve the next forward after the optimizer step)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
+def _rng_devices() -> list[int]:
+    import torch
+
+    return [torch.cuda.current_device()] if torch.cuda.is_available() else []
+
+
+class _eval_mode:  # noqa: N801 - a context manager used like a function
+    """``model.eval()`` for the block, the previous mode restored after."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.was_training = bool(model.training)
+
+    def __enter__(self) -> Any:
+        self.model.eval()
+        return self.model
+
+    def __exit__(self, *exc: Any) -> None:
+        self.model.train(self.was_training)
+
+
+class _without_input_require_grads:  # noqa: N801 - a context manager used like a function
+    """Remove HF's ``enable_input_require_grads`` hooks for the block, restore them after.
+
+    PEFT + gradient checkpointing make the input embeddings' output require grad (the hook may
+    be registered several times); the Gram pass, in eval mode, has no checkpointing and needs the
+    embedding outputs free of gradient.
+    """
+
+    def __init__(self, model: Any) -> None:
+        get = getattr(model, "get_input_embeddings", None)
+        self.emb = get() if callable(get) else None
+
+    def __enter__(self) -> None:
+        if self.emb is None:
+            return
+        hooks = self.emb._forward_hooks
+        self.saved = dict(hooks)
+        for key, fn in list(hooks.items()):
+            if getattr(fn, "__name__", "") == "make_inputs_require_grads":
+                del hooks[key]
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.emb is None:
+            return
+        hooks = self.emb._forward_hooks
+        hooks.clear()
+        hooks.update(self.saved)
+
+
+class _TrlLossState:
+    """Snapshot and restore what TRL's ``compute_loss`` changes besides the loss (metrics,
+    adaptive-entropy window) and put the model in train mode (TRL's loss reads the mode)."""
+
+    _ATTRS = ("_entropy_window_stats", "entropy_coef", "_last_world_entropy")
+
+    def __init__(self, trainer: Any) -> None:
+        self.tr = trainer
+
+    def __enter__(self) -> None:
+        m = self.tr._metrics
+        self.metrics = {mode: {k: list(v) for k, v in buf.items()} for mode, buf in m.items()}
+        self.attrs = {a: getattr(self.tr, a) for a in self._ATTRS if hasattr(self.tr, a)}
+        self.mode = bool(self.tr.model.training)
+        self.tr.model.train()
+
+    def __exit__(self, *exc: Any) -> None:
+        for mode, buf in self.tr._metrics.items():
+            buf.clear()
+            buf.update(self.metrics.get(mode, {}))
+        for a, v in self.attrs.items():
+            setattr(self.tr, a, v)
+        self.tr.model.train(self.mode)
+
+
+def _loss_gradient(tr: Any, chunk: Mapping[str, Any], leaf: Any, ent: Any, aux: Any) -> Any:
+    """``dL/dleaf`` of TRL's own ``compute_loss`` with the per-token log-probs ``leaf``."""
+    import torch
+
+    def logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
+              *args: Any, compute_entropy: bool = False, compute_aux_loss: bool = False,
+              **kw: Any) -> tuple[Any, Any, Any]:
+        if tuple(input_ids.shape[:1]) != tuple(leaf.shape[:1]) or logits_to_keep != leaf.shape[1]:
+            raise RuntimeError("geometry: TRL's loss scored a batch other than the micro-batch")
+        return leaf, (ent if compute_entropy else None), (aux if compute_aux_loss else None)
+
+    tr._get_per_token_logps_and_entropies = logps
+    try:
+        loss = tr.compute_loss(tr.model, chunk)
+    finally:
+        del tr._get_per_token_logps_and_entropies
+    if not loss.requires_grad:
+        return torch.zeros_like(leaf, dtype=torch.float64)
+    (u,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    return torch.zeros_like(leaf) if u is None else u.detach()
+
+
+def _row_payload(gen: _Generation, U: Any, rows: np.ndarray, group_size: int, *,
+                 local: bool) -> dict[str, Any]:
+    """The rows ``rows`` of the local generation batch, CPU tensors (sent across processes)."""
+    import torch
+
+    b = gen.batch
+    idx = torch.as_tensor(rows, dtype=torch.long)
+    cm = b["completion_mask"].cpu()
+    lm = cm * b["tool_mask"].cpu() if "tool_mask" in b else cm
+    glob = gen.first_row + rows
+    return {
+        "prompt_ids": b["prompt_ids"].cpu()[idx], "prompt_mask": b["prompt_mask"].cpu()[idx],
+        "completion_ids": b["completion_ids"].cpu()[idx], "completion_mask": cm[idx],
+        "loss_mask": lm[idx], "weights": U[idx],
+        "rewards": gen.rewards[rows], "advantages": gen.advantages[rows],
+        "row": glob, "group": gen.group_offset + glob // group_size,
+        "local": np.full(rows.size, local),
+    }
+
+
+def _select_payload(p: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
+    import torch
+
+    idx = torch.as_tensor(np.nonzero(keep)[0], dtype=torch.long)
+    return {k: (v[idx] if hasattr(v, "index_select") else np.asarray(v)[keep])
+            for k, v in p.items() if k != "owner"}
+
+
+def _assemble_rows(parts: Sequence[dict[str, Any]]) -> GeometryRows:
+    """One :class:`GeometryRows` from payloads of different prompt / completion widths.
+
+    Prompts are left-padded and completions right-padded to the widest; each row keeps the
+    positions TRL's forward gave it on its own process (``0 .. P_r + C_r - 1`` of its padded
+    row), shifted by its extra left padding.
     """
     import torch
 
-    from .gram import trajectory_gram
-
-    ids, am = input_ids, attention_mask
-    m = torch.zeros_like(am, dtype=torch.float32)
-    m[:, prompt_width:] = loss_mask.to(torch.float32)
-    live = am.bool().any(dim=0).nonzero().reshape(-1)
-    c0, c1 = int(live[0]), int(live[-1]) + 1
-    pos = torch.arange(c0, c1, device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
-    net = model if temperature == 1.0 else TemperatureScaled(model, temperature)
-    K = trajectory_gram(
-        net, ids[:, c0:c1], am[:, c0:c1], m[:, c0:c1], method=method, position_ids=pos
+    parts = [p for p in parts if len(p["row"])]
+    P = max((p["prompt_ids"].shape[1] for p in parts), default=1)
+    C = max((p["completion_ids"].shape[1] for p in parts), default=1)
+    cols: dict[str, list[Any]] = {k: [] for k in ("ids", "am", "pos", "lm", "w")}
+    for p in parts:
+        n, Pp, Cp = p["prompt_ids"].shape[0], p["prompt_ids"].shape[1], p["completion_ids"].shape[1]
+        d = P - Pp
+        pad = lambda x, left, right: torch.nn.functional.pad(x, (left, right))  # noqa: E731
+        cols["ids"].append(pad(torch.cat([p["prompt_ids"], p["completion_ids"]], 1), d, C - Cp))
+        cols["am"].append(pad(torch.cat([p["prompt_mask"], p["completion_mask"]], 1), d, C - Cp))
+        cols["lm"].append(pad(p["loss_mask"].to(torch.float64), P, C - Cp))
+        cols["w"].append(pad(p["weights"].to(torch.float64), P, C - Cp))
+        cols["pos"].append((torch.arange(P + C) - d).clamp(min=0).expand(n, -1))
+    if not parts:
+        z = torch.zeros((0, P + C), dtype=torch.long)
+        return GeometryRows(z, z, z, z.double(), z.double(), np.zeros(0), np.zeros(0),
+                            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool),
+                            np.zeros(0, dtype=np.int64))
+    cat = {k: torch.cat(v, 0) for k, v in cols.items()}
+    row = np.concatenate([np.asarray(p["row"]) for p in parts]).astype(np.int64)
+    return GeometryRows(
+        input_ids=cat["ids"], attention_mask=cat["am"], position_ids=cat["pos"],
+        loss_mask=cat["lm"], weights=cat["w"],
+        rewards=np.concatenate([np.asarray(p["rewards"], dtype=np.float64) for p in parts]),
+        advantages=np.concatenate([np.asarray(p["advantages"], dtype=np.float64)
+                                   for p in parts]),
+        group=np.concatenate([np.asarray(p["group"], dtype=np.int64) for p in parts]),
+        local=np.concatenate([np.asarray(p["local"], dtype=bool) for p in parts]),
+        row=row,
     )
-    return K.detach().cpu().double().numpy()
 
 
 def _make_trainer_class() -> Any:
-    import torch
-    from accelerate.utils import gather_object
-    from trl import GRPOTrainer as base
+    from trl import GRPOTrainer
 
-    class GeometryGRPOTrainer(base):  # type: ignore[misc, valid-type]
-        """``trl.GRPOTrainer`` that measures the exact per-group gradient geometry.
+    class GeometryGRPOTrainer(GeometryMixin, GRPOTrainer):  # type: ignore[misc, valid-type]
+        """``trl.GRPOTrainer`` with :class:`GeometryMixin`: the exact per-group geometry."""
 
-        Pass ``geometry=GeometryConfig(...)`` (default: every step) besides the usual
-        ``GRPOTrainer`` arguments. Hooks (all call the parent unchanged):
-
-        * ``_calculate_rewards``: keeps TRL's gathered per-function rewards of the batch;
-        * ``_generate_and_score_completions``: keeps the step's generation batch in TRL's group
-          order and tags each row with its index;
-        * ``_prepare_inputs``: after TRL shuffled and split the batch into micro-batches, reads
-          which micro-batch holds each row (the row weights of bnpo/grpo/dr_grpo depend on it),
-          computes the geometry at the current weights (before any update of the step), and
-          removes the row tag.
-
-        ``self.geometry_records`` keeps the per-step records of this process (the JSONL on the
-        main process holds the gathered ones).
-        """
-
-        def __init__(self, *args: Any, geometry: GeometryConfig | None = None, **kw: Any):
-            super().__init__(*args, **kw)
-            self.geometry = geometry or GeometryConfig()
-            self.geometry_records: list[dict[str, Any]] = []
-            self._geo_rewards: Any = None
-            self._geo_pending: dict[str, Any] | None = None
-            self._geo_warned = False
-            self.geometry_last: dict[str, Any] | None = None
-            p = self.geometry.jsonl_path
-            self._geo_path = Path(p) if p else Path(self.args.output_dir) / "geometry.jsonl"
-
-        # -- hooks -------------------------------------------------------------------------
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            out = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            self._geo_rewards = out
-            return out
-
-        def _geometry_due(self) -> bool:
-            return bool(self.model.training) and (
-                self.state.global_step % self.geometry.geometry_every == 0
-            )
-
-        def _generate_and_score_completions(self, inputs):
-            out = super()._generate_and_score_completions(inputs)
-            if not self._geometry_due():
-                self._geo_rewards = None
-                return out
-            B = out["completion_ids"].shape[0]
-            rw = self._geo_rewards
-            self._geo_rewards = None
-            if rw is None:  # a subclass scored without _calculate_rewards: nothing to measure
-                warnings.warn("geometry: TRL's rewards were not seen (_calculate_rewards was "
-                              "not called); this step is not measured", stacklevel=2)
-                return out
-            weights = self.reward_weights.to(rw.device).unsqueeze(0)
-            rewards = (rw * weights).nansum(dim=1)
-            rewards[torch.isnan(rw).all(dim=1)] = torch.nan
-            pi = self.accelerator.process_index
-            rewards = rewards[pi * B : (pi + 1) * B]
-            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask",
-                    "advantages", "tool_mask")
-            self._geo_pending = {
-                **{k: out[k] for k in keys if k in out},
-                "rewards": rewards.detach().cpu(),
-                "num_items_in_batch": float(out["num_items_in_batch"]),
-            }
-            out["geometry_row"] = torch.arange(B, device=out["completion_ids"].device)
-            return out
-
-        def _prepare_inputs(self, generation_batch):
-            inputs = super()._prepare_inputs(generation_batch)
-            pend, self._geo_pending = self._geo_pending, None
-            if pend is not None and self.model.training:
-                chunks = self._buffered_inputs
-                B = pend["completion_ids"].shape[0]
-                chunk_of = np.full(B, -1, dtype=np.int64)
-                for j, ch in enumerate(chunks):
-                    rows = ch.pop("geometry_row", None)
-                    if rows is not None:
-                        chunk_of[rows.cpu().numpy()] = j
-                if (chunk_of < 0).any():
-                    raise RuntimeError("geometry: a row of the generation batch is in no chunk")
-                self._measure(pend, chunk_of, len(chunks))
-            inputs.pop("geometry_row", None)
-            return inputs
-
-        # -- measurement -------------------------------------------------------------------
-        def _measure(self, pend: dict[str, Any], chunk_of: np.ndarray, num_chunks: int) -> None:
-            import time
-
-            t0 = time.perf_counter()
-            G = int(self.num_generations)
-            cm = pend["completion_mask"]
-            lm = cm * pend["tool_mask"] if "tool_mask" in pend else cm
-            A_t = pend["advantages"]
-            issues = structure_issues(self.args, advantages_dim=A_t.dim(),
-                                      aux_loss=bool(getattr(self, "aux_loss_enabled", False)))
-            exact = not issues
-            if issues:
-                msg = "geometry: gradient-matrix metrics not reported: " + "; ".join(issues)
-                if self.geometry.strict:
-                    raise ValueError(msg)
-                if not self._geo_warned:
-                    warnings.warn(msg, stacklevel=2)
-                    self._geo_warned = True
-            B = cm.shape[0]
-            L = lm.sum(dim=1).cpu().numpy()
-            A = A_t.detach().double().cpu().numpy() if A_t.dim() == 1 else np.zeros(B)
-            r = pend["rewards"].double().numpy()
-            c = np.zeros(B)
-            if exact:
-                c = trl_row_weights(
-                    L, chunk_of, loss_type=self.loss_type, num_chunks=num_chunks,
-                    gradient_accumulation_steps=self.current_gradient_accumulation_steps,
-                    num_processes=self.accelerator.num_processes,
-                    num_items_in_batch=pend["num_items_in_batch"],
-                    max_completion_length=self.max_completion_length,
-                    epsilon_high=getattr(self, "epsilon_high", None),
-                )
-            pi = self.accelerator.process_index
-            first = pi * B  # global index of the first local row
-            model = self.accelerator.unwrap_model(self.model)
-            ids = torch.cat([pend["prompt_ids"], pend["completion_ids"]], dim=1)
-            am = torch.cat([pend["prompt_mask"], cm], dim=1)
-            Pw = pend["prompt_ids"].shape[1]
-            groups, skipped, grams = [], 0, {}
-            local_sq: float | None = 0.0 if exact else None
-            norm_incomplete = False
-            was_training = model.training
-            from trl.models.utils import disable_gradient_checkpointing
-
-            model.eval()  # no dropout: psi_i are the deterministic scores
-            try:
-                with disable_gradient_checkpointing(
-                    model, self.args.gradient_checkpointing_kwargs
-                ):
-                    # groups are G consecutive rows of the GLOBAL batch; a process holds those
-                    # whose rows are all local (others are split across processes: skipped)
-                    g0 = -(-first // G)
-                    g1 = (first + B) // G
-                    skipped = len({i // G for i in range(first, first + B)}) - max(0, g1 - g0)
-                    mixed_rows: list[np.ndarray] = []
-                    mixed_ids: list[int] = []
-                    for g in range(g0, g1):
-                        rows = np.arange(g * G - first, (g + 1) * G - first)
-                        if np.isnan(r[rows]).any() or (L[rows] == 0).any():
-                            # unscorable rewards, or a row with no loss token (psi_i = 0,
-                            # e.g. mask_truncated_completions): counted as skipped
-                            skipped += 1
-                            if np.any(A[rows] != 0):
-                                # its other rows are in TRL's gradient but not in our Gram:
-                                # the local norm would be too small, so none is reported
-                                norm_incomplete = True
-                            continue
-                        succ = r[rows] > self.geometry.success_threshold
-                        if not np.any(A[rows] != 0):
-                            # all advantages 0 (one reward level, group-centred): G = 0, the
-                            # group adds nothing to the gradient; no Gram is computed for it
-                            groups.append({
-                                "group": int(g), "process": int(pi), "R": G,
-                                "mixed": bool(succ.any() and not succ.all()),
-                                "num_success": int(succ.sum()), "rewards": r[rows].tolist(),
-                                "lengths": [int(x) for x in L[rows]],
-                                "advantages": A[rows].tolist(),
-                                **({"row_weights": c[rows].tolist()} if exact else {}),
-                            })
-                            continue
-                        mixed_rows.append(rows)
-                        mixed_ids.append(int(g))
-                    if mixed_rows:
-                        # ONE forward + backward over every mixed group of this process: the
-                        # diagonal blocks are the groups' Grams, the rest gives ||local grad||
-                        sel = np.concatenate(mixed_rows)
-                        K_all = rows_gram(
-                            model, ids[sel], am[sel], lm[sel], Pw,
-                            temperature=float(self.temperature),
-                            method=self.geometry.gram_method,
-                        )
-                        if exact:
-                            wl = A[sel] * c[sel]
-                            local_sq = float(max(wl @ K_all @ wl, 0.0))
-                        for k, (g, rows) in enumerate(zip(mixed_ids, mixed_rows, strict=True)):
-                            K = K_all[k * G : (k + 1) * G, k * G : (k + 1) * G]
-                            rec = group_records(
-                                K, r[rows], A[rows], c[rows], L[rows],
-                                rtol=self.geometry.rtol,
-                                success_threshold=self.geometry.success_threshold,
-                                exact_structure=exact,
-                            )
-                            grams[g] = K
-                            rec["group"] = g
-                            rec["process"] = int(pi)
-                            groups.append(rec)
-            finally:
-                model.train(was_training)
-            local_time = time.perf_counter() - t0
-            # the latest measured batch of this process, for inspection and tests
-            self.geometry_last = {"batch": pend, "chunk_of": chunk_of, "c": c, "advantages": A,
-                                  "lengths": L, "grams": grams, "first_row": first}
-            all_groups = gather_object(groups)
-            all_times = gather_object([local_time])
-            all_skipped = gather_object([skipped])
-            if norm_incomplete:
-                local_sq = None
-            all_sq = gather_object([local_sq])
-            agg = aggregate_groups(all_groups)
-            step = int(self.state.global_step)
-            record = {
-                "step": step,
-                "num_processes": int(self.accelerator.num_processes),
-                "loss_type": self.loss_type,
-                "scale_rewards": getattr(self, "scale_rewards", None),
-                "aggregation": TRL_LOSS_AGGREGATION.get(self.loss_type, (None, None))[0],
-                "num_generations": G,
-                "num_iterations": int(getattr(self, "num_iterations", 1)),
-                "exact_structure": exact,
-                "issues": issues,
-                "notes": structure_notes(self.args),
-                "groups_skipped": int(sum(all_skipped)),
-                # ||-sum_i w_i psi_i||^2 over each process's rows (= ||TRL grad||^2 before
-                # clipping when there is one process)
-                "grad_norm_per_process": [None if x is None else math.sqrt(x) for x in all_sq],
-                **agg,
-                "geometry_time_s": float(max(all_times)),
-            }
-            if self.geometry.keep_groups:
-                record["group_records"] = all_groups
-            self.geometry_records.append(record)
-            pre = self.geometry.log_prefix
-            buf = self._metrics["train"]
-            buf[pre + "mixed_groups"].append(float(agg["mixed_groups"]))
-            buf[pre + "groups"].append(float(agg["groups"]))
-            buf[pre + "exact_structure"].append(float(exact))
-            buf[pre + "time_s"].append(float(max(all_times)))
-            for name, st in agg["metrics"].items():
-                if st["mean"] is not None:
-                    buf[f"{pre}{name}/mean"].append(st["mean"])
-                    if st["sd"] is not None:
-                        buf[f"{pre}{name}/sd"].append(st["sd"])
-            if self.accelerator.is_main_process:
-                from ._io import append_jsonl
-
-                self._geo_path.parent.mkdir(parents=True, exist_ok=True)
-                append_jsonl(self._geo_path, record)
-
+    GeometryGRPOTrainer.__module__ = __name__
     return GeometryGRPOTrainer
 
 
+def _make_config_class() -> Any:
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    specs = []
+    for f in fields(GeometryConfig):
+        typ = {"geometry_every": int, "jsonl_path": str | None, "gram_method": str,
+               "rtol": float, "success_threshold": float, "log_prefix": str,
+               "keep_groups": bool, "strict": bool, "grad_norm": bool,
+               "memory_budget_mb": float | None}[f.name]
+        specs.append((_geometry_field_name(f.name), typ,
+                      dataclasses.field(default=f.default, metadata={"help": _FIELD_HELP[f.name]})))
+
+    def __post_init__(self: Any) -> None:
+        GRPOConfig.__post_init__(self)
+        self.geometry_config()  # validates the geometry fields
+
+    def geometry_config(self: Any) -> GeometryConfig:
+        """The :class:`GeometryConfig` of this config's ``geometry_*`` fields."""
+        return settings_from_args(self)
+
+    cls = dataclasses.make_dataclass(
+        "GeometryGRPOConfig", specs, bases=(GRPOConfig,),
+        namespace={"__post_init__": __post_init__, "geometry_config": geometry_config,
+                   "__doc__": "``trl.GRPOConfig`` plus the geometry settings as "
+                              "``geometry_*`` fields (see :class:`GeometryConfig`)."},
+    )
+    cls.__module__ = __name__  # pickled with checkpoints as real_model.trl_geometry.<name>
+    return cls
+
+
 _CACHE: dict[str, Any] = {}
+_FACTORIES = {"GeometryGRPOTrainer": _make_trainer_class, "GeometryGRPOConfig": _make_config_class}
 
 
 def __getattr__(name: str) -> Any:
-    """``GeometryGRPOTrainer`` is built on first access (imports trl only then)."""
-    if name == "GeometryGRPOTrainer":
+    """``GeometryGRPOTrainer`` / ``GeometryGRPOConfig`` are built on first access (trl then)."""
+    if name in _FACTORIES:
         if name not in _CACHE:
-            _CACHE[name] = _make_trainer_class()
+            _CACHE[name] = _FACTORIES[name]()
         return _CACHE[name]
     raise AttributeError(name)
 

@@ -12,14 +12,24 @@ Outputs in ``--out`` (the layout of ``real train``):
 
 * ``steps.jsonl``: one line per step with ``accuracy`` (TRL's mean reward), ``reward_std``,
   ``reward_std_within`` (mean within-group std, from the measured groups), ``zero_adv_fraction``
-  (TRL's ``frac_reward_zero_std``), ``grad_norm`` and ``loss`` (TRL's), and ``spectra[str(R)]``:
-  means over the step's mixed groups of effective rank / top-1 fraction / numerical rank of
-  ``G = diag(w) Psi`` with TRL's ACTUAL row weights ``w`` (:func:`trl_row_weights`);
+  (TRL's ``frac_reward_zero_std``), ``grad_norm`` and ``loss`` (TRL's), ``geometry_grad_norm``
+  (the geometry's, equal to TRL's with one process), and ``spectra[str(R)]``: means over the
+  step's mixed groups of effective rank / top-1 fraction / numerical rank of the rows' actual
+  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.trl_geometry`);
 * ``geometry.jsonl``: the full per-step geometry records (every metric's mean/sd/min/max/count,
   every group's weights, norms and singular values);
 * ``results.json`` (``experiment: "real_trl_train"``, with a ``summary`` over all measured mixed
   groups in the format of ``real rank``, so ``grpo-audit compare --real`` accepts it),
   ``table.md``, ``train.png``.
+
+Options beyond ``real train``: ``beta`` (KL to the initial model: a second copy of the model, or
+the adapters disabled with LoRA), ``num_iterations`` (TRL's inner steps per generation),
+``lora_r`` (> 0: TRL's PEFT path with LoRA adapters of rank ``lora_r`` on the attention and MLP
+projections; only the adapters train and are measured), ``gradient_checkpointing`` and
+``geometry_every`` (0: geometry off, for comparisons). The defaults (``R = 8`` completions of 48
+tokens for 2 one-step addition / subtraction problems per step, T = 0.7, 3 shots) give groups
+with mixed rewards from the first steps on the offline SmolLM2 (two-step problems, the default
+of ``real rank``, gave 0 of 8 correct on both first prompts).
 
 TRL's transformers generation has no stop strings (``generate`` is called without a tokenizer), so
 completions run to ``max_new_tokens`` or EOS; the reward scores the text before the first stop
@@ -55,12 +65,22 @@ class TRLTrainConfig(RankConfig):
 
     steps: int = 4
     prompts_per_step: int = 2
-    num_generations: int = 4
+    num_generations: int = 8
+    max_new_tokens: int = 48
+    difficulty: tuple[int, ...] = (1,)  # one-step problems: mixed rewards for SmolLM2
+    operations: tuple[str, ...] = ("add", "sub")
     lr: float = 1e-5
     weight_decay: float = 0.0
     loss_type: str = "dapo"  # TRL's default
     scale_rewards: str = "group"  # TRL's default
+    beta: float = 0.0
+    num_iterations: int = 1
+    lora_r: int = 0
+    gradient_checkpointing: bool = False
     geometry_every: int = 1
+    # one group per Gram pass (a pass holds whole groups): peak memory close to TRL's own step;
+    # 0 / None: one pass over all rows, which also gives the geometry's gradient norm
+    geometry_memory_budget_mb: float | None = 1024.0
     report_to: tuple[str, ...] = ()
 
 
@@ -92,8 +112,17 @@ def _validate(cfg: TRLTrainConfig) -> None:
         raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES}, got {cfg.loss_type!r}")
     if cfg.scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, got {cfg.scale_rewards!r}")
-    if cfg.geometry_every < 1:
-        raise ValueError(f"geometry_every must be >= 1, got {cfg.geometry_every}")
+    if cfg.geometry_every < 0:
+        raise ValueError(f"geometry_every must be >= 0 (0: off), got {cfg.geometry_every}")
+    if cfg.beta < 0:
+        raise ValueError(f"beta must be >= 0, got {cfg.beta}")
+    if cfg.num_iterations < 1:
+        raise ValueError(f"num_iterations must be >= 1, got {cfg.num_iterations}")
+    if cfg.geometry_memory_budget_mb is not None and cfg.geometry_memory_budget_mb < 0:
+        raise ValueError("geometry_memory_budget_mb must be >= 0 (0: one pass over all rows), "
+                         f"got {cfg.geometry_memory_budget_mb}")
+    if cfg.lora_r < 0:
+        raise ValueError(f"lora_r must be >= 0 (0: full fine-tuning), got {cfg.lora_r}")
 
 
 def _spectra(rec: dict[str, Any] | None, R: int) -> dict[str, Any]:
@@ -124,12 +153,12 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
     out = []
     for rec in geo_records:
         for g in rec.get("group_records", []):
-            if "weights" in g:
-                max_rank = int(np.count_nonzero(g["weights"]))
-            elif not np.any(g["advantages"]):
-                max_rank = 0  # all advantages 0: G = 0 (counted, no spectrum)
+            if "grad_norm" in g:
+                max_rank = int(g["max_rank"])
+            elif not g.get("has_gradient", True):
+                max_rank = 0  # no row has a gradient: G = 0 (counted, no spectrum)
             else:
-                continue  # structure broken (see issues): no gradient-matrix metrics
+                continue
             est = {k: g.get(k) for k in ("effective_rank", "top1_fraction", "rank",
                                          "entropy_effective_rank")}
             est["max_rank"] = max_rank
@@ -140,6 +169,117 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
                                          "cos_within_failure")},
             }}})
     return out
+
+
+def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -> Any:
+    """The run's :class:`~real_model.trl_geometry.GeometryGRPOConfig` (a ``trl.GRPOConfig``)."""
+    from .trl_geometry import GeometryGRPOConfig
+
+    on_gpu = str(loaded.device).startswith("cuda")
+    bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
+    gguf = getattr(getattr(loaded, "spec", None), "gguf_file", None)
+    R, P = cfg.num_generations, cfg.prompts_per_step
+    return GeometryGRPOConfig(
+        output_dir=str(out / "cache" / "trl"),
+        per_device_train_batch_size=P * R,
+        gradient_accumulation_steps=1,
+        num_generations=R,
+        max_completion_length=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        learning_rate=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type="constant",
+        max_steps=cfg.steps,
+        logging_steps=1,
+        report_to=list(cfg.report_to),
+        save_strategy="no",
+        seed=cfg.seed,
+        bf16=bf16,
+        use_cpu=not on_gpu,
+        loss_type=cfg.loss_type,
+        scale_rewards=cfg.scale_rewards,
+        shuffle_dataset=False,
+        beta=cfg.beta,
+        num_iterations=cfg.num_iterations,
+        # beta > 0 without LoRA: TRL loads the reference model from the policy's own files
+        model_init_kwargs={"gguf_file": gguf} if gguf and cfg.beta > 0 else None,
+        disable_tqdm=not progress,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        geometry_every=cfg.geometry_every,
+        geometry_jsonl_path=str(out / "geometry.jsonl"),
+        geometry_gram_method=cfg.gram_method,
+        geometry_memory_budget_mb=cfg.geometry_memory_budget_mb or None,
+        geometry_grad_norm=not cfg.geometry_memory_budget_mb,  # a budget splits the pass
+    )
+
+
+def _lora_config(cfg: TRLTrainConfig) -> Any:
+    """LoRA adapters of rank ``lora_r`` on the attention and MLP projections (None: off)."""
+    if cfg.lora_r == 0:
+        return None
+    try:
+        import peft
+    except ImportError as exc:
+        raise ValueError(
+            "--lora-r needs the optional peft extra: pip install -e '.[peft]'"
+        ) from exc
+    return peft.LoraConfig(
+        r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj"],
+    )
+
+
+def _step_recorder(steps_path: Path, R: int) -> Any:
+    """A callback writing one ``real train``-style line per optimizer step (main process)."""
+    from transformers import TrainerCallback
+
+    class StepRecorder(TrainerCallback):
+        trainer: Any = None
+        t0: float = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
+            if not logs or "reward" not in logs or not state.is_world_process_zero:
+                return
+            s = int(state.global_step) - 1
+            rec = next((r for r in self.trainer.geometry_records if r["step"] == s), None)
+            within = None
+            if rec is not None and rec.get("group_records"):
+                within = float(np.mean([np.std([x for x in g["rewards"] if x is not None])
+                                        for g in rec["group_records"]]))
+            append_jsonl(steps_path, {
+                "step": s,
+                "accuracy": logs.get("reward"),
+                "reward_std_within": within,
+                "reward_std": logs.get("reward_std"),
+                "zero_adv_fraction": logs.get("frac_reward_zero_std"),
+                "grad_norm": logs.get("grad_norm"),
+                "geometry_grad_norm": None if rec is None else rec.get("grad_norm"),
+                "loss": logs.get("loss"),
+                "spectra": _spectra(rec, R),
+                "geometry_skipped_reason": None if rec is None else rec.get("skipped_reason"),
+                "geometry_time_s": None if rec is None else rec.get("geometry_time_s"),
+                "time_s": time.perf_counter() - self.t0,
+            })
+
+    return StepRecorder()
+
+
+def _prepare_out(out: Path, cfg: TRLTrainConfig, overwrite: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / n for n in ("steps.jsonl", "geometry.jsonl", "results.json", "table.md",
+                               "train.png", "config.json")]
+    if any(f.exists() for f in files[:3]) and not overwrite:
+        raise FileExistsError(
+            f"{out} already holds trl-train results (no resume: pass --overwrite to replace them)"
+        )
+    for f in files:
+        f.unlink(missing_ok=True)
+    write_json(out / "config.json", asdict(cfg))
 
 
 @locks_out_dir("real trl-train", check=lambda a: _validate(a["cfg"]))
@@ -164,26 +304,17 @@ def run_trl_train(
         raise ValueError(
             "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
         ) from exc
-    from transformers import TrainerCallback
+    from datasets import Dataset
 
     from .data import binary_reward
     from .loading import load_model
     from .rollouts import build_prompt
     from .train import _figure, _table
-    from .trl_geometry import GeometryConfig, GeometryGRPOTrainer
+    from .trl_geometry import TRL_LOSS_AGGREGATION, GeometryGRPOTrainer
 
     _validate(cfg)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [out / n for n in ("steps.jsonl", "geometry.jsonl", "results.json", "table.md",
-                               "train.png", "config.json")]
-    if any(f.exists() for f in files[:3]) and not overwrite:
-        raise FileExistsError(
-            f"{out} already holds trl-train results (no resume: pass --overwrite to replace them)"
-        )
-    for f in files:
-        f.unlink(missing_ok=True)
-    write_json(out / "config.json", asdict(cfg))
+    _prepare_out(out, cfg, overwrite)
     if loaded is None:
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     tok = loaded.tokenizer
@@ -191,8 +322,6 @@ def run_trl_train(
     problems, shots = load_problems(cfg, cfg.steps * P)
     prompts = [build_prompt(p.question, style=cfg.prompt_style, shots=shots, tokenizer=tok)
                for p in problems]
-    from datasets import Dataset
-
     ds = Dataset.from_dict({"prompt": prompts, "gold": [str(p.answer) for p in problems]})
     score = binary_reward if reward_fn is None else reward_fn
     stops = tuple(cfg.stop_strings)
@@ -201,74 +330,19 @@ def run_trl_train(
         return [float(score(cut_at_stop(c, stops), g))
                 for c, g in zip(completions, gold, strict=True)]
 
-    on_gpu = str(loaded.device).startswith("cuda")
-    bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
-    args = trl.GRPOConfig(
-        output_dir=str(out / "cache" / "trl"),
-        per_device_train_batch_size=P * R,
-        gradient_accumulation_steps=1,
-        num_generations=R,
-        max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        learning_rate=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        lr_scheduler_type="constant",
-        max_steps=cfg.steps,
-        logging_steps=1,
-        report_to=list(cfg.report_to),
-        save_strategy="no",
-        seed=cfg.seed,
-        bf16=bf16,
-        use_cpu=not on_gpu,
-        loss_type=cfg.loss_type,
-        scale_rewards=cfg.scale_rewards,
-        shuffle_dataset=False,
-        beta=0.0,
-        disable_tqdm=not progress,
-        gradient_checkpointing=False,
-    )
-    geo = GeometryConfig(geometry_every=cfg.geometry_every,
-                         jsonl_path=str(out / "geometry.jsonl"), gram_method=cfg.gram_method)
     steps_path = out / "steps.jsonl"
-    holder: dict[str, Any] = {}
-
-    class _StepRecorder(TrainerCallback):
-        """Writes one ``real train``-style line per optimizer step (main process)."""
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            holder["t0"] = time.perf_counter()
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
-            if not logs or "reward" not in logs or not state.is_world_process_zero:
-                return
-            tr = holder["trainer"]
-            s = int(state.global_step) - 1
-            rec = next((r for r in tr.geometry_records if r["step"] == s), None)
-            within = None
-            if rec is not None and rec.get("group_records"):
-                within = float(np.mean([np.std(g["rewards"]) for g in rec["group_records"]]))
-            append_jsonl(steps_path, {
-                "step": s,
-                "accuracy": logs.get("reward"),
-                "reward_std_within": within,
-                "reward_std": logs.get("reward_std"),
-                "zero_adv_fraction": logs.get("frac_reward_zero_std"),
-                "grad_norm": logs.get("grad_norm"),
-                "loss": logs.get("loss"),
-                "spectra": _spectra(rec, R),
-                "geometry_time_s": None if rec is None else rec["geometry_time_s"],
-                "time_s": time.perf_counter() - holder.get("t0", time.perf_counter()),
-            })
-
+    recorder = _step_recorder(steps_path, R)
     trainer = GeometryGRPOTrainer(
-        model=loaded.model, reward_funcs=binary, args=args, train_dataset=ds,
-        processing_class=tok, geometry=geo, callbacks=[_StepRecorder()],
+        model=loaded.model, reward_funcs=binary, args=_grpo_args(cfg, out, loaded,
+                                                                 progress=progress),
+        train_dataset=ds, processing_class=tok, callbacks=[recorder],
+        peft_config=_lora_config(cfg),
     )
-    holder["trainer"] = trainer
+    recorder.trainer = trainer
     trainer.train()
     records = read_jsonl(steps_path)
-    geo_records = read_jsonl(out / "geometry.jsonl")
+    geo_path = out / "geometry.jsonl"
+    geo_records = read_jsonl(geo_path) if geo_path.is_file() else []
     summary = summarize_rank(_rank_like(geo_records, R), estimator="trl", R_values=(R,))
     accs = [r["accuracy"] for r in records if r.get("accuracy") is not None]
     result = {
@@ -278,13 +352,14 @@ def run_trl_train(
         "environment": environment(getattr(loaded, "device", None)),
         "trl_version": trl.__version__,
         "loss_type": cfg.loss_type,
-        "aggregation": geo_records[0]["aggregation"] if geo_records else None,
+        "aggregation": TRL_LOSS_AGGREGATION.get(cfg.loss_type, (None, None))[0],
         "estimator": "trl",
         "accuracy": float(np.mean(accs)) if accs else None,
         "steps_done": len(records),
         "steps": records,
         "summary": summary,
         "issues": sorted({i for r in geo_records for i in r.get("issues", [])}),
+        "skipped_steps": [r["step"] for r in geo_records if r.get("skipped")],
     }
     write_json(out / "results.json", result)
     title = (f"TRL GRPO ({cfg.loss_type}, scale_rewards={cfg.scale_rewards}), "

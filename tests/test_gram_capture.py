@@ -142,6 +142,35 @@ def test_gradient_checkpointing_counts_each_module_once(reentrant):
         assert torch.equal(g, p.grad)
 
 
+@pytest.mark.parametrize("reentrant", [None, False])
+def test_backward_after_leaving_the_context_still_works(reentrant):
+    """The hooks stay while a tapped graph lives (a non-reentrant recomputation must save what
+    the forward saved), tapping only inside a backward; they go when the graph is freed."""
+    model = llama(tied=False, seed=17)
+    ids, am, cm = batch(R=3, T=8)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    if reentrant is not None:
+        model.train()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    def hooks():
+        return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+
+    before = hooks()  # HF's checkpointing adds one (enable_input_require_grads)
+    with GramCapture(model) as cap:
+        loss = (token_logprobs(model, ids, am) * cm).sum()
+    token_logprobs(model, ids[:1], am[:1])  # after the context: not tapped, not an error
+    loss.backward()
+    assert cap.ok and rel_err(cap.result(), K_ref) <= RTOL
+    del loss
+    import gc
+
+    gc.collect()
+    assert hooks() == before
+
+
 def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
     ids, am, cm = batch(R=3)
     with GramCapture(untied) as cap:
@@ -150,6 +179,31 @@ def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
         loss = (token_logprobs(untied, ids, am) * cm).sum()
         torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
     assert rel_err(cap.result(), trajectory_gram(untied, ids, am, cm, method="naive")) <= RTOL
+
+
+def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
+    """Each RMSNorm's per-row gradient comes from the closed form; the generic per-row VJP runs
+    only once per module class (the check of that closed form)."""
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0)
+    calls = {"fast": 0, "generic": 0}
+    fast, generic = gm.fast_leaf_grads, gm.generic_per_sample_grads
+
+    def counted_fast(*a, **k):
+        out = fast(*a, **k)
+        calls["fast"] += out is not None
+        return out
+
+    def counted_generic(*a, **k):
+        calls["generic"] += 1
+        return generic(*a, **k)
+
+    monkeypatch.setattr(gm, "fast_leaf_grads", counted_fast)
+    monkeypatch.setattr(gm, "generic_per_sample_grads", counted_generic)
+    ids, am, cm = batch(R=3)
+    with GramCapture(model) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.ok
+    assert calls == {"fast": 5, "generic": 1}  # 2 layers x 2 norms + the final norm
 
 
 # ----------------------------------------------------------------------------- coverage

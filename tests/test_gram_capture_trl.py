@@ -105,3 +105,28 @@ def test_trl_fused_head_with_peft_adapters():
     # the head is frozen: TRL's float32 head only shapes the adapters' delta, which the capture
     # takes from the host's own backward, so here the rows agree to float64 rounding
     assert rel_err(cap.result(), K_ref) <= 1e-10
+
+
+def test_capture_around_trl_fused_head_creates_no_rows_by_tokens_by_vocab_tensor(monkeypatch):
+    """With TRL's vocabulary chunk below V, neither TRL nor the capture's head tiles form the
+    full logits: every tensor of the forward + backward has fewer than rows (T-1) V entries."""
+    from test_gram_head import _Shapes
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    V = 3000
+    cfg = LlamaConfig(vocab_size=V, hidden_size=8, intermediate_size=12, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).double()
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 256)
+    R, T = 3, 12
+    ids = torch.randint(0, V, (R, T), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[:, :4] = -100
+    with _Shapes() as mode, GramCapture(model) as cap:
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
+                    fused_lm_head=True)
+        out.log_probs.sum().backward()
+    assert cap.ok
+    assert mode.largest < R * (T - 1) * V

@@ -23,10 +23,12 @@ from test_real_gram import batch, llama, rel_err  # noqa: E402
 from real_model import gram as gram_mod  # noqa: E402
 from real_model.gram import (  # noqa: E402
     pass_bytes_per_row,
+    plan_passes,
     rows_gram,
     token_logprobs,
     trajectory_gram,
 )
+from real_model.gram_capture import GramCapture  # noqa: E402
 from real_model.gram_head import HeadTransform, head_logprobs, head_transform  # noqa: E402
 
 RTOL = 1e-10
@@ -127,27 +129,24 @@ def test_rows_gram_with_logit_scale_and_softcap_equals_per_row_reference():
     assert rel_err(K, per_row_gram(model, terms)) <= RTOL
 
 
-def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass():
+def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass(monkeypatch):
     model = llama(tied=True, bias=True, kv_heads=2, pad=0, seed=7)
     ids, am, cm = batch(R=6, T=9, seed=2)
     K_full = trajectory_gram(model, ids, am, cm, method="naive")
     blocks = [[0, 1], [2, 5], [3], [4]]
-    calls = []
-    orig = gram_mod._gram_pass
+    made: list[GramCapture] = []
 
-    def counting(*args, **kwargs):
-        calls.append(args[1].shape[0])
-        return orig(*args, **kwargs)
+    class Recorded(GramCapture):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
 
+    monkeypatch.setattr(gram_mod, "GramCapture", Recorded)
     per_row = pass_bytes_per_row(model, 9)
     fixed = gram_mod.pass_fixed_bytes(None, ids.device)
-    try:
-        gram_mod._gram_pass = counting
-        Ks, lp = rows_gram(model, ids, am, cm, blocks=blocks, return_logprobs=True,
-                           memory_budget_bytes=fixed + 2 * per_row)
-    finally:
-        gram_mod._gram_pass = orig
-    assert calls == [2, 2, 2]  # [0,1] | [2,5] | [3]+[4]
+    Ks, lp = rows_gram(model, ids, am, cm, blocks=blocks, return_logprobs=True,
+                       memory_budget_bytes=fixed + 2 * per_row)
+    assert [c.n for c in made] == [2, 2, 2]  # [0,1] | [2,5] | [3]+[4]
     for b, K in zip(blocks, Ks, strict=True):
         assert rel_err(K, K_full[b][:, b]) <= RTOL
     _, lp_ref = trajectory_gram(model, ids, am, cm, return_logprobs=True)
@@ -156,14 +155,17 @@ def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass():
 
 
 def test_plan_passes_hand_checked():
-    assert gram_mod._plan_passes([2, 2, 1, 1], 2) == [[0], [1], [2, 3]]
-    assert gram_mod._plan_passes([3, 1, 1], 4) == [[0, 1], [2]]
-    assert gram_mod._plan_passes([5, 1], 2) == [[0], [1]]  # a block is never split
+    assert plan_passes([2, 2, 1, 1], 2) == [[0], [1], [2, 3]]
+    assert plan_passes([3, 1, 1], 4) == [[0, 1], [2]]
+    assert plan_passes([5, 1], 2) == [[0], [1]]  # a block is never split
 
 
 def test_pass_bytes_per_row_hand_checked():
     model = llama(tied=False, seed=8)  # L=2, d=16, f=24, H=4, float64
-    assert pass_bytes_per_row(model, 10) == 2 * 10 * (24 * 16 + 6 * 24 + 3 * 4 * 10) * 8
+    model.config._attn_implementation = "sdpa"
+    assert pass_bytes_per_row(model, 10) == 2 * 10 * (20 * 16 + 5 * 24) * 8
+    model.config._attn_implementation = "eager"  # + the [H, T, T] scores and probabilities
+    assert pass_bytes_per_row(model, 10) == 2 * 10 * (20 * 16 + 5 * 24 + 2 * 4 * 10) * 8
 
 
 def test_rows_gram_rejects_bad_input():
@@ -212,3 +214,22 @@ def test_no_rows_by_tokens_by_vocab_tensor_in_a_pass():
         token_logprobs(model, ids, am)
     assert full.largest >= R * (T - 1) * V  # the recorder sees the full-logits route's tensor
     assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL
+
+
+def test_rows_gram_under_reentrant_checkpointing_keeps_the_hosts_grads():
+    """``autograd.grad`` cannot run through reentrant checkpointing: the pass then runs a full
+    ``.backward()`` and restores every ``.grad`` the host had."""
+    import warnings
+
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0, seed=10)
+    ids, am, cm = batch(R=3, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 0.5)
+        K = rows_gram(model, ids, am, cm)
+    assert rel_err(K, K_ref) <= RTOL
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in model.parameters())

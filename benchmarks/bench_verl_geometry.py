@@ -1,0 +1,119 @@
+"""Step-time overhead of the verl geometry (``GeometryFSDPEngine``) on verl's own CPU training step.
+
+The step is verl's ``engine.train_batch`` (micro-batched forward + backward + optimizer step,
+FSDP2, float32, gloo) on a tiny random Llama, as in ``tests/test_verl_geometry.py``: a GRPO batch
+of ``--groups`` x ``--rollouts`` rows, ``--micro-batch`` rows per micro-batch (a multiple of
+``--rollouts``: every group in one micro-batch, the in-run path). Modes, run in rotation (one step
+of each per round, so that load changes hit all modes alike), median step time per mode:
+
+* ``off``: plain engine (no geometry);
+* ``in-run``: geometry every step, ``score_every=0`` (the gradient-row Gram from verl's own
+  backward, the per-step collectives and metrics; no second pass);
+* ``in-run + score``: geometry and the score Gram (second pass, unit weights) every step;
+* ``every 10``: geometry and score Gram at every 10th step (one engine state across the rounds;
+  its MEAN step time is the amortised cost, the median would miss the measured steps).
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/bench_verl_geometry.py
+    PYTHONPATH=$PWD torchrun --nproc_per_node 2 benchmarks/bench_verl_geometry.py
+
+Needs the ``verl`` extra. Timings on a shared CPU are noisy: compare the ratios of one run; the
+load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--rollouts", type=int, default=4)
+    ap.add_argument("--prompt-len", type=int, default=5)
+    ap.add_argument("--max-response", type=int, default=7)
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=20, help="timed rounds (one step per mode)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    args = ap.parse_args()
+
+    from real_model import verl_cpu as vc
+
+    rank, world = vc.init_process_group()
+    vc.register_cpu_platform()
+    from real_model import verl_geometry as vg
+
+    tmp = Path(os.environ.get("BENCH_VERL_DIR", tempfile.gettempdir())) / (
+        f"bench_verl_llama_{args.hidden}_{args.layers}_{args.vocab}")
+    path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
+    engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
+                            engine_cls=vg.GeometryFSDPEngine)
+    rewards = [[(g + i) % 2 for i in range(args.rollouts)] for g in range(args.groups)]
+    batch = vc.grpo_batch(rewards, seed=0, prompt_len=args.prompt_len, vocab=args.vocab,
+                          max_response=args.max_response, model_path=path, logp_noise=0.1)
+    loss = vc.make_loss_fn(rollout_n=args.rollouts, micro_batch_size=args.micro_batch)
+    modes: dict[str, Any] = {
+        "off": None,
+        "in-run": vg.GeometryConfig(score_every=0),
+        "in-run + score": vg.GeometryConfig(),
+        "every 10": vg.VerlGeometry(vg.GeometryConfig(every=10)),
+    }
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(args.warmup + args.rounds):
+        for mode, cfg in modes.items():
+            if isinstance(cfg, vg.VerlGeometry):
+                engine.geometry = cfg
+                if r == args.warmup:
+                    cfg.step = 0  # the first timed round is a measured step
+            else:
+                engine.geometry = None if cfg is None else vg.VerlGeometry(cfg)
+            data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
+            t0 = time.perf_counter()
+            with engine.train_mode():
+                engine.train_batch(data, loss)
+            dt = time.perf_counter() - t0
+            if r >= args.warmup:
+                times[mode].append(dt)
+    if rank == 0:
+        _report(args, world, times)
+
+
+def _report(args: Any, world: int, times: dict[str, list[float]]) -> None:
+    import torch
+
+    base = statistics.median(times["off"])
+    print(f"verl {_version('verl')}, torch {torch.__version__}, {world} process(es), CPU threads "
+          f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+    print(f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; "
+          f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
+          f"{args.rounds} rounds")
+    mean0 = statistics.fmean(times["off"])
+    print(f"{'mode':<16}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
+    for mode, ts in times.items():
+        med, mean = statistics.median(ts), statistics.fmean(ts)
+        print(f"{mode:<16}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
+    inrun = statistics.median(times["in-run"]) / base - 1
+    every10 = statistics.fmean(times["every 10"]) / mean0 - 1
+    print(f"in-run geometry overhead, every step: {100 * inrun:+.1f}% of the step (medians); "
+          f"geometry + score every 10 steps: {100 * every10:+.1f}% (means)")
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(name)
+    except Exception:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()

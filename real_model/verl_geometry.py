@@ -1,0 +1,929 @@
+"""Exact per-rollout gradient geometry inside verl's own training step (verl 0.9.1, FSDP engines).
+
+:class:`GeometryFSDPEngine` is verl's ``FSDPEngineWithLMHead`` that, every ``every`` optimizer
+steps, measures per group (rollouts sharing verl's ``uid``) the Gram of the ACTUAL gradient rows of
+that step::
+
+    K_ij = <g_i, g_j>,   g_i = (1/W) d L_local / d theta restricted to rollout i
+                             = (1/W) sum_t u_it grad_theta log pi_theta(y_it | y_i,<t),
+
+``L_local`` verl's own loss on the process that holds row ``i`` (``ppo_loss``: any policy loss of
+``verl.trainer.ppo.core_algos``, any ``loss_agg_mode``, its global normalisers ``dp_size``,
+``batch_num_tokens``, ``global_batch_size`` as detached constants, KL loss), ``u_it = dL/dlogp_it``
+verl's per-token loss gradient and ``W`` the data-parallel size (FSDP averages the ranks'
+gradients). So ``sum_i g_i`` over all ranks and micro-batches is the gradient the engine hands the
+optimizer (before clipping), and ``K`` is taken at the weights of that step, before the update.
+
+Two paths, chosen per group from where verl put its rows:
+
+* **in-run** (a group's rows in one micro-batch on one rank): the per-row Gram is captured from
+  verl's own forward and single backward (per-module hooks: layer inputs and output gradients),
+  no extra pass; exact for any loss, the entropy bonus included.
+* **second pass** (a group's rows spread over micro-batches or ranks): the rows' token ids,
+  position ids and ``u`` (captured in-run from verl's loss by an identity autograd node on the
+  log-probabilities, so verl's gradient is unchanged) are gathered to one owner rank, which runs
+  :func:`real_model.gram.trajectory_gram` with token weights ``u`` on verl's FSDP module
+  (all ranks run the same number of passes: FSDP gathers parameters collectively). The module's
+  ``.grad`` is not touched. Exact for every loss built on the log-probabilities; an entropy bonus
+  (``entropy_coeff != 0``) is not on the log-probabilities, so such groups are reported as
+  unsupported.
+
+**Score geometry** (the Gram of the trajectory scores ``psi_i = grad sum_t m_it log pi``, unit
+weights on the response tokens, seed paper Eq. 18) by the second pass every ``score_every`` steps,
+and the framework-agnostic per-group metrics (effective rank, ..., cosines, FADE masses) from the
+shared metrics functions. Per measured step the per-group values are aggregated over the mixed
+groups and returned in the engine's ``metrics`` dict (verl's worker all-gathers it, the trainer
+prefixes ``actor/`` and sends it to its logger: ``actor/geometry/effective_rank/mean``, ...) and
+one JSON line per step goes to ``jsonl_path`` (rank 0).
+
+**Placement.** verl's trainer repeats each prompt ``rollout.n`` times contiguously
+(``repeat(interleave=True)``), then ``trainer.balance_batch`` (default True) reorders the batch to
+balance tokens over data-parallel ranks, which scatters a group's rows over ranks; each rank's
+slice is cut into mini-batches (``ppo_mini_batch_size * rollout.n`` rows, shuffled when
+``actor.shuffle``) and micro-batches (``ppo_micro_batch_size_per_gpu`` rows in order, or token
+balanced with ``use_dynamic_bsz``). The in-run path covers every group whose rows end up in one
+micro-batch; ``trainer.balance_batch=False``, ``actor.shuffle=False``, ``use_dynamic_bsz=False``
+and a micro-batch size that is a multiple of ``rollout.n`` keep every group there. What the second
+pass gathers: token ids, position ids and ``u`` of the rows of split groups (``O(rows x tokens)``
+numbers), never activations or gradients.
+
+**Failures** never stop verl's step: hooks and the loss tap collect errors instead of raising;
+after the step every rank reports success or a reason through a collective, all ranks skip the
+step's geometry together when any failed (``geometry/failed = 1``, reasons logged and in the
+JSONL), ``strict=True`` raises on every rank instead.
+
+Unsupported (reported, the step goes on): Ulysses sequence parallelism, per-row temperatures in
+the second pass, and parameters the capture cannot attribute per row. verl is imported lazily:
+importing this module needs no verl. Docs: ``docs/verl.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpo_theory.spectral import DEFAULT_RTOL
+
+from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
+from .gram import trajectory_gram
+from .gram_capture import GramCapture
+from .trl_geometry import TemperatureScaled
+
+__all__ = [
+    "GeometryConfig",
+    "VerlGeometry",
+    "GeometryFSDPEngine",  # noqa: F822 (built lazily by __getattr__: no verl import here)
+    "GeometryFSDPEngineConfig",  # noqa: F822
+    "register_geometry_engine",
+    "metrics_for_verl",
+]
+
+log = logging.getLogger(__name__)
+
+ROW_KEY = "grpo_geometry_row"  # per-row int64 key added to verl's batch during a measured step
+ROW_SHIFT = 32  # row key = rank << ROW_SHIFT | local index
+
+
+@dataclass(frozen=True)
+class GeometryConfig:
+    """Options of the in-run verl geometry (defaults stated).
+
+    Attributes:
+        every: measure the gradient-row Gram at optimizer steps ``0, k, 2k, ...`` (default 1).
+        score_every: also the score Gram (second pass, unit weights) at steps ``0, k, ...``
+            (default ``None``: same as ``every``; 0: never).
+        jsonl_path: per-step JSON lines (rank 0; default ``None``: no file).
+        strict: raise on every rank when the geometry fails (default False: log, skip, go on).
+        success_threshold: a rollout succeeds when its reward (sum of ``token_level_scores``)
+            exceeds this (default 0.5).
+        rtol: numerical-rank tolerance of the spectral metrics (default ``DEFAULT_RTOL``).
+        second_pass_rows: at most this many rows per second-pass forward (whole groups; a larger
+            group runs alone; default 16).
+        store_grams: write each group's Gram matrices into the JSONL (default True).
+        linear_method, gram_precision: the core's per-Linear identity and product dtype
+            (:class:`real_model.gram_capture.GramCapture`; defaults ``"auto"``).
+    """
+
+    every: int = 1
+    score_every: int | None = None
+    jsonl_path: str | None = None
+    strict: bool = False
+    success_threshold: float = 0.5
+    rtol: float = DEFAULT_RTOL
+    second_pass_rows: int = 16
+    store_grams: bool = True
+    linear_method: str = "auto"
+    gram_precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        if int(self.every) < 1:
+            raise ValueError(f"every must be a positive integer, got {self.every!r}")
+        if self.score_every is not None and int(self.score_every) < 0:
+            raise ValueError(f"score_every must be >= 0 or None, got {self.score_every!r}")
+        if int(self.second_pass_rows) < 1:
+            raise ValueError(f"second_pass_rows must be >= 1, got {self.second_pass_rows!r}")
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any] | None) -> GeometryConfig | None:
+        """From a config mapping (verl's Hydra ``geometry`` block); ``None``/``enable: false``
+        -> ``None`` (geometry off). Unknown keys are an error naming them."""
+        if m is None:
+            return None
+        d = dict(m)
+        if not d.pop("enable", True):
+            return None
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown geometry option(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def measures(self, step: int) -> bool:
+        return step % int(self.every) == 0
+
+    def scores(self, step: int) -> bool:
+        k = int(self.every if self.score_every is None else self.score_every)
+        return k > 0 and step % k == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the per-token loss gradient u = dL/dlogp, captured without changing verl's gradient
+class _GradTap(torch.autograd.Function):
+    """Identity whose backward hands the incoming gradient to ``sink`` and passes it on as is."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, sink: list) -> torch.Tensor:
+        ctx.sink = sink
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ctx.sink.append(grad.detach())
+        return grad, None
+
+
+def tapped_log_probs(model_output: Mapping[str, Any], sink: list) -> dict[str, Any]:
+    """``model_output`` with its nested ``log_probs`` routed through :class:`_GradTap`."""
+    lp = model_output["log_probs"]
+    vals = _GradTap.apply(lp.values(), sink)
+    out = dict(model_output)
+    out["log_probs"] = torch.nested.nested_tensor_from_jagged(vals, lp.offsets())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+class VerlGramCapture(GramCapture):
+    """The core's :class:`GramCapture` with two adapter-local additions (until the core has them).
+
+    * **Packed micro-batches** (``segments``: verl's ``use_remove_padding=True`` packs the ``R``
+      rows of a micro-batch into ONE sequence ``[1, N]`` with ``cu_seqlens``; attention stays
+      within a row). The core takes batch-first rows; this class declares the ``R`` rows and,
+      before each module's per-row identities, unpacks the module's input and output gradient
+      from ``[1, N, ...]`` to zero-padded ``[R, T_max, ...]``: padded positions carry zero input
+      and zero gradient, so they add nothing (exact).
+    * **Closed-form norms.** The core re-runs a norm on its detached input, so autograd saves
+      only ``z`` of ``out = weight * z`` and the core's closed form never applies (every norm
+      takes the per-row ``vmap`` path). Re-running it on an input that requires grad makes
+      autograd save both factors; the core then uses (and checks once per class against the
+      ``vmap`` path) ``g_i = sum_t delta_it z_it``.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, segments: torch.Tensor | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.segments = None
+        if segments is not None:
+            seg = segments.detach().cpu().long()
+            lengths = seg[1:] - seg[:-1]
+            self.segments, self.R = seg, int(lengths.numel())
+            self.T = int(lengths.max()) if lengths.numel() else 0
+            row = torch.repeat_interleave(torch.arange(self.R), lengths)
+            col = torch.arange(int(seg[-1])) - torch.repeat_interleave(seg[:-1], lengths)
+            self.flat_index = row * self.T + col  # packed position -> padded [R, T] position
+
+    def _rows(self, name: str, x: torch.Tensor) -> None:
+        if (self.segments is not None and x.dim() >= 2 and x.shape[0] == 1
+                and x.shape[1] >= int(self.segments[-1])):
+            x = x.new_empty((self.R, 1))  # one packed sequence holding the R rows
+        super()._rows(name, x)
+
+    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+        """``[1, N(+pad), ...]`` -> ``[R, T_max, ...]``, zeros where a row has no token."""
+        n = int(self.segments[-1])
+        flat = t[0, :n]
+        out = flat.new_zeros((self.R * self.T, *flat.shape[1:]))
+        out.index_copy_(0, self.flat_index.to(flat.device), flat)
+        return out.reshape(self.R, self.T, *flat.shape[1:])
+
+    def _contribute(self, call: Any, x: Any, delta: torch.Tensor) -> None:
+        if self.segments is None:
+            super()._contribute(call, x, delta)
+            return
+        if call.kind not in ("linear", "embedding") and any(
+                isinstance(v, torch.Tensor) for v in call.held or ()):
+            self.fail(f"module {call.name!r}: extra tensor arguments in a packed micro-batch")
+            return
+        super()._contribute(call, self.unpack(x), self.unpack(delta))
+
+    def add_leaf(self, mod: torch.nn.Module, names: list[str], args: tuple,
+                 delta: torch.Tensor) -> None:
+        args = tuple(v.detach().requires_grad_() if isinstance(v, torch.Tensor)
+                     and v.is_floating_point() else v for v in args)
+        super().add_leaf(mod, names, args, delta)
+
+
+def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
+             blocks: list[list[int]], **options: Any) -> GramCapture:
+    """The capture of one verl micro-batch: batch-first, or packed (``segments``)."""
+    return VerlGramCapture(module, blocks=blocks, segments=segments, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _MicroBatch:
+    """One micro-batch of a measured step: its rows, their layout, the capture and ``u``."""
+
+    index: int
+    keys: list[int]
+    offsets: torch.Tensor
+    blocks: dict[str, list[int]]
+    capture: Any = None
+    closed: bool = False
+    sink: list = field(default_factory=list)
+
+
+@dataclass
+class _Row:
+    """What the geometry keeps of one local row of verl's batch."""
+
+    key: int
+    uid: str
+    reward: float | None
+    advantage: float
+    adv_varies: bool
+    length: int
+    ids: torch.Tensor
+    pos: torch.Tensor
+    mb: int = -1
+    u: torch.Tensor | None = None
+
+
+class VerlGeometry:
+    """State of the geometry inside one engine: step counter, the measured step's rows and
+    micro-batches, and the per-step protocol (see the module docstring).
+
+    Methods called by :class:`GeometryFSDPEngine`: :meth:`run_step` (wraps verl's
+    ``forward_backward_batch``) and :meth:`open_micro_batch` (from ``forward_step``).
+    """
+
+    def __init__(self, config: GeometryConfig, *, capture_factory: Callable | None = None) -> None:
+        self.config = config
+        self.step = 0
+        self.capture_factory = capture_factory or _capture
+        self.options = {"linear_method": config.linear_method,
+                        "gram_precision": config.gram_precision}
+        self.rows: dict[int, _Row] = {}
+        self.micro: list[_MicroBatch] = []
+        self.errors: list[str] = []
+        self.active = False
+        self.last_record: dict[str, Any] | None = None
+
+    # ----------------------------------------------------------------- inside verl's step
+    def run_step(self, engine: Any, data: Any, loss_function: Callable,
+                 base: Callable[..., Any]) -> Any:
+        """verl's ``forward_backward_batch`` (``base``) with the geometry around it."""
+        step, self.step = self.step, self.step + 1
+        if not self.config.measures(step):
+            return base(data, loss_function, forward_only=False)
+        t0 = time.perf_counter()
+        self.rows, self.micro, self.errors = {}, [], []
+        self.entropy_in_loss = _entropy_in_loss(loss_function, data)
+        self.active = self._guard("reading the batch", self._read_batch, engine, data)
+        loss_fn = self._tapped(loss_function) if self.active else loss_function
+        try:
+            out = base(data, loss_fn, forward_only=False)
+        finally:
+            self.close_micro_batch()
+            self.active = False
+            if ROW_KEY in data.keys():
+                data.pop(ROW_KEY)
+        t_step = time.perf_counter() - t0
+        metrics = self.finish(engine, step, t_step)
+        out.setdefault("metrics", {}).update(metrics)
+        return out
+
+    def _guard(self, what: str, fn: Callable, *args: Any) -> bool:
+        try:
+            fn(*args)
+            return True
+        except Exception as e:  # never into verl's step
+            self.errors.append(f"{what}: {type(e).__name__}: {e}")
+            return False
+
+    def _read_batch(self, engine: Any, data: Any) -> None:
+        from verl.utils import tensordict_utils as tu
+
+        if getattr(engine, "use_ulysses_sp", False):
+            raise ValueError("Ulysses sequence parallelism splits rows' tokens over ranks: "
+                             "not supported by the geometry")
+        rank = torch.distributed.get_rank()
+        n = data.batch_size[0]
+        uids = tu.get(data, "uid", None)
+        if uids is None:
+            raise ValueError("the batch has no 'uid' (verl's group id per rollout): groups unknown")
+        rows = _rows_of_batch(data, [str(u) for u in uids], rank)
+        self.rows = {r.key: r for r in rows}
+        data[ROW_KEY] = torch.tensor([r.key for r in rows], dtype=torch.int64)
+        if len(rows) != n:
+            raise ValueError(f"read {len(rows)} rows of a batch of {n}")
+
+    def _tapped(self, loss_function: Callable) -> Callable:
+        geometry = self
+
+        def loss_with_tap(model_output: Any, data: Any, dp_group: Any = None) -> Any:
+            mb = geometry.micro[-1] if geometry.micro else None
+            if mb is not None and geometry.active:
+                try:
+                    model_output = tapped_log_probs(model_output, mb.sink)
+                except Exception as e:  # never into verl's step
+                    geometry.errors.append(f"tapping the log-probs: {type(e).__name__}: {e}")
+            return loss_function(model_output=model_output, data=data, dp_group=dp_group)
+
+        return loss_with_tap
+
+    def open_micro_batch(self, module: torch.nn.Module, micro_batch: Any) -> None:
+        """Start the capture of one micro-batch (closes the previous one)."""
+        self.close_micro_batch()
+        if not self.active:
+            return
+        self._guard("opening a micro-batch", self._open, module, micro_batch)
+
+    def _open(self, module: torch.nn.Module, micro_batch: Any) -> None:
+        from verl.utils import tensordict_utils as tu
+
+        keys = [int(k) for k in micro_batch[ROW_KEY].tolist()]
+        offsets = micro_batch["input_ids"].offsets().detach().cpu().long()
+        blocks: dict[str, list[int]] = {}
+        for j, k in enumerate(keys):
+            blocks.setdefault(self.rows[k].uid, []).append(j)
+            self.rows[k].mb = len(self.micro)
+        packed = bool(tu.get_non_tensor_data(micro_batch, "use_remove_padding", True))
+        mb = _MicroBatch(len(self.micro), keys, offsets, blocks)
+        self.micro.append(mb)
+        mb.capture = self.capture_factory(module, rows=len(keys),
+                                          segments=offsets if packed else None,
+                                          blocks=list(blocks.values()), **self.options)
+        mb.capture.__enter__()
+
+    def close_micro_batch(self) -> None:
+        """End the current micro-batch's capture (after verl's backward of it)."""
+        if not self.micro or self.micro[-1].closed or self.micro[-1].capture is None:
+            return
+        mb = self.micro[-1]
+        mb.closed = True
+        self._guard("closing a micro-batch", mb.capture.__exit__, None, None, None)
+
+    # ----------------------------------------------------------------- after verl's backward
+    def finish(self, engine: Any, step: int, t_step: float) -> dict[str, list[float]]:
+        """The per-step protocol after verl's backward, before its optimizer step.
+
+        Every rank runs the same collectives in the same order whatever happens locally, and
+        every decision to go on is taken from gathered data (identical on all ranks):
+        (1) gather each rank's rows, in-run Grams and errors; (2) plan the second passes (the
+        same plan everywhere); (3) gather the rows that change rank, with each rank's errors;
+        (4) run the same number of second passes on every rank; (5) gather their Grams and
+        errors; rank 0 builds the records and metrics and broadcasts them.
+        """
+        t0 = time.perf_counter()
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        local = self._local_summary(1.0 / world, rank) if not self.errors else None
+        everyone = _all_gather({"errors": self.errors, "summary": local})
+        reasons = _reasons(everyone)
+        if reasons:
+            return self._failed(step, reasons, t_step, t0)
+        try:  # the same inputs on every rank: the same outcome everywhere
+            plan = _Plan(everyone, world, score=self.config.scores(step),
+                         max_rows=int(self.config.second_pass_rows))
+        except Exception as e:
+            return self._failed(step, [f"planning: {type(e).__name__}: {e}"], t_step, t0)
+        inputs, reasons = self._exchange_rows(plan, rank)
+        if reasons:
+            return self._failed(step, reasons, t_step, t0)
+        errors, grams = self._run_passes(engine, plan, rank, inputs)
+        results = _all_gather({"errors": errors, "grams": grams})
+        payload = None
+        if rank == 0:
+            payload = self._build_payload(step, plan, results, t_step, t0)
+        payload = _broadcast(payload)
+        if not payload["ok"]:
+            return self._failed(step, payload["reasons"], t_step, t0)
+        self.last_record = payload["record"]
+        return payload["metrics"]
+
+    def _exchange_rows(self, plan: _Plan, rank: int) -> tuple[dict[int, dict], list[str]]:
+        """Second-pass inputs of the rows this rank owns: its own, plus those other ranks hold
+        (one all-gather, always run: it also carries every rank's errors)."""
+        errors: list[str] = []
+        try:
+            own = {k: _pass_row(self.rows[k]) for k in plan.rows_needed_by(rank)
+                   if k in self.rows}
+            send = {k: _pass_row(self.rows[k]) for k in plan.moved.get(rank, ())}
+        except Exception as e:
+            own, send = {}, {}
+            errors.append(f"second-pass inputs: {type(e).__name__}: {e}")
+        parts = _all_gather({"errors": errors, "rows": send})
+        for part in parts:
+            own.update(part["rows"])
+        return own, _reasons(parts)
+
+    def _failed(self, step: int, reasons: list[str], t_step: float,
+                t0: float) -> dict[str, list[float]]:
+        msg = f"geometry of optimizer step {step} skipped: " + "; ".join(reasons)
+        if self.config.strict:
+            raise RuntimeError(msg)
+        log.warning(msg)
+        rec = {"step": step, "failed": reasons, "seconds": {
+            "step_with_hooks": t_step, "geometry": time.perf_counter() - t0}}
+        self.last_record = rec
+        if torch.distributed.get_rank() == 0 and self.config.jsonl_path:
+            _append_jsonl(self.config.jsonl_path, rec)
+        return {"geometry/failed": [1.0]}
+
+    def _local_summary(self, scale: float, rank: int) -> dict[str, Any] | None:
+        """Rows (metadata) and in-run Grams of this rank; ``None`` and an error on failure."""
+        try:
+            inrun = {}
+            for mb in self.micro:
+                if len(mb.sink) != 1:
+                    raise ValueError(f"micro-batch {mb.index}: {len(mb.sink)} log-prob gradients "
+                                     "(expected one backward through verl's log-probs)")
+                g = mb.sink[0].detach().cpu().double() * scale
+                for j, k in enumerate(mb.keys):
+                    u = g[int(mb.offsets[j]):int(mb.offsets[j + 1])]
+                    if u.numel() and float(u[-1]) != 0.0:
+                        raise ValueError("verl's loss depends on the wrapped-around last "
+                                         "log-prob of a row: unexpected layout")
+                    self.rows[k].u = u
+                cap = mb.capture
+                if not cap.ok:
+                    raise ValueError(f"micro-batch {mb.index}: " + "; ".join(cap.problems()))
+                for uid, K in zip(mb.blocks, cap.result(), strict=True):
+                    inrun[(uid, rank, mb.index)] = (K.detach().cpu() * (scale * scale)).numpy()
+            rows = [_row_meta(r, rank) for r in self.rows.values()]
+            return {"rows": rows, "inrun": inrun, "entropy": self.entropy_in_loss}
+        except Exception as e:
+            self.errors.append(f"collecting the step: {type(e).__name__}: {e}")
+            return None
+
+    def _run_passes(self, engine: Any, plan: _Plan, rank: int,
+                    inputs: dict[int, dict[str, Any]]) -> tuple[list[str], dict]:
+        """This rank's second passes, padded with dummy passes to the most any rank runs."""
+        grams: dict[tuple[str, str], np.ndarray] = {}
+        errors: list[str] = []
+        mine = plan.passes[rank]
+        # full logits through the FSDP root's own forward (FSDP gathers the head's weight there)
+        model = TemperatureScaled(engine.module, plan.temperature)
+        for i in range(plan.n_passes):
+            chunk = mine[i] if i < len(mine) else None
+            try:
+                with _autocast(engine):
+                    if chunk is None:
+                        _dummy_pass(model)
+                        continue
+                    kind, groups = chunk
+                    grams.update(_pass(model, kind, groups, plan, inputs, self.options))
+            except Exception as e:
+                errors.append(f"second pass {i}: {type(e).__name__}: {e}")
+        return errors, grams
+
+    def _build_payload(self, step: int, plan: _Plan, results: list, t_step: float,
+                       t0: float) -> dict[str, Any]:
+        reasons = _reasons(results)
+        if reasons:
+            return {"ok": False, "reasons": reasons}
+        try:
+            grams: dict[tuple[str, str], np.ndarray] = {}
+            for x in results:
+                grams.update(x["grams"])
+            records = [self._group_record(g, plan, grams) for g in plan.groups]
+            agg = aggregate_groups([r for r in records if "error" not in r])
+            seconds = {"step_with_hooks": t_step, "geometry": time.perf_counter() - t0}
+            rec = {"step": step, "world_size": plan.world, "failed": None,
+                   "layout": plan.layout(), "aggregate": agg, "seconds": seconds,
+                   "config": asdict(self.config), "groups": records}
+            if self.config.jsonl_path:
+                _append_jsonl(self.config.jsonl_path, rec)
+            metrics = metrics_for_verl(agg, plan.layout(), seconds)
+            return {"ok": True, "metrics": metrics, "record": rec}
+        except Exception as e:
+            return {"ok": False, "reasons": [f"rank 0 metrics: {type(e).__name__}: {e}"]}
+
+    def _group_record(self, uid: str, plan: _Plan, grams: dict) -> dict[str, Any]:
+        """One group's JSON record: placement, path, rewards, metrics (and its Grams)."""
+        rows = plan.groups[uid]
+        rec: dict[str, Any] = {"uid": uid, "R": len(rows), "path": plan.path[uid],
+                               "keys": [r["key"] for r in rows],
+                               "placement": sorted({(r["rank"], r["mb"]) for r in rows})}
+        Kg = plan.inrun.get(uid) if plan.path[uid] == "in_run" else grams.get(("grad", uid))
+        Ks = grams.get(("score", uid))
+        rewards = [r["reward"] for r in rows]
+        A = np.array([r["advantage"] for r in rows])
+        lengths = [r["length"] for r in rows]
+        have_r = all(x is not None for x in rewards)
+        succ = (np.array(rewards, dtype=np.float64) > self.config.success_threshold
+                if have_r else None)
+        rec.update({"rewards": rewards if have_r else None, "advantages": A.tolist(),
+                    "lengths": lengths,
+                    "token_level_advantages": any(r["adv_varies"] for r in rows),
+                    "num_success": int(succ.sum()) if have_r else None,
+                    "mixed": bool(succ.any() and not succ.all()) if have_r else bool(np.any(A))})
+        try:
+            if Ks is not None and have_r:  # score geometry, plus the rows' metrics from Kg
+                rec.update(group_records(Ks, rewards, A, None, lengths, rtol=self.config.rtol,
+                                         exact_structure=False, row_gram=Kg,
+                                         success_threshold=self.config.success_threshold))
+            elif Kg is not None:
+                rec.update(gradient_row_metrics(Kg, rtol=self.config.rtol))
+            if Kg is None and plan.path[uid] == "unsupported":
+                rec["unsupported"] = plan.reason[uid]
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"
+        if self.config.store_grams:
+            rec["gram"] = None if Kg is None else np.asarray(Kg).tolist()
+            rec["score_gram"] = None if Ks is None else np.asarray(Ks).tolist()
+        return rec
+
+
+# ---------------------------------------------------------------------------------------------
+class _Plan:
+    """Where each group is measured, decided identically on every rank from the gathered rows.
+
+    ``path[uid]``: ``"in_run"`` (all rows in one micro-batch of one rank, Gram captured),
+    ``"second_pass"`` (rows spread: gathered to the owner, the rank with most of them, ties
+    broken round robin in group order) or ``"unsupported"`` (spread and an entropy bonus in the
+    loss). ``passes[rank]``: that rank's second passes ``(kind, [uids])``, kind ``"grad"``
+    (weights ``u``) or ``"score"`` (unit weights on response tokens), at most ``max_rows`` rows
+    each (whole groups).
+    """
+
+    def __init__(self, everyone: list[dict], world: int, *, score: bool, max_rows: int) -> None:
+        self.world = world
+        rows = [r for x in everyone for r in x["summary"]["rows"]]
+        entropy = any(x["summary"]["entropy"] for x in everyone)
+        temps = {r["temperature"] for r in rows}
+        if len(temps) > 1:
+            raise ValueError(f"rows with different temperatures {sorted(temps)}: not supported")
+        self.temperature = temps.pop() if temps else 1.0
+        self.groups: dict[str, list[dict]] = {}
+        for r in sorted(rows, key=lambda r: r["key"]):
+            self.groups.setdefault(r["uid"], []).append(r)
+        inrun = {k: v for x in everyone for k, v in x["summary"]["inrun"].items()}
+        self.inrun: dict[str, np.ndarray] = {}
+        self.path: dict[str, str] = {}
+        self.reason: dict[str, str] = {}
+        self.owner: dict[str, int] = {}
+        for g, (uid, rs) in enumerate(self.groups.items()):
+            places = {(r["rank"], r["mb"]) for r in rs}
+            counts = np.bincount([r["rank"] for r in rs], minlength=world)
+            most = np.flatnonzero(counts == counts.max())
+            self.owner[uid] = int(most[g % most.size])  # ties: round robin in group order
+            if len(places) == 1:
+                self.path[uid] = "in_run"
+                self.inrun[uid] = inrun[(uid, *places.pop())]
+            elif entropy:
+                self.path[uid] = "unsupported"
+                self.reason[uid] = ("rows spread over micro-batches/ranks and an entropy bonus "
+                                    "in the loss: the second pass sees only the log-prob terms")
+            else:
+                self.path[uid] = "second_pass"
+        self.passes: list[list[tuple[str, list[str]]]] = [[] for _ in range(world)]
+        for kind in ("grad", "score"):
+            todo = [u for u in self.groups if (self.path[u] == "second_pass" if kind == "grad"
+                                               else score)]
+            for rank in range(world):
+                self.passes[rank] += _chunks(kind, [u for u in todo if self.owner[u] == rank],
+                                             self.groups, max_rows)
+        self.n_passes = max(len(p) for p in self.passes)
+        self.moved: dict[int, list[int]] = {}
+        for rank in range(world):
+            for _kind, uids in self.passes[rank]:
+                for u in uids:
+                    for r in self.groups[u]:
+                        if r["rank"] != rank and r["key"] not in self.moved.get(r["rank"], []):
+                            self.moved.setdefault(r["rank"], []).append(r["key"])
+
+    def rows_needed_by(self, rank: int) -> list[int]:
+        return [r["key"] for _, uids in self.passes[rank] for u in uids for r in self.groups[u]]
+
+    def layout(self) -> dict[str, int]:
+        paths = list(self.path.values())
+        return {"groups": len(paths), "in_run_groups": paths.count("in_run"),
+                "second_pass_groups": paths.count("second_pass"),
+                "unsupported_groups": paths.count("unsupported"),
+                "second_passes": self.n_passes,
+                "moved_rows": sum(len(v) for v in self.moved.values())}
+
+
+def _chunks(kind: str, uids: list[str], groups: dict[str, list], max_rows: int
+            ) -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    cur: list[str] = []
+    n = 0
+    for u in uids:
+        k = len(groups[u])
+        if cur and n + k > max_rows:
+            out.append((kind, cur))
+            cur, n = [], 0
+        cur.append(u)
+        n += k
+    if cur:
+        out.append((kind, cur))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
+    """The local rows of verl's (no-padding) batch: ids, positions, rewards, advantages."""
+    from verl.utils import tensordict_utils as tu
+
+    ids = data["input_ids"]
+    pos = data["position_ids"]
+    if pos.dim() == 3:
+        raise ValueError("3-D (mRoPE) position ids are not supported by the geometry")
+    rm = data["response_mask"].to(torch.float64)
+    adv = data["advantages"].to(torch.float64)
+    scores = data.get("token_level_scores", None)
+    if scores is None:
+        scores = data.get("token_level_rewards", None)
+    temperature = tu.get_non_tensor_data(data, "temperature", 1.0)
+    if isinstance(temperature, torch.Tensor):
+        t = torch.unique(temperature.reshape(-1))
+        if t.numel() != 1:
+            raise ValueError("per-row temperatures are not supported by the geometry")
+        temperature = float(t)
+    lens = rm.sum(-1)
+    a_mean = (adv * rm).sum(-1) / lens.clamp(min=1)
+    varies = ((adv - a_mean[:, None]).abs() * rm).amax(-1) > 1e-6 * a_mean.abs().clamp(min=1)
+    out = []
+    for i, (row_ids, row_pos) in enumerate(zip(ids.unbind(), pos.unbind(), strict=True)):
+        reward = None if scores is None else float(scores[i].double().sum())
+        r = _Row(key=(rank << ROW_SHIFT) | i, uid=uids[i], reward=reward,
+                 advantage=float(a_mean[i]), adv_varies=bool(varies[i]), length=int(lens[i]),
+                 ids=row_ids.detach().cpu(), pos=row_pos.detach().cpu())
+        r.temperature = float(temperature)  # type: ignore[attr-defined]
+        out.append(r)
+    return out
+
+
+def _row_meta(r: _Row, rank: int) -> dict[str, Any]:
+    return {"key": r.key, "uid": r.uid, "rank": rank, "mb": r.mb, "reward": r.reward,
+            "advantage": r.advantage, "adv_varies": r.adv_varies, "length": r.length,
+            "temperature": r.temperature}  # type: ignore[attr-defined]
+
+
+def _pass_row(r: _Row) -> dict[str, Any]:
+    """A row's second-pass inputs in trajectory alignment: ``w[t]`` weights ``log pi(ids[t]|<t)``.
+
+    verl's log-prob at position ``t`` scores token ``t + 1``, so ``w_grad[t + 1] = u[t]``; the
+    score weights are 1 on the row's last ``length`` (response) tokens.
+    """
+    L = r.ids.numel()
+    w_grad = torch.zeros(L, dtype=torch.float64)
+    if r.u is not None:
+        w_grad[1:] = r.u[:-1]
+    w_score = torch.zeros(L, dtype=torch.float64)
+    w_score[L - r.length:] = 1.0
+    return {"ids": r.ids, "pos": r.pos, "grad": w_grad, "score": w_score}
+
+
+def _pass(model: torch.nn.Module, kind: str, uids: list[str], plan: _Plan,
+          inputs: dict[int, dict[str, Any]], options: Mapping[str, Any]
+          ) -> dict[tuple[str, str], np.ndarray]:
+    """One second pass over whole groups: ``trajectory_gram`` with the ``kind`` weights."""
+    keys = [r["key"] for u in uids for r in plan.groups[u]]
+    rows = [inputs[k] for k in keys]
+    T = max(x["ids"].numel() for x in rows)
+    n = len(rows)
+    ids = torch.zeros(n, T, dtype=torch.long)
+    pos = torch.zeros(n, T, dtype=torch.long)
+    am = torch.zeros(n, T, dtype=torch.long)
+    w = torch.zeros(n, T, dtype=torch.float64)
+    for i, x in enumerate(rows):
+        L = x["ids"].numel()
+        ids[i, :L], pos[i, :L], am[i, :L], w[i, :L] = x["ids"], x["pos"], 1, x[kind]
+    dev = _model_device(model)
+    K = trajectory_gram(model, ids.to(dev), am.to(dev), w.to(dev), position_ids=pos.to(dev),
+                        **options)
+    K = K.detach().cpu().double().numpy()
+    out, start = {}, 0
+    for u in uids:
+        k = len(plan.groups[u])
+        out[(kind, u)] = K[start:start + k, start:start + k]
+        start += k
+    return out
+
+
+def _dummy_pass(model: torch.nn.Module) -> None:
+    """A pass with zero weights: the same FSDP collectives as a real one, no result."""
+    dev = _model_device(model)
+    ids = torch.ones(1, 2, dtype=torch.long, device=dev)
+    trajectory_gram(model, ids, torch.ones_like(ids), torch.zeros(1, 2, device=dev),
+                    position_ids=torch.arange(2, device=dev)[None])
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    p = next(model.parameters())
+    local = p.to_local() if hasattr(p, "to_local") else p
+    return local.device
+
+
+def _autocast(engine: Any) -> Any:
+    import contextlib
+
+    dtype = getattr(engine, "_autocast_dtype", torch.float32)
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=_model_device(engine.module).type, dtype=dtype)
+
+
+def _reasons(gathered: list[Mapping[str, Any]]) -> list[str]:
+    """Every rank's errors from an all-gather, as ``"rank r: error"``."""
+    return [f"rank {r}: {e}" for r, x in enumerate(gathered) for e in x["errors"]]
+
+
+def _all_gather(obj: Any) -> list[Any]:
+    dist = torch.distributed
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _broadcast(obj: Any) -> Any:
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _append_jsonl(path: str | Path, rec: Mapping[str, Any]) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("a") as f:
+        f.write(json.dumps(rec, default=_json_default) + "\n")
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+def metrics_for_verl(aggregate: Mapping[str, Any], layout: Mapping[str, int],
+                     seconds: Mapping[str, float]) -> dict[str, list[float]]:
+    """The step's aggregates as verl's engine metrics: ``{"geometry/<metric>/<stat>": [value]}``.
+
+    Values are one-element lists, as verl's micro-batch metrics are (its worker all-gathers them
+    over ranks and flattens the lists; the trainer averages: every rank sends the same values).
+    Only finite numbers are sent.
+    """
+    out: dict[str, list[float]] = {"geometry/failed": [0.0]}
+    for name, st in aggregate["metrics"].items():
+        for stat in ("mean", "sd", "min", "max"):
+            v = st.get(stat)
+            if v is not None and math.isfinite(v):
+                out[f"geometry/{name}/{stat}"] = [float(v)]
+    out["geometry/mixed_groups"] = [float(aggregate["mixed_groups"])]
+    for k, v in layout.items():
+        out[f"geometry/{k}"] = [float(v)]
+    for k, v in seconds.items():
+        out[f"geometry/seconds_{k}"] = [float(v)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# verl classes, built lazily (no verl import at module import)
+def _make_engine_class() -> type:
+    from .verl_cpu import register_cpu_platform
+
+    register_cpu_platform()  # no-op with an accelerator; before verl caches its device name
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    class GeometryFSDPEngine(FSDPEngineWithLMHead):  # type: ignore[misc, valid-type]
+        """verl's ``FSDPEngineWithLMHead`` measuring the exact per-group gradient geometry.
+
+        Options: the ``geometry`` argument (a :class:`GeometryConfig`) or, when built by verl's
+        worker, the ``geometry`` block of :class:`GeometryFSDPEngineConfig`.
+        """
+
+        def __init__(self, *args: Any, geometry: GeometryConfig | None = None,
+                     **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if geometry is None:
+                geometry = GeometryConfig.from_mapping(
+                    getattr(self.engine_config, "geometry", None))
+            self.geometry = None if geometry is None else VerlGeometry(geometry)
+
+        def forward_backward_batch(self, data: Any, loss_function: Callable,
+                                   forward_only: bool = False) -> Any:
+            base = super().forward_backward_batch
+            if forward_only or self.geometry is None:
+                return base(data, loss_function, forward_only=forward_only)
+            return self.geometry.run_step(self, data, loss_function, base)
+
+        def forward_step(self, micro_batch: Any, loss_function: Callable,
+                         forward_only: bool) -> Any:
+            if self.geometry is not None and self.geometry.active and not forward_only:
+                self.geometry.open_micro_batch(self.module, micro_batch)
+            return super().forward_step(micro_batch, loss_function, forward_only)
+
+    return GeometryFSDPEngine
+
+
+def _make_engine_config_class() -> type:
+    from dataclasses import dataclass as _dc
+    from dataclasses import field as _field
+
+    from verl.workers.config import FSDPEngineConfig
+
+    @_dc
+    class GeometryFSDPEngineConfig(FSDPEngineConfig):
+        """verl's ``FSDPEngineConfig`` plus a ``geometry`` block (:class:`GeometryConfig` keys).
+
+        Built by Hydra (``_target_``) on verl's driver and in its workers; in a worker process
+        (``RANK`` and ``WORLD_SIZE`` set, as verl's Ray workers have them) it also registers
+        :class:`GeometryFSDPEngine` for the worker's platform (:func:`register_geometry_engine`)
+        before the worker builds its engine. The driver registers nothing."""
+
+        geometry: dict[str, Any] = _field(default_factory=dict)
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            GeometryConfig.from_mapping(self.geometry)  # validate early, on the driver too
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+                register_geometry_engine()
+
+    return GeometryFSDPEngineConfig
+
+
+_LAZY: dict[str, Callable[[], type]] = {
+    "GeometryFSDPEngine": _make_engine_class,
+    "GeometryFSDPEngineConfig": _make_engine_config_class,
+}
+_BUILT: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        if name not in _BUILT:
+            _BUILT[name] = _LAZY[name]()
+            _BUILT[name].__module__ = __name__
+            _BUILT[name].__qualname__ = name
+        return _BUILT[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def register_geometry_engine() -> type:
+    """Register :class:`GeometryFSDPEngine` in verl's ``EngineRegistry`` for this platform.
+
+    Key ``(device, vendor)`` of verl's current platform (e.g. ``("cuda", "nvidia")``), backends
+    ``fsdp`` and ``fsdp2``, model type ``language_model``: verl's registry looks that key up
+    before the device-only key its own ``FSDPEngineWithLMHead`` has, so verl's workers build the
+    geometry engine; it measures only when its engine config carries a ``geometry`` block (the
+    reference model's engine stays plain). Idempotent; returns the class.
+    """
+    from verl.utils.device import get_device_name, get_vendor
+    from verl.workers.engine import EngineRegistry
+
+    cls = __getattr__("GeometryFSDPEngine")
+    key = (get_device_name(), get_vendor())
+    reg = EngineRegistry._engines.setdefault("language_model", {})
+    for backend in ("fsdp", "fsdp2"):
+        if reg.get(backend, {}).get(key) is not cls:
+            reg.setdefault(backend, {}).pop(key, None)
+            EngineRegistry.register(model_type="language_model", backend=backend,
+                                    device=key[0], vendor=key[1])(cls)
+    return cls
+
+
+def _entropy_in_loss(loss_function: Any, data: Any) -> bool:
+    """True when verl's loss adds an entropy bonus (``calculate_entropy`` and ``entropy_coeff``)."""
+    try:
+        from verl.utils import tensordict_utils as tu
+
+        cfg = getattr(loss_function, "keywords", {}).get("config")
+        coeff = float(getattr(cfg, "entropy_coeff", 0.0) or 0.0)
+        return bool(tu.get_non_tensor_data(data, "calculate_entropy", False)) and coeff != 0.0
+    except Exception:
+        return True  # unknown: treat as present (second passes are then not claimed exact)

@@ -1,0 +1,342 @@
+"""verl adapter (real_model/verl_geometry.py) in one process: verl 0.9.1's own FSDP2 engine on CPU.
+
+Needs the ``verl`` extra (its own environment: ``.ci/run`` builds it); skipped without verl. The
+two-process tests are in ``tests/test_verl_distributed.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl")
+
+import torch  # noqa: E402
+import verl_harness as H  # noqa: E402
+
+from real_model import verl_cpu as vc  # noqa: E402
+from real_model import verl_geometry as vg  # noqa: E402
+
+TOL = 1e-5  # relative (max-abs over max-abs), float32 engine vs float64 reference
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    vc.init_process_group()
+    vc.register_cpu_platform()
+    path = vc.save_tiny_llama(tmp_path_factory.mktemp("verl") / "tiny")
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig())
+    batch = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
+    return {"path": path, "engine": engine, "batch": batch}
+
+
+def _data(env, micro_batch_size=4, order=None):
+    from verl.utils import tensordict_utils as tu
+
+    td = env["batch"] if order is None else tu.index_select_tensor_dict(env["batch"], order)
+    return vc.rank_slice(td, 0, 1, micro_batch_size=micro_batch_size)
+
+
+def _fresh(env, **cfg):
+    env["engine"].geometry = vg.VerlGeometry(vg.GeometryConfig(**cfg))
+    return env["engine"]
+
+
+def _assert_exact(res, path=None):
+    assert "failed" not in res, res.get("failed")
+    assert res["sum_err"] <= TOL, res["sum_err"]
+    assert max(res["gram_err"].values()) <= TOL, res["gram_err"]
+    if path is not None:
+        assert set(res["paths"].values()) == {path}
+
+
+@pytest.mark.parametrize("loss_mode", H.AUDITED_POLICY_LOSSES)
+@pytest.mark.parametrize("agg", H.AGG_MODES)
+def test_rows_sum_to_verl_gradient_and_gram_is_theirs_for_audited_losses(env, loss_mode, agg):
+    _fresh(env)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=loss_mode,
+                              loss_agg_mode=agg)
+    _assert_exact(H.check_step(env["engine"], env["path"], _data(env), loss_fn), "in_run")
+
+
+POLICY_OPTIONS = {"dro": {"dro_beta": 0.1}, "clip_cov": {"clip_cov_ratio": 0.2},
+                  "kl_cov": {"kl_cov_ratio": 0.2}}
+
+
+def test_every_registered_policy_loss_is_exact(env):
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    for name in sorted(POLICY_LOSS_REGISTRY):
+        _fresh(env)
+        loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=name,
+                                  policy=POLICY_OPTIONS.get(name))
+        res = H.check_step(env["engine"], env["path"], _data(env), loss_fn)
+        _assert_exact(res, "in_run")
+
+
+def test_norms_take_the_checked_closed_form(env):
+    """The adapter's capture re-runs norms on an input that requires grad, so the core's closed
+    form ``g_i = sum_t delta_it z_it`` applies (checked once per class against per-row vmap)."""
+    engine = _fresh(env)
+    H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    for mb in engine.geometry.micro:
+        verdicts = mb.capture.norm_closed_form_ok
+        assert verdicts and all(verdicts.values()), verdicts
+
+
+def test_kl_loss_is_in_the_rows(env):
+    _fresh(env)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, use_kl_loss=True,
+                              kl_loss_coef=0.5, kl_loss_type="low_var_kl")
+    data = _data(env)
+    data["ref_log_prob"] = data["old_log_probs"] * 0.9
+    _assert_exact(H.check_step(env["engine"], env["path"], data, loss_fn), "in_run")
+
+
+@pytest.mark.parametrize("loss_mode", ["vanilla", "gspo", "cispo"])
+def test_groups_spread_over_micro_batches_go_through_the_exact_second_pass(env, loss_mode):
+    _fresh(env)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, loss_mode=loss_mode)
+    res = H.check_step(env["engine"], env["path"], _data(env, micro_batch_size=2), loss_fn)
+    _assert_exact(res, "second_pass")
+
+
+def test_in_run_and_second_pass_grams_agree(env):
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    _fresh(env)
+    a = H.check_step(env["engine"], env["path"], _data(env), loss_fn)
+    _fresh(env)
+    b = H.check_step(env["engine"], env["path"], _data(env, order=H.INTERLEAVED), loss_fn)
+    assert set(a["paths"].values()) == {"in_run"} and set(b["paths"].values()) == {"second_pass"}
+    for uid in a["grams"]:
+        assert H.rel_err(b["grams"][uid], a["grams"][uid]) <= 1e-6
+
+
+def test_padded_micro_batches_are_exact(tmp_path):
+    """``use_remove_padding=False``: verl's padded (batch-first) forward."""
+    vc.init_process_group()
+    path = vc.save_tiny_llama(tmp_path / "tiny")
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig(), use_remove_padding=False)
+    td = vc.grpo_batch(H.REWARDS, seed=2, logp_noise=0.3, model_path=path)
+    data = vc.rank_slice(td, 0, 1, micro_batch_size=4, use_remove_padding=False)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_agg_mode="seq-mean-token-mean")
+    _assert_exact(H.check_step(engine, path, data, loss_fn), "in_run")
+
+
+def test_geometry_leaves_verl_loss_bit_identical_and_gradient_to_float32_rounding(env):
+    """The loss and its per-token gradient are verl's own (the log-prob tap is an identity);
+    the core's input taps change the order in which float32 gradient terms are summed, so
+    ``.grad`` agrees to rounding (measured ~3e-7 relative), not bit for bit."""
+    engine = _fresh(env, every=2)  # step 0 measured, step 1 not
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode="gspo")
+    g_on, out_on = H.measured_step(engine, _data(env), loss_fn)
+    g_off, out_off = H.measured_step(engine, _data(env), loss_fn)
+    assert "geometry/failed" in out_on["metrics"] and "geometry/failed" not in out_off["metrics"]
+    assert out_on["loss"] == out_off["loss"]
+    for name in g_off:
+        assert H.rel_err(g_on[name], g_off[name]) <= 1e-6, name
+
+
+def test_sum_of_gram_is_squared_gradient_norm_with_entropy_bonus(env):
+    """One group of 12 in one micro-batch (in-run path): ``1^T K 1 = ||grad||^2`` for a loss with
+    an entropy bonus (not on the log-probabilities: the capture still sees it)."""
+    from verl.utils import tensordict_utils as tu
+
+    engine = _fresh(env)
+    td = vc.grpo_batch([[1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 0]], seed=3, logp_noise=0.3,
+                       model_path=env["path"])
+    tu.assign_non_tensor(td, calculate_entropy=True)
+    data = vc.rank_slice(td, 0, 1, micro_batch_size=12)
+    loss_fn = vc.make_loss_fn(rollout_n=12, micro_batch_size=12, entropy_coeff=0.3)
+    grads, out = H.measured_step(engine, data, loss_fn)
+    (group,) = engine.geometry.last_record["groups"]
+    assert group["path"] == "in_run"
+    norm2 = sum(float((g * g).sum()) for g in grads.values())
+    assert abs(float(np.sum(group["gram"])) - norm2) <= TOL * norm2
+
+
+def test_entropy_bonus_with_spread_groups_is_reported_unsupported(env):
+    from verl.utils import tensordict_utils as tu
+
+    engine = _fresh(env)
+    data = _data(env, micro_batch_size=2)
+    tu.assign_non_tensor(data, calculate_entropy=True)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, entropy_coeff=0.1)
+    H.measured_step(engine, data, loss_fn)
+    rec = engine.geometry.last_record
+    assert rec["failed"] is None
+    assert {g["path"] for g in rec["groups"]} == {"unsupported"}
+    assert all("entropy" in g["unsupported"] and g["gram"] is None for g in rec["groups"])
+    assert rec["groups"][0]["score_gram"] is not None  # score geometry still measured
+
+
+def test_metrics_reach_verl_trainer_through_its_worker(env):
+    """verl's own ``TrainingWorker.train_mini_batch`` -> ``train_batch`` -> engine, then the
+    trainer's ``rename_dict(..., "actor/")`` and ``reduce_metrics``: what its logger receives."""
+    from verl.trainer.ppo.ray_trainer import rename_dict
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.metric import reduce_metrics
+    from verl.utils.profiler import DistProfiler
+    from verl.workers.engine_workers import TrainingWorker
+
+    engine = _fresh(env)
+    worker = object.__new__(TrainingWorker)  # the worker without Ray: its methods as verl runs them
+    worker.engine, worker.engine_config = engine, engine.engine_config
+    worker.model_config, worker.device_name = engine.model_config, "cpu"
+    worker.loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    worker.flops_counter, worker.profiler = None, DistProfiler(rank=0)
+    data = _data(env)
+    tu.assign_non_tensor(data, mini_batch_size=16, epochs=1, seed=1,
+                         dataloader_kwargs={"shuffle": False})
+    out = TrainingWorker.train_mini_batch(worker, data)
+    logged = reduce_metrics(rename_dict(tu.get(out, "metrics"), "actor/"))
+    agg = engine.geometry.last_record["aggregate"]["metrics"]
+    assert logged["actor/geometry/failed"] == 0.0
+    for name in ("effective_rank", "cos_SF", "grad_norm"):
+        assert logged[f"actor/geometry/{name}/mean"] == pytest.approx(agg[name]["mean"])
+    assert logged["actor/geometry/in_run_groups"] == 4.0
+
+
+def test_jsonl_has_one_record_per_measured_step(env, tmp_path):
+    out = tmp_path / "geometry.jsonl"
+    engine = _fresh(env, every=2, score_every=4, jsonl_path=str(out))
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    for _ in range(5):
+        H.measured_step(engine, _data(env), loss_fn)
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 2, 4]
+    has_score = [r["groups"][0]["score_gram"] is not None for r in recs]
+    assert has_score == [True, False, True]
+    g = recs[0]["groups"][0]
+    assert g["path"] == "in_run" and len(g["gram"]) == 4 and g["placement"] == [[0, 0]]
+    assert recs[0]["aggregate"]["mixed_groups"] == 4
+
+
+def test_failure_in_the_geometry_does_not_stop_verl_step(env, monkeypatch, caplog):
+    engine = vc.make_engine(env["path"], micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig())  # its own: the optimizer steps
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    before = H.full_params(engine)
+
+    def broken(*a, **k):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(vg, "_row_meta", broken)
+    data = _data(env)
+    with caplog.at_level(logging.WARNING, logger="real_model.verl_geometry"):
+        with engine.train_mode():
+            out = engine.train_batch(data, loss_fn)  # verl's full step: backward + optimizer
+    assert out["metrics"]["geometry/failed"] == [1.0]
+    assert "injected failure" in caplog.text
+    after = H.full_params(engine)
+    assert any(not torch.equal(before[n], after[n]) for n in before)  # the optimizer stepped
+
+
+def test_strict_raises_on_failure(env, monkeypatch):
+    engine = _fresh(env, strict=True)
+    monkeypatch.setattr(vg, "_row_meta", lambda *a, **k: 1 / 0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+
+
+SKIPPED = "model.layers.1.mlp.down_proj"
+
+
+def test_a_layer_left_out_of_the_capture_fails_the_exactness_check(env):
+    """The exactness tests above fail when one layer's contribution is missing: a capture whose
+    plan leaves ``down_proj`` of layer 1 out (its weight frozen while the capture is built, trained
+    by verl as usual) gives rows that still sum to verl's gradient but a Gram far off."""
+    engine = _fresh(env)
+    real = engine.geometry.capture_factory
+
+    def leaving_out(module, **kw):  # noqa: D401
+        p = dict(module.named_parameters())[f"{SKIPPED}.weight"]
+        p.requires_grad_(False)
+        try:
+            return real(module, **kw)
+        finally:
+            p.requires_grad_(True)
+
+    engine.geometry.capture_factory = leaving_out
+    res = H.check_step(engine, env["path"], _data(env),
+                       vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    assert res["sum_err"] <= TOL
+    assert max(res["gram_err"].values()) > 100 * TOL
+
+
+def test_a_layer_whose_hook_is_removed_is_reported_and_the_step_goes_on(env):
+    engine = _fresh(env)
+    real = engine.geometry.capture_factory
+    target = dict(engine.module.named_modules())[SKIPPED]
+
+    class HooksReset:  # e.g. a framework resetting the module's hooks mid-step
+        def __init__(self, cap):
+            self.cap = cap
+
+        def __enter__(self):
+            self.cap.__enter__()
+            target._forward_hooks.clear()
+            return self
+
+        def __getattr__(self, name):
+            return getattr(self.cap, name)
+
+    engine.geometry.capture_factory = lambda module, **kw: HooksReset(real(module, **kw))
+    grads, out = H.measured_step(engine, _data(env),
+                                 vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    rec = engine.geometry.last_record
+    assert out["metrics"]["geometry/failed"] == [1.0]
+    assert SKIPPED in " ".join(rec["failed"])
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_wiring_through_verl_trainer_config(env):
+    """verl's own Hydra config (``ppo_trainer.yaml``) with the documented overrides builds the
+    geometry engine config; verl's ``EngineRegistry`` then hands out the geometry engine."""
+    import os
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.config import CheckpointConfig
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.engine import EngineRegistry
+
+    overrides = [
+        "actor_rollout_ref.actor.fsdp_config._target_="
+        "real_model.verl_geometry.GeometryFSDPEngineConfig",
+        "+actor_rollout_ref.actor.fsdp_config.geometry={every:5,jsonl_path:/tmp/g.jsonl}",
+        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    ]
+    conf_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=conf_dir, version_base=None):
+        cfg = compose("ppo_trainer", overrides=overrides)
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # as verl's worker does
+    assert type(actor.engine).__name__ == "GeometryFSDPEngineConfig"
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is vg.GeometryFSDPEngine
+    engine = EngineRegistry.new(
+        model_type="language_model", backend="fsdp2", engine_config=actor.engine,
+        model_config=HFModelConfig(path=str(env["path"]), load_tokenizer=False),
+        optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
+    assert engine.geometry.config == vg.GeometryConfig(every=5, jsonl_path="/tmp/g.jsonl")
+    plain = vg.GeometryFSDPEngine(  # e.g. the reference model's engine: no geometry block
+        model_config=engine.model_config, engine_config=env["engine"].engine_config,
+        optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
+    assert plain.geometry is None
+
+
+def test_config_from_verl_mapping():
+    assert vg.GeometryConfig.from_mapping(None) is None
+    assert vg.GeometryConfig.from_mapping({"enable": False, "every": 3}) is None
+    cfg = vg.GeometryConfig.from_mapping({"every": 5, "jsonl_path": "g.jsonl"})
+    assert cfg.every == 5 and cfg.measures(10) and not cfg.measures(11) and cfg.scores(5)
+    with pytest.raises(ValueError, match="unknown geometry option"):
+        vg.GeometryConfig.from_mapping({"evry": 5})
+    with pytest.raises(ValueError, match="every"):
+        vg.GeometryConfig(every=0)

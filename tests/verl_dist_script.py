@@ -1,0 +1,90 @@
+"""``torchrun`` worker of tests/test_verl_distributed.py (1 or 2 processes, gloo, CPU, FSDP2).
+
+Usage: ``torchrun --nproc_per_node W tests/verl_dist_script.py MODEL_DIR OUT_DIR``. Writes
+``OUT_DIR/rank<r>.json`` with, per configuration, the reference comparison of
+:func:`verl_harness.check_step` (errors, per-group Grams and paths) and the failure scenario.
+
+Scenarios (same batch of 4 groups x 4 rollouts in every process count):
+
+* ``contiguous/<policy>/<agg>``: rows in verl's order, 4 rows per micro-batch: each group in one
+  micro-batch of one rank (in-run path; with 2 processes groups 0-1 on rank 0, 2-3 on rank 1);
+* ``interleaved/<policy>``: rows reordered so that every micro-batch of 2 rows mixes groups and
+  every group spans both ranks (second pass, gathered rows);
+* ``failure``: two full ``train_batch`` steps (backward + optimizer); step 0 has a failure injected
+  on the last rank only: every rank must finish both steps, agree that step 0's geometry failed
+  (with the injected reason) and measure step 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import verl_harness as H
+
+from real_model import verl_cpu as vc
+
+
+def main() -> None:
+    model_dir, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    rank, world = vc.init_process_group()
+    vc.register_cpu_platform()
+    import torch
+    from verl.utils import tensordict_utils as tu
+
+    from real_model import verl_geometry as vg
+
+    path = vc.save_tiny_llama(model_dir)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig())
+    batch = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
+    out: dict = {"world": world, "rank": rank}
+    policies = ("vanilla", "gspo", "cispo", "sapo")
+    for policy in policies:
+        for agg in (H.AGG_MODES if policy != "sapo" else ("token-mean",)):
+            engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+            data = vc.rank_slice(batch, rank, world, micro_batch_size=4)
+            loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=policy,
+                                   loss_agg_mode=agg)
+            out[f"contiguous/{policy}/{agg}"] = _public(H.check_step(engine, path, data, loss))
+    mixed = tu.index_select_tensor_dict(batch, H.INTERLEAVED)
+    for policy in policies:
+        engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+        data = vc.rank_slice(mixed, rank, world, micro_batch_size=2)
+        loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, loss_mode=policy)
+        out[f"interleaved/{policy}"] = _public(H.check_step(engine, path, data, loss))
+    out["failure"] = _failure_scenario(engine, batch, rank, world, vg, torch)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(out))
+
+
+def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+    real = vg._row_meta
+
+    def broken(*a, **k):
+        raise RuntimeError(f"injected failure on rank {rank}")
+
+    steps = []
+    loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    for step in range(2):
+        vg._row_meta = broken if (step == 0 and rank == world - 1) else real
+        data = vc.rank_slice(batch, rank, world, micro_batch_size=4)
+        with engine.train_mode():
+            res = engine.train_batch(data, loss)
+        vg._row_meta = real
+        rec = engine.geometry.last_record
+        steps.append({"failed": res["metrics"]["geometry/failed"][0],
+                      "reasons": rec.get("failed"), "finished": True})
+    checksum = float(sum(float(p.full_tensor().double().sum())
+                         for p in engine.module.parameters()))
+    return {"steps": steps, "param_checksum": checksum}
+
+
+def _public(res: dict) -> dict:
+    return {k: v for k, v in res.items() if k != "metrics"}
+
+
+if __name__ == "__main__":
+    main()
