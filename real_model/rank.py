@@ -45,13 +45,12 @@ from ._io import (
     rewrite_jsonl,
 )
 from .config import RankConfig
-from .data import binary_reward, load_problems
-from .outputs import rank_table_markdown, summarize_rank, write_rank_results
-from .rollouts import sample_problem_groups
+from .data import Problem, ProblemSet, binary_reward, load_problems
+from .outputs import write_rank_results
+from .rollouts import RolloutBatch, sample_problem_groups
 
-# RankConfig, load_problems, summarize_rank and rank_table_markdown: trl_train.py imports them from
-# here (kept for it; their homes are real_model.config, .data and .outputs)
-__all__ = ["run_rank", "RankConfig", "load_problems", "summarize_rank", "rank_table_markdown"]
+# RankConfig is real_model.config's, importable from here too (real rank's configuration)
+__all__ = ["run_rank", "RankConfig", "pending_prompts", "BlockSampler", "rank_record"]
 
 
 @locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
@@ -77,11 +76,35 @@ def run_rank(
     """
     from tqdm.auto import tqdm
 
-    from .geometry import group_gram, nested_group_geometry
     from .loading import load_model
+
     cfg.validate()  # before any file is written or the model is loaded
     problem_set = load_problems(cfg, cfg.prompts)
     out = Path(out_dir)
+    jsonl = out / "results.jsonl"
+    todo = pending_prompts(out, cfg, overwrite=overwrite)
+    if loaded is None:
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
+    reward = binary_reward if reward_fn is None else reward_fn
+    t_start = time.perf_counter()
+    blocks = BlockSampler(loaded, cfg, problem_set)
+    for i in tqdm(todo, desc="real rank", disable=not progress):
+        batch, sample_s = blocks.group(i)
+        append_jsonl(jsonl, rank_record(loaded.model, cfg, problem_set.problems[i], i, batch,
+                                        reward=reward, sample_s=sample_s))
+    records = sorted(read_jsonl(jsonl), key=lambda r: r["prompt_index"])
+    records = [r for r in records if r["prompt_index"] < cfg.prompts]
+    return write_rank_results(out, cfg, loaded, records, wall_s=time.perf_counter() - t_start,
+                              results_jsonl=jsonl)
+
+
+def pending_prompts(out: Path, cfg: RankConfig, *, overwrite: bool) -> list[int]:
+    """The prompt indices ``< cfg.prompts`` that ``out/results.jsonl`` does not hold yet.
+
+    Creates ``out``; with ``overwrite``, first deletes the earlier run's files. The records there,
+    and ``config.json``, must have been written under ``cfg``'s resume key (else a
+    ``ValueError`` names the differing options); a truncated last line is dropped.
+    """
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "results.jsonl"
     if overwrite:
@@ -93,57 +116,72 @@ def run_rank(
     check_config(out / "config.json", key)
     rewrite_jsonl(jsonl, done)  # drops a truncated last line, if any
     have = {int(r["prompt_index"]) for r in done}
-    todo = [i for i in range(cfg.prompts) if i not in have]
-    if loaded is None:
-        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
-    R_max = max(cfg.R_values)
-    reward = binary_reward if reward_fn is None else reward_fn
-    t_start = time.perf_counter()
-    B = cfg.rollout_batch
-    sampled: dict[int, Any] = {}
-    for i in tqdm(todo, desc="real rank", disable=not progress):
-        prob = problem_set.problems[i]
-        if i not in sampled:
-            # blocks of prompt indices [kB, (k+1)B) cut at cfg.prompts: a resumed run resamples a
-            # partly written block in full, so every group sees the same batch as uninterrupted
+    return [i for i in range(cfg.prompts) if i not in have]
+
+
+class BlockSampler:
+    """The group of prompt ``i``, sampled with the other prompts of its block.
+
+    Blocks are the prompt indices ``[kB, (k+1)B)`` (``B = cfg.rollout_batch``) cut at
+    ``cfg.prompts``: a resumed run resamples a partly written block in full, so every group sees
+    the same batch as in the uninterrupted run. A block is sampled when one of its prompts is
+    first asked for and kept until each of its groups has been taken.
+    """
+
+    def __init__(self, loaded: Any, cfg: RankConfig, problem_set: ProblemSet) -> None:
+        self.loaded, self.cfg, self.problem_set = loaded, cfg, problem_set
+        self.sampled: dict[int, RolloutBatch] = {}
+        self.sample_s = 0.0
+
+    def group(self, i: int) -> tuple[RolloutBatch, float]:
+        """Prompt ``i``'s group of ``max(R_values)`` completions, and the sampling time per group
+        of its block (seconds, the block's average)."""
+        if i not in self.sampled:
+            B, cfg = self.cfg.rollout_batch, self.cfg
             block = range((i // B) * B, min((i // B + 1) * B, cfg.prompts))
             t0 = time.perf_counter()
-            groups = sample_problem_groups(loaded.model, loaded.tokenizer, cfg, problem_set,
-                                           list(block), R=R_max, batch_prompts=B)
-            sample_s = (time.perf_counter() - t0) / len(block)  # per group, block average
-            sampled = dict(zip(block, groups, strict=True))
-        batch = sampled.pop(i)
-        t1 = time.perf_counter()
-        rewards = np.array([reward(t, prob.answer) for t in batch.texts])
-        K = group_gram(loaded.model, batch, method=cfg.gram_method)
-        t2 = time.perf_counter()
-        geo = nested_group_geometry(
-            K,
-            rewards,
-            batch.lengths,
-            R_values=sorted(cfg.R_values),
-            estimators=cfg.estimators,
-            aggregation=cfg.aggregation,
-            max_tokens=cfg.max_new_tokens,
-        )
-        append_jsonl(
-            jsonl,
-            {
-                "prompt_index": i,
-                "question": prob.question,
-                "gold": str(prob.answer),
-                "texts": batch.texts,
-                "rewards": rewards,
-                "lengths": batch.lengths,
-                "stop_reasons": batch.stop_reasons,
-                "prompt_tokens": batch.prompt_length,
-                "K": K,
-                "by_R": {str(k): v for k, v in geo.items()},
-                "time_s": {"sample": sample_s, "gram": t2 - t1},
-                "config": key,
-            },
-        )
-    records = sorted(read_jsonl(jsonl), key=lambda r: r["prompt_index"])
-    records = [r for r in records if r["prompt_index"] < cfg.prompts]
-    return write_rank_results(out, cfg, loaded, records, wall_s=time.perf_counter() - t_start,
-                              results_jsonl=jsonl)
+            groups = sample_problem_groups(self.loaded.model, self.loaded.tokenizer, cfg,
+                                           self.problem_set, list(block), R=max(cfg.R_values),
+                                           batch_prompts=B)
+            self.sample_s = (time.perf_counter() - t0) / len(block)
+            self.sampled = dict(zip(block, groups, strict=True))
+        return self.sampled.pop(i), self.sample_s
+
+
+def rank_record(
+    model: Any,
+    cfg: RankConfig,
+    problem: Problem,
+    index: int,
+    batch: RolloutBatch,
+    *,
+    reward: Callable[[str, Any], float],
+    sample_s: float,
+) -> dict[str, Any]:
+    """One line of ``results.jsonl``: prompt ``index``'s group ``batch``, its rewards, its Gram
+    ``K`` (:func:`~real_model.geometry.group_gram`) and the nested geometry of every ``R`` in
+    ``cfg.R_values`` (:func:`~real_model.geometry.nested_group_geometry`), with the timings and
+    the run's resume key (``config``)."""
+    from .geometry import group_gram, nested_group_geometry
+
+    t1 = time.perf_counter()
+    rewards = np.array([reward(t, problem.answer) for t in batch.texts])
+    K = group_gram(model, batch, method=cfg.gram_method)
+    t2 = time.perf_counter()
+    geo = nested_group_geometry(K, rewards, batch.lengths, R_values=sorted(cfg.R_values),
+                                estimators=cfg.estimators, aggregation=cfg.aggregation,
+                                max_tokens=cfg.max_new_tokens)
+    return {
+        "prompt_index": index,
+        "question": problem.question,
+        "gold": str(problem.answer),
+        "texts": batch.texts,
+        "rewards": rewards,
+        "lengths": batch.lengths,
+        "stop_reasons": batch.stop_reasons,
+        "prompt_tokens": batch.prompt_length,
+        "K": K,
+        "by_R": {str(k): v for k, v in geo.items()},
+        "time_s": {"sample": sample_s, "gram": t2 - t1},
+        "config": cfg.resume_key(),
+    }

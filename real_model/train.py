@@ -70,7 +70,7 @@ from .checkpoint import (
 )
 from .config import RankConfig
 from .data import ProblemSet, binary_reward, load_problems
-from .outputs import train_figure, train_step_record, train_table_markdown, write_train_results
+from .outputs import train_step_record, write_train_results
 from .rollouts import sample_problem_groups
 
 # CHECKPOINT_KEYS, default_cache_dir and load_checkpoint are real_model.checkpoint's, importable
@@ -79,12 +79,6 @@ __all__ = [
     "TrainConfig", "GRPOStep", "grpo_loss", "grpo_step", "run_train", "CHECKPOINT_KEYS",
     "default_cache_dir", "load_checkpoint",
 ]
-
-# trl_train.py imports these two private names from here (kept for it: use
-# real_model.outputs.train_table_markdown and train_figure)
-_table = train_table_markdown
-_figure = train_figure
-
 
 @dataclass(frozen=True)
 class TrainConfig(RankConfig):
