@@ -13,11 +13,18 @@ of each per round, so that load changes hit all modes alike), median step time p
 * ``every 10``: geometry and score Gram at every 10th step (one engine state across the rounds;
   its MEAN step time is the amortised cost, the median would miss the measured steps).
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/bench_verl_geometry.py
-    PYTHONPATH=$PWD torchrun --nproc_per_node 2 benchmarks/bench_verl_geometry.py
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_verl_geometry.py
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 benchmarks/bench_verl_geometry.py
 
-Needs the ``verl`` extra. Timings on a shared CPU are noisy: compare the ratios of one run; the
-load average is printed with them.
+``--kinds`` adds a fifth mode, in-run with timers around the core's per-module contributions,
+and prints where the in-run overhead goes per step: Linear layers by identity (``identity``:
+from the ``[N, N]`` token kernels, "ghost" norms) and per-sample method, norms, the embedding,
+the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, the extra autograd
+nodes, building the captures, the per-step protocol) as the difference.
+
+Needs the ``verl`` extra. Timings on a shared CPU are noisy: compare the ratios of one run (the
+modes run interleaved, one step each per round); the load average (``os.getloadavg``, as
+``uptime`` prints it) is printed at the start and the end.
 """
 
 from __future__ import annotations
@@ -43,7 +50,10 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds (one step per mode)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    ap.add_argument("--kinds", action="store_true",
+                    help="also time the in-run overhead per module kind (an extra mode)")
     args = ap.parse_args()
+    load0 = os.getloadavg()
 
     from real_model import verl_cpu as vc
 
@@ -66,9 +76,14 @@ def main() -> None:
         "in-run + score": vg.GeometryConfig(),
         "every 10": vg.VerlGeometry(vg.GeometryConfig(every=10)),
     }
+    timers = KindTimers() if args.kinds else None
+    if timers is not None:
+        modes["in-run (timed)"] = vg.GeometryConfig(score_every=0)
     times: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(args.warmup + args.rounds):
         for mode, cfg in modes.items():
+            if timers is not None:
+                timers.active = mode == "in-run (timed)" and r >= args.warmup
             if isinstance(cfg, vg.VerlGeometry):
                 engine.geometry = cfg
                 if r == args.warmup:
@@ -83,15 +98,71 @@ def main() -> None:
             if r >= args.warmup:
                 times[mode].append(dt)
     if rank == 0:
-        _report(args, world, times)
+        _report(args, world, times, load0)
+        if timers is not None:
+            timers.report(args.rounds, statistics.median(times["in-run"])
+                          - statistics.median(times["off"]))
 
 
-def _report(args: Any, world: int, times: dict[str, list[float]]) -> None:
+class KindTimers:
+    """Wall time of the core's per-module contributions, by kind, while ``active``."""
+
+    def __init__(self) -> None:
+        from real_model import _gram_modules as gm
+        from real_model import gram_capture as gc
+
+        self.active = False
+        self.seconds: dict[str, float] = {}
+        self._wrap(gc.GramCapture, "_contribute", self._kind_of_call)
+        self._wrap(gc.PackedRows, "unpack", lambda *a, **k: "  of which unpacking (all)")
+        self._wrap(gm, "linear_weight_gram_identity",
+                   lambda *a, **k: "  of which Linear identity")
+        self._wrap(gm, "linear_weight_gram_per_sample",
+                   lambda *a, **k: "  of which Linear per-sample")
+
+    @staticmethod
+    def _kind_of_call(cap: Any, call: Any, *args: Any, **kwargs: Any) -> str:
+        kind = cap.plan.modules[call.name][1]
+        if kind == "linear":
+            return "LM head" if call.name in cap.embedding_of_head or call.name.endswith(
+                "lm_head") else "linear layers"
+        return {"embedding": "embedding", "generic": "norms"}.get(kind, kind)
+
+    def _wrap(self, owner: Any, name: str, label: Any) -> None:
+        fn = getattr(owner, name)
+        timers = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not timers.active:
+                return fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                key = label(*args, **kwargs)
+                timers.seconds[key] = timers.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+    def report(self, rounds: int, overhead: float) -> None:
+        print(f"in-run overhead per step, by kind (timed mode; median overhead "
+              f"{overhead * 1e3:.1f} ms):")
+        total = 0.0
+        for key, sec in sorted(self.seconds.items()):
+            ms = 1e3 * sec / rounds
+            total += 0 if key.startswith(" ") else ms
+            print(f"  {key:<28}{ms:>9.2f} ms")
+        print(f"  {'rest (hooks, taps, protocol)':<28}{overhead * 1e3 - total:>9.2f} ms")
+
+
+def _report(args: Any, world: int, times: dict[str, list[float]],
+            load0: tuple[float, float, float]) -> None:
     import torch
 
     base = statistics.median(times["off"])
     print(f"verl {_version('verl')}, torch {torch.__version__}, {world} process(es), CPU threads "
-          f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+          f"{torch.get_num_threads()}, load average {load0[0]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end")
     print(f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; "
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds")
@@ -100,6 +171,7 @@ def _report(args: Any, world: int, times: dict[str, list[float]]) -> None:
     for mode, ts in times.items():
         med, mean = statistics.median(ts), statistics.fmean(ts)
         print(f"{mode:<16}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
+    print("(ratios: each mode's median (mean) step over the plain engine's, modes interleaved)")
     inrun = statistics.median(times["in-run"]) / base - 1
     every10 = statistics.fmean(times["every 10"]) / mean0 - 1
     print(f"in-run geometry overhead, every step: {100 * inrun:+.1f}% of the step (medians); "

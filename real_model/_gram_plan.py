@@ -8,11 +8,12 @@ shared only as an Embedding weight tied to one Linear weight (the LM head).
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 
 from torch import nn
 
-__all__ = ["Plan", "GENERIC_MAX_PARAMS"]
+__all__ = ["Plan", "GENERIC_MAX_PARAMS", "plan_of"]
 
 GENERIC_MAX_PARAMS = 1 << 20
 
@@ -78,3 +79,20 @@ class Plan:
             f"{names}: {why}; the exact Gram handles nn.Linear, nn.Embedding and small leaf "
             "modules (use method='naive', or set requires_grad=False on these parameters)"
         )
+
+
+_PLANS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[tuple[int, bool], ...], Plan]] = (
+    weakref.WeakKeyDictionary())
+
+
+def plan_of(model: nn.Module) -> Plan:
+    """``Plan(model)``, reused while the model's parameters (objects and ``requires_grad``) are
+    the same: a trainer builds one capture per micro-batch, and walking every module each time
+    is a measurable part of a small step. A change of the parameters builds a new plan."""
+    key = tuple((id(p), bool(p.requires_grad)) for p in model.parameters())
+    hit = _PLANS.get(model)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    plan = Plan(model)
+    _PLANS[model] = (key, plan)
+    return plan

@@ -76,6 +76,7 @@ __all__ = [
     "pass_fixed_bytes",
     "plan_passes",
     "default_memory_budget",
+    "reshard_fsdp",
 ]
 
 Method = Literal["exact", "naive"]
@@ -457,6 +458,57 @@ def _grads_kept(model: nn.Module) -> Iterator[None]:
             p.grad = g
 
 
+def reshard_fsdp(model: nn.Module) -> None:
+    """Reshard every FSDP2 module (``torch.distributed.fsdp.FSDPModule``) of ``model``.
+
+    Call after a Gram pass on an FSDP2 model: its backward asks for no parameter gradient, so
+    FSDP's post-backward resharding may not run, and stale unsharded weights would then serve
+    the next forward after the optimizer step. No-op without FSDP2 modules; every process of
+    the FSDP group must call it (resharding frees, it does not communicate).
+    """
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
+def _fsdp_roots(model: nn.Module) -> list[nn.Module]:
+    """The outermost FSDP2 modules of ``model`` (none without FSDP2)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return []
+    roots: list[tuple[str, nn.Module]] = []
+    for name, m in model.named_modules():
+        if isinstance(m, FSDPModule) and not any(
+                name == r or name.startswith(r + ".") or r == "" for r, _ in roots):
+            roots.append((name, m))
+    return [m for _, m in roots]
+
+
+@contextlib.contextmanager
+def _fsdp_unsharded_roots(model: nn.Module) -> Iterator[None]:
+    """FSDP2: the outermost FSDP modules' own parameters (the embedding, final norm and LM head
+    of a causal LM wrapped per layer) unsharded for the block, every FSDP module resharded after.
+
+    The tiled pass calls the backbone and reads the head's weight outside the root's forward,
+    where FSDP would otherwise leave them sharded (``DTensor``); unsharded before the capture is
+    built, a tied head and embedding are one tensor again, so the tie's cross terms are found.
+    Collective (an all-gather per root): every process must run the same passes.
+    """
+    roots = _fsdp_roots(model)
+    try:
+        for r in roots:
+            r.unshard()  # type: ignore[operator]
+        yield
+    finally:
+        if roots:
+            reshard_fsdp(model)
+
+
 def _gram_pass(
     model: nn.Module,
     ids: torch.Tensor,
@@ -471,24 +523,29 @@ def _gram_pass(
     """One forward + backward of ``L = sum_it w_it log pi(y_it)`` inside a :class:`GramCapture`.
 
     Returns ``(K or [K_b], logprobs [R, T] float64)`` (log-probs are 0 outside the window of
-    non-zero weights unless ``all_logprobs``). The backward asks autograd only for what the
-    capture needs (:meth:`GramCapture.grad_inputs`), so the batched weight gradients are never
-    formed; under reentrant checkpointing (no ``autograd.grad``) it runs ``.backward()`` and
-    restores ``.grad``.
+    non-zero weights unless ``all_logprobs``). A problem of the capture raises
+    :class:`GramCaptureError` after the backward has run to the end (never from inside it).
+    The backward asks autograd only for what the capture needs
+    (:meth:`GramCapture.grad_inputs`), so the batched weight gradients are never formed; under
+    reentrant checkpointing (no ``autograd.grad``) it runs ``.backward()`` and restores
+    ``.grad``.
     """
-    cap = GramCapture(model, blocks=blocks, linear_method=opts.linear_method,
-                      gram_precision=opts.gram_precision, chunk_size=opts.chunk_size,
-                      strict=True)
+    # not strict: a problem is recorded and raised by ``cap.result()`` AFTER the backward, so
+    # the forward and backward always run to the end; under FSDP every process then runs the
+    # same collectives (all-gathers of the parameters) whatever failed on one of them
     window = _weight_window(w, all_logprobs)
-    with torch.enable_grad(), cap:
-        lp = _pass_logprobs(model, ids, am, pos, window, cap, opts)
-        loss = (lp * w[:, window[0] : window[1]].to(lp.dtype)).sum()
-        if loss.requires_grad:
-            if _reentrant_checkpointing(model):
-                with _grads_kept(model):
-                    loss.backward()
-            else:
-                torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
+    with _fsdp_unsharded_roots(model):  # FSDP2: before the capture reads the parameters
+        cap = GramCapture(model, blocks=blocks, linear_method=opts.linear_method,
+                          gram_precision=opts.gram_precision, chunk_size=opts.chunk_size)
+        with torch.enable_grad(), cap:
+            lp = _pass_logprobs(model, ids, am, pos, window, cap, opts)
+            loss = (lp * w[:, window[0] : window[1]].to(lp.dtype)).sum()
+            if loss.requires_grad:
+                if _reentrant_checkpointing(model):
+                    with _grads_kept(model):
+                        loss.backward()
+                else:
+                    torch.autograd.grad(loss, cap.grad_inputs(), allow_unused=True)
     full = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
     full[:, window[0] : window[1]] = lp.detach().to(torch.float64)
     return cap.result(), full

@@ -55,19 +55,28 @@ from torch import nn
 
 from real_model import _gram_modules as gm
 from real_model import _gram_triton
-from real_model._gram_plan import Plan
+from real_model._gram_plan import plan_of
 from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_tiles
 
 __all__ = [
     "GramCapture",
     "GramCaptureError",
+    "PackedRows",
     "active_dropout_modules",
+    "checkpointing_enabled",
     "product_dtype",
     "validate_blocks",
     "LINEAR_METHODS",
 ]
 
 LINEAR_METHODS = gm.LINEAR_METHODS
+
+
+NORM_CLOSED_FORM_CHECKED: dict[type, bool] = {}
+"""Verdict per norm class: does its closed-form per-row gradient (``gm.fast_leaf_grads``) match
+the generic per-row VJP? Checked at the class's first use in this process (a property of the
+class's ``forward`` code, not of one batch): a trainer builds one capture per micro-batch, and
+re-checking with the generic path in each was a large part of a small step's overhead."""
 
 
 def _in_backward() -> bool:
@@ -90,6 +99,14 @@ def product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
     low = {torch.bfloat16, torch.float16}
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.float32 if params and all(p.dtype in low for p in params) else torch.float64
+
+
+def checkpointing_enabled(model: nn.Module) -> bool:
+    """Whether a module of ``model`` runs activation checkpointing: a Hugging Face layer with
+    ``gradient_checkpointing=True`` (``gradient_checkpointing_enable``), or a module wrapped by
+    ``torch.distributed.algorithms._checkpoint`` (``CheckpointWrapper``)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True
+               or type(m).__name__ == "CheckpointWrapper" for m in model.modules())
 
 
 def active_dropout_modules(model: nn.Module) -> list[str]:
@@ -126,6 +143,7 @@ class _Call:
     held: Any = None  # embedding ids, or a generic module's arguments (tap slot = None)
     slot: int = 0  # position of the tapped input among the arguments
     delta: torch.Tensor | None = None
+    x: torch.Tensor | None = None  # the input, held (input_taps off: no tap node)
 
 
 class _InputTap(torch.autograd.Function):
@@ -172,6 +190,56 @@ class _Blocks:
 
 def _select_rows(t: torch.Tensor, *, idx: slice | torch.Tensor) -> torch.Tensor:
     return t[idx] if isinstance(idx, slice) else t.index_select(0, idx.to(t.device))
+
+
+class PackedRows:
+    """Rows packed into one sequence (``segments``: cumulative lengths, as ``cu_seqlens``).
+
+    Remove-padding trainers (verl's ``use_remove_padding=True``, flash-attention varlen) run a
+    micro-batch of ``n`` rows as ONE sequence ``[1, N, ...]`` with ``N = segments[-1]`` tokens
+    (possibly followed by padding), row ``i`` holding tokens ``segments[i]:segments[i + 1]``;
+    attention stays within a row. :meth:`unpack` lays a packed tensor out batch-first,
+    ``[n, T_max, ...]``, zeros where a row has no token: padded positions carry zero input and
+    zero gradient, so the per-row identities add nothing there (exact).
+    """
+
+    def __init__(self, segments: Any, device: torch.device) -> None:
+        seg = torch.as_tensor(segments).detach().reshape(-1).cpu().long()
+        lengths = seg[1:] - seg[:-1] if seg.numel() else seg
+        if seg.numel() < 2 or int(seg[0]) != 0 or bool((lengths < 0).any()):
+            raise ValueError("segments must be cumulative row lengths [0, l_0, l_0 + l_1, ...] "
+                             f"(non-decreasing, from 0, at least one row), got {seg.tolist()}")
+        self.n = int(lengths.numel())
+        self.tokens = int(seg[-1])
+        self.T = max(1, int(lengths.max()))
+        row = torch.repeat_interleave(torch.arange(self.n), lengths)
+        col = torch.arange(self.tokens) - torch.repeat_interleave(seg[:-1], lengths)
+        self.index = (row * self.T + col).to(device)  # packed position -> padded [n, T] position
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def is_packed(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` is one packed sequence ``[1, >= N, ...]`` of these rows."""
+        return x.dim() >= 2 and x.shape[0] == 1 and x.shape[1] >= self.tokens
+
+    def unpack_shared(self, t: torch.Tensor) -> torch.Tensor:
+        """:meth:`unpack`, reusing the last result when ``t`` is the same memory (modules that
+        share one input, e.g. the q/k/v projections, complete one after the other)."""
+        last = self._last
+        if last is not None:
+            src, out = last
+            if (src.data_ptr() == t.data_ptr() and src.shape == t.shape and src.dtype == t.dtype
+                    and src.stride() == t.stride() and src._version == t._version):
+                return out  # ``src`` is held: its memory cannot be another tensor's now
+        out = self.unpack(t)
+        self._last = (t, out)
+        return out
+
+    def unpack(self, t: torch.Tensor, fill: Any = 0) -> torch.Tensor:
+        """``[1, N(+pad), ...]`` -> ``[n, T_max, ...]``, ``fill`` where a row has no token."""
+        flat = t[0, : self.tokens]
+        out = flat.new_full((self.n * self.T, *flat.shape[1:]), fill)
+        out.index_copy_(0, self.index.to(flat.device), flat)
+        return out.reshape(self.n, self.T, *flat.shape[1:])
 
 
 @dataclass
@@ -223,6 +291,22 @@ class GramCapture:
         chunk_size: entries of one temporary block (default: ``gm.default_chunk_size``).
         strict: raise :class:`GramCaptureError` inside the host's forward/backward at the first
             problem instead of recording it.
+        input_taps: how a module's input reaches its contribution. ``True``: an identity
+            autograd node on the input saves it (activation checkpointing then drops and
+            recomputes it like any saved activation; the extra nodes can change the order in
+            which float32 gradient terms of a shared input are summed, ~1e-7 relative).
+            ``False``: the forward hook holds the input and the output's gradient hook adds the
+            contribution; the host's autograd graph is untouched (``.grad`` bit-identical in
+            any dtype) and the per-call cost is lower, but under activation checkpointing the
+            held inputs would stay in memory, and the host must backpropagate with
+            ``.backward()`` (``torch.autograd.grad`` runs only the part of the graph it is asked
+            for: modules off that part are reported as uncounted). ``None``: taps only when a
+            module of the model has gradient checkpointing on (:func:`checkpointing_enabled`).
+            Default ``True``.
+        segments: packed rows (remove-padding micro-batches): cumulative row lengths
+            ``[0, l_0, l_0 + l_1, ..., N]`` (``cu_seqlens``) of ``n`` rows packed into one
+            sequence; modules then take ``[1, N(+pad), ...]`` inputs (:class:`PackedRows`).
+            ``blocks`` index these ``n`` rows. Default ``None``: batch-first rows.
 
     Usage: enter, run ONE forward + backward over ``n`` rows (batch-first inputs), exit; then
     :meth:`result` (float64 ``[n, n]``, or one matrix per block), :meth:`coverage` and
@@ -239,6 +323,8 @@ class GramCapture:
         gram_precision: str = "auto",
         chunk_size: int | None = None,
         strict: bool = False,
+        segments: Any = None,
+        input_taps: bool | None = True,
     ) -> None:
         if linear_method not in LINEAR_METHODS:
             raise ValueError(
@@ -246,7 +332,7 @@ class GramCapture:
             )
         if chunk_size is not None and int(chunk_size) < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        self.plan = Plan(model)
+        self.plan = plan_of(model)
         if not self.plan.modules:
             raise ValueError("model has no parameter with requires_grad=True: the rows are empty")
         self.model = model
@@ -261,6 +347,8 @@ class GramCapture:
         self.anchor = torch.zeros((), device=dev, requires_grad=True)
         self.n: int | None = None
         self.acc: _Blocks | None = None
+        self.packed = None if segments is None else PackedRows(segments, dev)
+        self.input_taps = checkpointing_enabled(model) if input_taps is None else bool(input_taps)
         self.counts: dict[str, int] = defaultdict(int)
         self.called: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
@@ -270,7 +358,7 @@ class GramCapture:
         self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
         self.tied_rows: dict[str, torch.Tensor] = {}
         self.tied_values: dict[str, list[torch.Tensor]] = {}
-        self.norm_closed_form_ok: dict[type, bool] = {}
+        self.norm_closed_form_ok = NORM_CLOSED_FORM_CHECKED  # per process (see add_leaf)
         self._open: dict[str, list[_Call]] = defaultdict(list)
         self._handles: list[Any] = []
         self._trl: tuple[Any, Any] | None = None
@@ -301,6 +389,8 @@ class GramCapture:
         tapping only inside a backward; they go when its last tap is freed (weak finalizers).
         """
         self._exited = True
+        if not self.input_taps:  # nothing to recompute: the tensor hooks carry the backward
+            self._live = 0
         if self._trl is not None:
             utils, original = self._trl
             utils._ChunkedLogProbFunction = original
@@ -402,7 +492,10 @@ class GramCapture:
 
     # ----------------------------------------------------------------- forward side
     def _rows(self, name: str, x: torch.Tensor) -> None:
-        """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call)."""
+        """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call),
+        or, with ``segments``, one packed sequence of them."""
+        if self.packed is not None and self.packed.is_packed(x):
+            x = x.new_empty((self.packed.n, 1))
         if self.n is None:
             if x.dim() < 2:
                 raise GramCaptureError(f"module {name!r} got an input of shape "
@@ -426,7 +519,9 @@ class GramCapture:
         call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
         if call is None:
             return None
-        if kind == "embedding":
+        if kind == "embedding" or not self.input_taps:
+            if kind != "embedding":
+                call.x = args[call.slot]
             self._open[name].append(call)
             return None
         # outside the guard: checkpointing's early stop may raise through here, as it must
@@ -445,7 +540,8 @@ class GramCapture:
             ids = args[0]
             self._rows(name, ids)
             if name in self.tied_embeddings:
-                self.tied_rows[name] = torch.unique(ids.reshape(-1), sorted=True)
+                self.tied_rows[name] = torch.unique(self._unpacked_ids(ids).reshape(-1),
+                                                    sorted=True)
             return _Call(name, kind, held=ids.detach())
         slots = [i for i, v in enumerate(args)
                  if isinstance(v, torch.Tensor) and v.is_floating_point()]
@@ -469,7 +565,7 @@ class GramCapture:
         call = next((c for v in args if (c := getattr(v, self._attr, None)) is not None), None)
         if call is None:
             stack = self._open.get(name)
-            if not stack or self.plan.modules[name][1] != "embedding":
+            if not stack or (self.input_taps and self.plan.modules[name][1] != "embedding"):
                 return None
             call = stack.pop()
         if self.failed:
@@ -499,6 +595,10 @@ class GramCapture:
         if call.kind == "embedding":
             self.counts[call.name] += 1
             self._contribute(call, call.held, delta)
+        elif call.x is not None:  # no tap: the input was held by the forward hook
+            x, call.x = call.x, None
+            self.counts[call.name] += 1
+            self._contribute(call, x, delta)
         else:
             call.delta = delta
         return None
@@ -516,8 +616,23 @@ class GramCapture:
         self.counts[call.name] += 1
         self._contribute(call, x, delta)
 
+    def _unpacked_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Packed token ids laid out batch-first; padded slots repeat an id of the batch (their
+        gradient is zero, and the tied head's rows then cover every id)."""
+        if self.packed is None or not self.packed.is_packed(ids) or self.packed.tokens == 0:
+            return ids
+        return self.packed.unpack(ids, fill=ids[0, 0])
+
     def _contribute(self, call: _Call, x: Any, delta: torch.Tensor) -> None:
         mod, kind, names = self.plan.modules[call.name]
+        if self.packed is not None and self.packed.is_packed(delta):
+            if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
+                self._guard(call.name, lambda: self.fail(
+                    f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
+                    "packed micro-batch (segments): unsupported by the capture"))
+                return
+            x = self._unpacked_ids(x) if kind == "embedding" else self.packed.unpack_shared(x)
+            delta = self.packed.unpack(delta)
         self._busy = True
         try:
             if kind == "linear":
@@ -588,8 +703,9 @@ class GramCapture:
         self, mod: nn.Module, names: list[str], args: tuple, delta: torch.Tensor
     ) -> None:
         """Per-row gradients of a small leaf module: closed-form norms (from a re-run of the
-        module's ``forward`` on the saved input, checked once per class against the generic
-        path), else per-row VJPs (``gm.generic_per_sample_grads``)."""
+        module's ``forward`` on the saved input, checked once per class and process against the
+        generic path: :data:`NORM_CLOSED_FORM_CHECKED`), else per-row VJPs
+        (``gm.generic_per_sample_grads``)."""
         assert self.acc is not None
         n, cls = self.n, type(mod)
         grads = None
@@ -635,6 +751,8 @@ class GramCapture:
             return None
         name = lin[0] if lin else self.plan.uses[id(bias)][0][0]
         self._rows(name, h)
+        if self.packed is not None and self.packed.is_packed(h):
+            h = self.packed.unpack(h)
         R, T, d = h.shape
         V = weight.shape[0]
         method = self.linear_method
@@ -665,6 +783,8 @@ class GramCapture:
 
     def _head_tile(self, st: _HeadState, v0: int, v1: int, dy: torch.Tensor) -> None:
         assert self.acc is not None
+        if self.packed is not None and dy.shape[:2] != st.h.shape[:2] and self.packed.is_packed(dy):
+            dy = self.packed.unpack(dy)
         cols = None
         if st.tied_rows is not None:
             lo, hi = torch.searchsorted(st.tied_rows, torch.tensor([v0, v1],

@@ -891,7 +891,9 @@ class TrlGeometryMeter:
                                     temperature=float(tr.temperature),
                                     group_size=int(tr.num_generations))
         finally:
-            _reshard_fsdp(model)
+            from .gram import reshard_fsdp
+
+            reshard_fsdp(model)
 
     def _step_record(self, st: _StepState) -> dict[str, Any]:
         tr = self.trainer
@@ -1021,19 +1023,6 @@ def _free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _reshard_fsdp(model: Any) -> None:
-    """Reshard every FSDP2 module after the Gram pass (its backward asks for no parameter
-    gradient, so FSDP's post-backward resharding may not run; stale unsharded weights would
-    then serve the next forward after the optimizer step)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch without FSDP2
-        return
-    for m in model.modules():
-        if isinstance(m, FSDPModule):
-            m.reshard()
 
 
 def _rng_devices() -> list[int]:

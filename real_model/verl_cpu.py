@@ -262,8 +262,8 @@ def save_tiny_llama(path: str | Path, *, seed: int = 0, hidden: int = 64, layers
 
 
 def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e-3,
-                engine_cls: Any = None, geometry: Any = None, use_remove_padding: bool = True
-                ) -> Any:
+                engine_cls: Any = None, geometry: Any = None, use_remove_padding: bool = True,
+                gradient_checkpointing: bool = False) -> Any:
     """verl's ``FSDPEngineWithLMHead`` (FSDP2, float32, SDPA) on this process group, initialised.
 
     Args:
@@ -273,6 +273,7 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
             :mod:`real_model.verl_geometry` for measured runs).
         geometry: a ``GeometryConfig`` for ``engine_cls`` (passed as its ``geometry`` option).
         use_remove_padding: verl's ``use_remove_padding`` (packed micro-batches; default True).
+        gradient_checkpointing: verl's ``enable_gradient_checkpointing`` (default False).
     """
     register_cpu_platform()
     from verl.trainer.config import CheckpointConfig
@@ -281,7 +282,8 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
     if engine_cls is None:
         from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead as engine_cls
     model_config = HFModelConfig(
-        path=str(model_path), load_tokenizer=False, enable_gradient_checkpointing=False,
+        path=str(model_path), load_tokenizer=False,
+        enable_gradient_checkpointing=gradient_checkpointing,
         use_remove_padding=use_remove_padding,
         override_config={"attn_implementation": "sdpa"},
     )

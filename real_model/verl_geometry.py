@@ -75,7 +75,7 @@ import torch
 from grpo_theory.spectral import DEFAULT_RTOL
 
 from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
-from .gram import trajectory_gram
+from .gram import reshard_fsdp, trajectory_gram
 from .gram_capture import GramCapture
 from .trl_geometry import TemperatureScaled
 
@@ -181,71 +181,13 @@ def tapped_log_probs(model_output: Mapping[str, Any], sink: list) -> dict[str, A
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-class VerlGramCapture(GramCapture):
-    """The core's :class:`GramCapture` with two adapter-local additions (until the core has them).
-
-    * **Packed micro-batches** (``segments``: verl's ``use_remove_padding=True`` packs the ``R``
-      rows of a micro-batch into ONE sequence ``[1, N]`` with ``cu_seqlens``; attention stays
-      within a row). The core takes batch-first rows; this class declares the ``R`` rows and,
-      before each module's per-row identities, unpacks the module's input and output gradient
-      from ``[1, N, ...]`` to zero-padded ``[R, T_max, ...]``: padded positions carry zero input
-      and zero gradient, so they add nothing (exact).
-    * **Closed-form norms.** The core re-runs a norm on its detached input, so autograd saves
-      only ``z`` of ``out = weight * z`` and the core's closed form never applies (every norm
-      takes the per-row ``vmap`` path). Re-running it on an input that requires grad makes
-      autograd save both factors; the core then uses (and checks once per class against the
-      ``vmap`` path) ``g_i = sum_t delta_it z_it``.
-    """
-
-    def __init__(self, model: torch.nn.Module, *, segments: torch.Tensor | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(model, **kwargs)
-        self.segments = None
-        if segments is not None:
-            seg = segments.detach().cpu().long()
-            lengths = seg[1:] - seg[:-1]
-            self.segments, self.R = seg, int(lengths.numel())
-            self.T = int(lengths.max()) if lengths.numel() else 0
-            row = torch.repeat_interleave(torch.arange(self.R), lengths)
-            col = torch.arange(int(seg[-1])) - torch.repeat_interleave(seg[:-1], lengths)
-            self.flat_index = row * self.T + col  # packed position -> padded [R, T] position
-
-    def _rows(self, name: str, x: torch.Tensor) -> None:
-        if (self.segments is not None and x.dim() >= 2 and x.shape[0] == 1
-                and x.shape[1] >= int(self.segments[-1])):
-            x = x.new_empty((self.R, 1))  # one packed sequence holding the R rows
-        super()._rows(name, x)
-
-    def unpack(self, t: torch.Tensor) -> torch.Tensor:
-        """``[1, N(+pad), ...]`` -> ``[R, T_max, ...]``, zeros where a row has no token."""
-        n = int(self.segments[-1])
-        flat = t[0, :n]
-        out = flat.new_zeros((self.R * self.T, *flat.shape[1:]))
-        out.index_copy_(0, self.flat_index.to(flat.device), flat)
-        return out.reshape(self.R, self.T, *flat.shape[1:])
-
-    def _contribute(self, call: Any, x: Any, delta: torch.Tensor) -> None:
-        if self.segments is None:
-            super()._contribute(call, x, delta)
-            return
-        if call.kind not in ("linear", "embedding") and any(
-                isinstance(v, torch.Tensor) for v in call.held or ()):
-            self.fail(f"module {call.name!r}: extra tensor arguments in a packed micro-batch")
-            return
-        super()._contribute(call, self.unpack(x), self.unpack(delta))
-
-    def add_leaf(self, mod: torch.nn.Module, names: list[str], args: tuple,
-                 delta: torch.Tensor) -> None:
-        args = tuple(v.detach().requires_grad_() if isinstance(v, torch.Tensor)
-                     and v.is_floating_point() else v for v in args)
-        super().add_leaf(mod, names, args, delta)
-
-
 def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
              blocks: list[list[int]], **options: Any) -> GramCapture:
-    """The capture of one verl micro-batch: batch-first, or packed (``segments``)."""
-    return VerlGramCapture(module, blocks=blocks, segments=segments, **options)
+    """The core's capture of one verl micro-batch: batch-first, or packed (``segments``: verl's
+    ``use_remove_padding=True`` runs the micro-batch as one sequence with ``cu_seqlens``).
+    verl backpropagates with ``loss.backward()``: without gradient checkpointing the capture
+    needs no input taps (``input_taps=None``), so verl's autograd graph is untouched."""
+    return GramCapture(module, blocks=blocks, segments=segments, input_taps=None, **options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,6 +446,10 @@ class VerlGeometry:
                     grams.update(_pass(model, kind, groups, plan, inputs, self.options))
             except Exception as e:
                 errors.append(f"second pass {i}: {type(e).__name__}: {e}")
+        try:
+            reshard_fsdp(engine.module)  # every rank, whatever its passes did
+        except Exception as e:
+            errors.append(f"resharding after the second passes: {type(e).__name__}: {e}")
         return errors, grams
 
     def _build_payload(self, step: int, plan: _Plan, results: list, t_step: float,

@@ -22,7 +22,7 @@ from torch import nn
 
 pytest.importorskip("transformers")
 
-from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
+from test_real_gram import V, batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 
 from real_model import _gram_modules as gm  # noqa: E402
 from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
@@ -183,7 +183,10 @@ def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
 
 def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
     """Each RMSNorm's per-row gradient comes from the closed form; the generic per-row VJP runs
-    only once per module class (the check of that closed form)."""
+    only once per module class and process (the check of that closed form), not per capture."""
+    from real_model import gram_capture
+
+    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {})  # a fresh process
     model = llama(tied=True, bias=True, kv_heads=2, pad=0)
     calls = {"fast": 0, "generic": 0}
     fast, generic = gm.fast_leaf_grads, gm.generic_per_sample_grads
@@ -204,6 +207,10 @@ def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
         (token_logprobs(model, ids, am) * cm).sum().backward()
     assert cap.ok
     assert calls == {"fast": 5, "generic": 1}  # 2 layers x 2 norms + the final norm
+    with GramCapture(model) as cap:  # the next capture (micro-batch) trusts the verdict
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert cap.ok and calls == {"fast": 10, "generic": 1}
+    assert gram_capture.NORM_CLOSED_FORM_CHECKED == {type(model.model.norm): True}
 
 
 # ----------------------------------------------------------------------------- coverage
@@ -303,3 +310,173 @@ def test_active_dropout_modules_names_every_active_dropout():
     assert len(names) == 3
     model.eval()
     assert active_dropout_modules(model) == []
+
+
+# ------------------------------------------------------------------ packed rows (segments)
+def packed_batch(lengths, seed=0):
+    """Rows of ``lengths`` tokens packed into one sequence ``[1, N]`` (positions restart per
+    row; a block-diagonal causal 4-D mask keeps attention within each row, as varlen attention
+    does), per-token weights ``u`` (0 on each row's last token, which scores nothing)."""
+    g = torch.Generator().manual_seed(seed)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    N = int(cu[-1])
+    ids = torch.randint(1, V, (1, N), generator=g)
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    u = torch.randn(N, generator=g, dtype=torch.float64)
+    u[cu[1:] - 1] = 0.0
+    return cu, ids, pos, u
+
+
+def varlen_mask(cu):
+    """``[1, 1, N, N]`` boolean mask: token ``t`` sees ``t' <= t`` of its own row."""
+    N = int(cu[-1])
+    row = torch.repeat_interleave(torch.arange(cu.numel() - 1), cu[1:] - cu[:-1])
+    causal = torch.arange(N)[:, None] >= torch.arange(N)[None, :]
+    return ((row[:, None] == row[None, :]) & causal)[None, None]
+
+
+def packed_terms(model, ids, pos, u, cu):
+    """Per-row terms ``L_i = sum_t u_t log pi(ids[t + 1] | row i up to t)``, one packed forward."""
+    def terms():
+        logits = model(input_ids=ids, position_ids=pos,
+                       attention_mask=varlen_mask(cu)).logits[0].double()
+        lp = torch.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+        tok = torch.cat([lp, lp.new_zeros(1)]) * u  # position t scores token t + 1
+        return torch.stack([tok[int(a):int(b)].sum() for a, b in zip(cu[:-1], cu[1:],
+                                                                       strict=True)])
+    return terms
+
+
+@pytest.mark.parametrize("which", ["tied", "untied"])
+def test_packed_rows_equal_the_per_row_reference(request, which):
+    """``segments`` (cu_seqlens): ``n`` rows packed into one ``[1, N]`` sequence give the same
+    Gram as per-row autograd of the same packed forward (tied head and embedding included)."""
+    model = request.getfixturevalue(which)
+    cu, ids, pos, u = packed_batch([5, 3, 7, 4])
+    terms = packed_terms(model, ids, pos, u, cu)
+    K_ref = per_row_gram(model, terms)
+    blocks = [[0, 2], [1, 3]]
+    with GramCapture(model, segments=cu, blocks=blocks) as cap:
+        terms().sum().backward()
+    model.zero_grad(set_to_none=True)
+    assert cap.ok, cap.problems()
+    assert cap.n == 4 and set(cap.coverage().values()) == {1}
+    for b, K in zip(blocks, cap.result(), strict=True):
+        assert rel_err(K, K_ref[b][:, b]) <= RTOL
+
+
+def test_packed_rows_with_trailing_padding_and_full_gram(untied):
+    """Tokens after ``segments[-1]`` (a packed sequence padded to a fixed length) are not rows."""
+    cu, ids, pos, u = packed_batch([4, 6, 2], seed=1)
+    ids = torch.cat([ids, torch.zeros(1, 3, dtype=ids.dtype)], 1)
+    pos = torch.cat([pos, torch.arange(3)[None]], 1)
+    u = torch.cat([u, u.new_zeros(3)])
+    cu_ext = torch.cat([cu, cu.new_tensor([int(cu[-1]) + 3])])  # the padding as a 4th row
+    terms = packed_terms(untied, ids, pos, u, cu_ext)
+    K_ref = per_row_gram(untied, terms)[:3, :3]
+    with GramCapture(untied, segments=cu) as cap:
+        terms().sum().backward()
+    untied.zero_grad(set_to_none=True)
+    assert rel_err(cap.result(), K_ref) <= RTOL
+
+
+def test_packed_rows_unpack_by_hand():
+    from real_model.gram_capture import PackedRows
+
+    p = PackedRows([0, 2, 3], torch.device("cpu"))
+    assert (p.n, p.tokens, p.T) == (2, 3, 2)
+    x = torch.tensor([[[1.0], [2.0], [3.0], [9.0]]])  # [1, N + 1 padding, 1]
+    assert p.is_packed(x) and not p.is_packed(x[:, :2])
+    assert p.unpack(x)[..., 0].tolist() == [[1.0, 2.0], [3.0, 0.0]]
+    assert p.unpack(x, fill=7.0)[..., 0].tolist() == [[1.0, 2.0], [3.0, 7.0]]
+    for bad in ([], [0], [1, 3], [0, 3, 2]):
+        with pytest.raises(ValueError, match="segments"):
+            PackedRows(bad, torch.device("cpu"))
+
+
+def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeypatch, untied):
+    """``trajectory_gram``'s capture records problems and raises after the backward: under FSDP
+    every process runs the whole forward and backward (the same collectives) whatever failed."""
+    seen: list[str] = []
+    spy = GramCapture._on_delta
+
+    def on_delta(self, call, delta):
+        seen.append(call.kind)
+        return spy(self, call, delta)
+
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("boom in a Linear")
+
+    monkeypatch.setattr(GramCapture, "_on_delta", on_delta)
+    monkeypatch.setattr(GramCapture, "add_linear", boom)
+    ids, am, cm = batch(R=2, T=6)
+    with pytest.raises(GramCaptureError, match="boom in a Linear"):
+        trajectory_gram(untied, ids, am, cm)
+    assert seen[-1] == "embedding"  # the gradient reached the first module: backward complete
+
+
+def test_the_module_plan_is_reused_until_the_parameters_change():
+    from real_model._gram_plan import plan_of
+
+    model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2))
+    assert plan_of(model) is plan_of(model)
+    first = plan_of(model)
+    model[0].weight.requires_grad_(False)
+    assert plan_of(model) is not first and "0" in plan_of(model).modules  # bias still trainable
+    model[0].bias.requires_grad_(False)
+    assert "0" not in plan_of(model).modules
+
+
+# ------------------------------------------------------------------ without input taps
+@pytest.mark.parametrize("which", ["tied", "untied"])
+def test_without_input_taps_equals_naive_reference(request, which):
+    model = request.getfixturevalue(which)
+    ids, am, cm = batch(R=4, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    with GramCapture(model, input_taps=False, blocks=[[0, 1, 2, 3]]) as cap:
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    model.zero_grad(set_to_none=True)
+    assert cap.ok and set(cap.coverage().values()) == {1}
+    assert rel_err(cap.result()[0], K_ref) <= RTOL
+
+
+def test_without_input_taps_packed_rows_equal_the_per_row_reference(tied):
+    cu, ids, pos, u = packed_batch([4, 6, 3], seed=2)
+    terms = packed_terms(tied, ids, pos, u, cu)
+    K_ref = per_row_gram(tied, terms)
+    with GramCapture(tied, segments=cu, input_taps=False) as cap:
+        terms().sum().backward()
+    tied.zero_grad(set_to_none=True)
+    assert rel_err(cap.result(), K_ref) <= RTOL
+
+
+def test_without_input_taps_float32_host_grads_are_bit_identical():
+    """No tap node: the host's autograd graph is unchanged, so even float32 ``.grad`` (whose
+    sums over a shared input's consumers depend on their order) is bit for bit the same."""
+    model = llama(tied=True, bias=True, kv_heads=2, pad=0).float()
+    ids, am, cm = batch(R=3, T=9)
+
+    def step(**capture):
+        model.zero_grad(set_to_none=True)
+        if capture:
+            with GramCapture(model, **capture) as cap:
+                (token_logprobs(model, ids, am) * cm.float()).sum().backward()
+            assert cap.ok
+        else:
+            (token_logprobs(model, ids, am) * cm.float()).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    plain, direct = step(), step(input_taps=False)
+    assert all(torch.equal(a, b) for a, b in zip(plain, direct, strict=True))
+
+
+def test_input_taps_none_follows_gradient_checkpointing():
+    from real_model.gram_capture import checkpointing_enabled
+
+    model = llama(tied=False, seed=8)
+    assert not checkpointing_enabled(model)
+    assert GramCapture(model, input_taps=None).input_taps is False
+    model.gradient_checkpointing_enable()
+    assert checkpointing_enabled(model)
+    assert GramCapture(model, input_taps=None).input_taps is True
+    assert GramCapture(model).input_taps is True  # the default: taps

@@ -87,6 +87,20 @@ def test_failure_on_one_rank_is_agreed_and_both_ranks_finish(runs):
     assert ranks[0]["failure"]["param_checksum"] == ranks[1]["failure"]["param_checksum"]
 
 
+def test_failure_inside_a_second_pass_on_one_rank_is_agreed_and_both_ranks_finish(runs):
+    """A failure inside the second pass's capture on rank 1 (a Linear's term, early in the
+    pass's backward): the pass's backward runs to the end on every rank (no rank left waiting in
+    FSDP's collectives), the step's geometry is skipped on both with the reason, the next step
+    measures every group by the second pass, and the weights stay identical across ranks."""
+    ranks = runs[2]
+    for res in ranks:
+        s0, s1 = res["pass_failure"]["steps"]
+        assert s0["failed"] == 1.0 and s1["failed"] == 0.0
+        assert any("injected second-pass failure on rank 1" in r for r in s0["reasons"])
+        assert s1["paths"] and set(s1["paths"]) == {"second_pass"}
+    assert ranks[0]["pass_failure"]["param_checksum"] == ranks[1]["pass_failure"]["param_checksum"]
+
+
 def test_cpu_example_runs_in_two_processes(tmp_path):
     """``examples/verl_geometry_cpu.py`` under ``torchrun``: one line per step, one JSON line per
     measured step, every group measured in-run."""

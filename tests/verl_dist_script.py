@@ -13,6 +13,9 @@ Scenarios (same batch of 4 groups x 4 rollouts in every process count):
 * ``failure``: two full ``train_batch`` steps (backward + optimizer); step 0 has a failure injected
   on the last rank only: every rank must finish both steps, agree that step 0's geometry failed
   (with the injected reason) and measure step 1.
+* ``pass_failure``: the same with groups spread over the ranks (second pass), the failure injected
+  inside the second pass's capture (a Linear's term, early in its backward) on the last rank:
+  its backward still runs to the end, so no rank waits in FSDP's collectives.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ def main() -> None:
         loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, loss_mode=policy)
         out[f"interleaved/{policy}"] = _public(H.check_step(engine, path, data, loss))
     out["failure"] = _failure_scenario(engine, batch, rank, world, vg, torch)
+    out["pass_failure"] = _pass_failure_scenario(engine, mixed, rank, world, vg)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(out))
 
@@ -77,6 +81,39 @@ def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:
         rec = engine.geometry.last_record
         steps.append({"failed": res["metrics"]["geometry/failed"][0],
                       "reasons": rec.get("failed"), "finished": True})
+    checksum = float(sum(float(p.full_tensor().double().sum())
+                         for p in engine.module.parameters()))
+    return {"steps": steps, "param_checksum": checksum}
+
+
+def _pass_failure_scenario(engine, mixed, rank, world, vg) -> dict:
+    from real_model.gram_capture import GramCapture
+
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+    real_pass, real_linear = vg._pass, GramCapture.add_linear
+
+    def broken_linear(*a, **k):
+        raise RuntimeError(f"injected second-pass failure on rank {rank}")
+
+    def failing_pass(*a, **k):
+        GramCapture.add_linear = broken_linear
+        try:
+            return real_pass(*a, **k)
+        finally:
+            GramCapture.add_linear = real_linear
+
+    steps = []
+    loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2)
+    for step in range(2):
+        vg._pass = failing_pass if (step == 0 and rank == world - 1) else real_pass
+        data = vc.rank_slice(mixed, rank, world, micro_batch_size=2)
+        with engine.train_mode():
+            res = engine.train_batch(data, loss)
+        vg._pass = real_pass
+        rec = engine.geometry.last_record
+        steps.append({"failed": res["metrics"]["geometry/failed"][0],
+                      "reasons": rec.get("failed"), "paths": [g["path"] for g in
+                                                              rec.get("groups", [])]})
     checksum = float(sum(float(p.full_tensor().double().sum())
                          for p in engine.module.parameters()))
     return {"steps": steps, "param_checksum": checksum}

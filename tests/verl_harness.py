@@ -37,7 +37,13 @@ def reference_model(model_path: Any, params: dict[str, torch.Tensor]) -> torch.n
 
     m = AutoModelForCausalLM.from_pretrained(str(model_path), attn_implementation="eager",
                                              dtype=torch.float64)
-    m.load_state_dict({k: v.double() for k, v in params.items()})
+    missing, unexpected = m.load_state_dict({k: v.double() for k, v in params.items()},
+                                            strict=False)
+    tied = getattr(m.config, "tie_word_embeddings", False)
+    assert not unexpected and missing == (["lm_head.weight"] if tied else []), (missing,
+                                                                                 unexpected)
+    if tied:
+        m.tie_weights()
     return m
 
 
