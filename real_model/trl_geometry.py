@@ -1016,6 +1016,8 @@ class TrlGeometryMeter:
         tr = self.trainer
         return {
             "step": st.step,
+            "geometry_mode": self.config.mode,
+            "step_mode": st.mode,
             "num_processes": self._world(),
             "loss_type": tr.loss_type,
             "num_generations": int(tr.num_generations),
