@@ -72,6 +72,7 @@ __all__ = [
     "GEOMETRY_FIELDS",
     "GEOMETRY_MODES",
     "whole_groups_in_chunk",
+    "group_permutation",
     "TRL_LOSS_AGGREGATION",
     "SUPPORTED_LOSS_TYPES",
     "trl_row_weights",
@@ -135,6 +136,14 @@ class GeometryConfig:
         score_every: with ``mode`` ``"in_run"`` / ``"auto"``, every k-th measured step runs
             the second pass instead (``K`` of every group, zero-weight rows included; default 0:
             never).
+        group_order: opt-in: TRL's shuffle of the generation batch before its split into
+            micro-batches permutes whole groups instead of rows (:func:`group_permutation`), so
+            every group is in one micro-batch when the micro-batch size is a multiple of
+            ``num_generations`` (default False: TRL's own row shuffle). It changes TRL's
+            gradient of a step where the loss depends on which rows share a micro-batch
+            (``bnpo``, ``top_entropy_quantile < 1``, the entropy bonus) or, with
+            ``steps_per_generation > gradient_accumulation_steps``, which rows an optimizer step
+            holds (every loss type); see ``docs/trl.md``.
     """
 
     geometry_every: int = 1
@@ -149,6 +158,7 @@ class GeometryConfig:
     memory_budget_mb: float | None = None
     mode: str = "second_pass"
     score_every: int = 0
+    group_order: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in GEOMETRY_MODES:
@@ -194,6 +204,8 @@ _FIELD_HELP = {
             "second pass).",
     "score_every": "With geometry_mode in_run/auto: every k-th measured step runs the second "
                    "pass (score Gram of every row; 0: never).",
+    "group_order": "Opt-in: shuffle whole groups (not rows) before TRL splits the generation "
+                   "batch into micro-batches (changes bnpo's and entropy-based losses' gradient).",
 }
 
 
@@ -623,7 +635,11 @@ class GeometryMixin:
         return self.geometry_meter.on_generation(super()._generate_and_score_completions(inputs))
 
     def _prepare_inputs(self, generation_batch):
-        inputs = super()._prepare_inputs(generation_batch)
+        if self.geometry.group_order and self.model.training:
+            with _group_shuffle(self):
+                inputs = super()._prepare_inputs(generation_batch)
+        else:
+            inputs = super()._prepare_inputs(generation_batch)
         self.geometry_meter.on_micro_step()
         return inputs
 
@@ -1192,6 +1208,58 @@ def whole_groups_in_chunk(chunk_rows: Any, *, first_row: int, group_size: int
     return out
 
 
+def group_permutation(batch_size: int, *, first_row: int, group_size: int, rng: Any = None
+                      ) -> Any:
+    """A random order of the local rows ``0 .. batch_size - 1`` that keeps each group together.
+
+    Local row ``r`` belongs to group ``(first_row + r) // group_size``; the groups are put in a
+    random order (``torch.randperm``, generator ``rng``), each group's rows in their order.
+
+    >>> group_permutation(6, first_row=2, group_size=4, rng=None).shape
+    torch.Size([6])
+    """
+    import torch
+
+    label = (int(first_row) + torch.arange(int(batch_size))) // int(group_size)
+    groups = torch.unique(label)
+    order = groups[torch.randperm(groups.numel(), generator=rng)]
+    return torch.cat([torch.nonzero(label == g).reshape(-1) for g in order])
+
+
+class _group_shuffle:  # noqa: N801 - a context manager used like a function
+    """TRL's ``shuffle_sequence_dict`` replaced, for the block, by a shuffle of whole groups."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def __enter__(self) -> None:
+        import trl.trainer.grpo_trainer as host
+
+        self.host, self.original = host, host.shuffle_sequence_dict
+        host.shuffle_sequence_dict = self.shuffle
+
+    def __exit__(self, *exc: Any) -> None:
+        self.host.shuffle_sequence_dict = self.original
+
+    def shuffle(self, seq_dict: dict[str, Any]) -> dict[str, Any]:
+        """``shuffle_sequence_dict`` of TRL 1.16 with :func:`group_permutation`."""
+        import torch
+
+        tr = self.trainer
+        B = len(next(v for v in seq_dict.values() if v is not None))
+        perm = group_permutation(B, first_row=tr.accelerator.process_index * B,
+                                 group_size=int(tr.num_generations))
+
+        def permute(v: Any) -> Any:
+            if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+                return v
+            if isinstance(v, torch.Tensor):
+                return v[perm.to(v.device)]
+            return [v[int(i)] for i in perm]
+
+        return {key: permute(val) for key, val in seq_dict.items()}
+
+
 def _entropy_bonus(args: Any) -> bool:
     """TRL's loss has an entropy bonus (a gradient outside the log-probabilities)."""
     return (float(getattr(args, "entropy_coef", 0.0) or 0.0) != 0.0
@@ -1561,7 +1629,8 @@ def _make_config_class() -> Any:
         typ = {"geometry_every": int, "jsonl_path": str | None, "gram_method": str,
                "rtol": float, "success_threshold": float, "log_prefix": str,
                "keep_groups": bool, "strict": bool, "grad_norm": bool,
-               "memory_budget_mb": float | None, "mode": str, "score_every": int}[f.name]
+               "memory_budget_mb": float | None, "mode": str, "score_every": int,
+               "group_order": bool}[f.name]
         specs.append((_geometry_field_name(f.name), typ,
                       dataclasses.field(default=f.default, metadata={"help": _FIELD_HELP[f.name]})))
 

@@ -212,3 +212,19 @@ def test_in_run_peft_lora_with_gradient_checkpointing(tmp_path):
     _assert_in_run_equals_second_pass(
         tmp_path, peft_config=cfg, gradient_checkpointing=True, loss_type="grpo", tokenizer=tok,
         prompts=PADDED_PROMPTS, model_fn=lambda: tiny_model(len(tok), eos_logit=1.0, attn="sdpa"))
+
+
+def test_group_order_keeps_every_group_in_one_micro_batch(tmp_path):
+    """geometry_group_order: TRL's shuffle permutes whole groups, so with micro-batches of 4
+    rows and groups of 4 every group is captured in-run, exactly as the second pass finds."""
+    run, _ = _assert_in_run_equals_second_pass(
+        tmp_path, gradient_accumulation_steps=2, per_device_train_batch_size=4,
+        loss_type="dapo", geometry_group_order=True)
+    rec = run.geometry_records[0]
+    assert rec["in_run_groups"] == rec["groups"] == 2
+    perm = tg.group_permutation(10, first_row=2, group_size=4,
+                                rng=torch.Generator().manual_seed(0))
+    labels = ((2 + perm) // 4).tolist()  # rows of a group stay together, groups permuted
+    assert sorted(perm.tolist()) == list(range(10))
+    assert [labels[i] for i in range(10) if i == 0 or labels[i] != labels[i - 1]] == sorted(
+        set(labels), key=labels.index)
