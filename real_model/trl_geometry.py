@@ -683,6 +683,7 @@ class _StepState:
     inrun: dict[tuple[int, int], dict[int, list[int]]] = field(default_factory=dict)
     micro: list[_InRunMicro] = field(default_factory=list)
     finish_at: int | None = None  # micro-step after whose backward the step is measured
+    spent: float = 0.0  # in-run modes: seconds of geometry work outside TRL's own step
 
 
 class TrlGeometryMeter:
@@ -761,11 +762,14 @@ class TrlGeometryMeter:
         self._seen_step = step
         if step % self.config.geometry_every != 0 or self._gen is None:
             return
+        t0 = time.perf_counter()
         if first or regenerated:
             self._start_segment(step, first, tag_error)
         st = self._state
-        if st is not None and st.step == step and st.mode != "second_pass" and st.reason is None:
-            self._arm_capture(st)
+        if st is not None and st.step == step and st.mode != "second_pass":
+            if st.reason is None:
+                self._arm_capture(st)
+            st.spent += time.perf_counter() - t0
 
     def _start_segment(self, step: int, first: bool, tag_error: str | None) -> None:
         """A due step, or a new generation batch inside it, starts: collect its segment."""
@@ -800,10 +804,13 @@ class TrlGeometryMeter:
     def after_micro_step(self, *, completed: bool) -> None:
         """After TRL's ``training_step`` (forward + backward) of a micro-batch: close its in-run
         capture; after the step's last micro-batch, measure and record the step."""
+        t0 = time.perf_counter()
         live, self._live = self._live, None
         if live is not None:
             live.close(self.trainer)
         st = self._state
+        if st is not None:
+            st.spent += time.perf_counter() - t0
         if (completed and st is not None and st.mode != "second_pass"
                 and st.finish_at == self._micro and self.trainer.model.training):
             self._finish_step()
@@ -1054,6 +1061,7 @@ class TrlGeometryMeter:
         if st.reason is not None:
             self._skip(rec, st.reason)
             return
+        t_finish = time.perf_counter()
         with torch.random.fork_rng(devices=_rng_devices()):
             inrun, err = _try(lambda: self._inrun_results(st))
             done = inrun["done"] if inrun is not None else set()
@@ -1069,10 +1077,15 @@ class TrlGeometryMeter:
         second = [dict(g, path="second_pass") for g in meas.groups] if ok else []
         gathered = self._agree({
             "err": err, "groups": second + local["groups"],
-            "sq": meas.local_grad_sq if ok else None, "time": time.perf_counter() - st.t0,
+            "sq": meas.local_grad_sq if ok else None,
+            # in-run modes: the geometry's work outside TRL's step (the hooks' time inside it
+            # is not separable: see benchmarks/bench_trl_geometry.py)
+            "time": (time.perf_counter() - st.t0 if st.mode == "second_pass"
+                     else st.spent + time.perf_counter() - t_finish),
             "issues": sorted({i for s in st.segments for i in s["issues"]}),
             "present": local["present"], "failed": local["failed"], "errors": local["errors"],
         })
+
         reasons = [p["err"] for p in gathered if p["err"]]
         if reasons:
             self._skip(rec, reasons[0])
@@ -1316,15 +1329,16 @@ class _InRunMicro:
         _, self.error = _try(start)
 
     def _logps_wrapper(self, trainer: Any) -> Any:
-        """TRL's ``_get_per_token_logps_and_entropies`` for one call: hooks the gradient of the
-        log-probabilities it returns (``u``), then removes itself."""
+        """TRL's ``_get_per_token_logps_and_entropies`` until its first call with gradients:
+        hooks the gradient of the log-probabilities that call returns (``u``), then removes
+        itself."""
         original = type(trainer)._get_per_token_logps_and_entropies
 
         def logps(*args: Any, **kwargs: Any) -> Any:
-            self._unwrap(trainer)
             out = original(trainer, *args, **kwargs)
             lp = out[0]
-            if getattr(lp, "requires_grad", False):
+            if getattr(lp, "requires_grad", False):  # the step's own (not a no-grad call)
+                self._unwrap(trainer)
                 lp.register_hook(self._store_u)
             return out
 
