@@ -42,6 +42,9 @@ from test_trl_geometry import (  # noqa: E402
 from real_model import trl_geometry as tg  # noqa: E402
 
 INRUN_RTOL = 1e-6
+# Off ratio 1 (second inner step of num_iterations=2) the in-run head recomputation's normaliser
+# (TRL's float32 log-probs: |log p| ~ 10 x 6e-8) weighs tokens unevenly: measured 1.1e-6.
+INRUN_RTOL_OFF_RATIO = 2e-6
 
 
 def _run(tmp_path, mode, *, steps=1, model_fn=None, **kw):
@@ -73,7 +76,7 @@ def _rel(a, b):
     return float(np.abs(np.asarray(a) - np.asarray(b)).max() / np.abs(np.asarray(b)).max())
 
 
-def _assert_in_run_equals_second_pass(tmp_path, *, steps=1, score=True, **kw):
+def _assert_in_run_equals_second_pass(tmp_path, *, steps=1, score=True, rtol=INRUN_RTOL, **kw):
     """Same seed, same rollouts: in-run Grams equal the second pass's, ``.grad`` identical."""
     ref, ref_grads, ref_last = _run(tmp_path, "second_pass", steps=steps, **kw)
     run, run_grads, run_last = _run(tmp_path, "in_run", steps=steps, **kw)
@@ -86,7 +89,7 @@ def _assert_in_run_equals_second_pass(tmp_path, *, steps=1, score=True, **kw):
         assert rec["geometry_mode"] == "in_run" and not rec["skipped_groups"]
         assert a["row_grams"].keys() == b["row_grams"].keys()
         for g, Kg in a["row_grams"].items():
-            assert _rel(Kg, b["row_grams"][g]) <= INRUN_RTOL, (g, _rel(Kg, b["row_grams"][g]))
+            assert _rel(Kg, b["row_grams"][g]) <= rtol, (g, _rel(Kg, b["row_grams"][g]))
         if score:  # ratio 1, beta 0: u_i = a_i m_i, K = diag(1/a) Kg diag(1/a)
             assert a["grams"].keys() == b["grams"].keys()
             for g, K in a["grams"].items():
@@ -199,7 +202,8 @@ def test_in_run_beyond_ratio_one_gives_the_row_gram_only(tmp_path):
     """num_iterations=2 (second inner step, ratio != 1) and beta > 0: u_i is not a multiple of
     the mask, so in-run gives Kg (exact) but not K."""
     run, _ = _assert_in_run_equals_second_pass(tmp_path, steps=2, score=False,
-                                               num_iterations=2, loss_type="grpo")
+                                               num_iterations=2, loss_type="grpo",
+                                               rtol=INRUN_RTOL_OFF_RATIO)
     last = run.geometry_records[-1]["group_records"]
     assert all("score_geometry" in g for g in last if g["has_gradient"])
 
