@@ -4,7 +4,7 @@ Each package contributes its subcommands through a ``register(subparsers)`` func
 ``cli.py`` (``sims.cli``, ``paper_checks.cli``, ``real_model.cli``, ``framework_checks.cli``);
 those modules must stay cheap
 to import (no numpy/torch/sympy/matplotlib at import time), so that ``grpo-audit --help`` is fast
-(``tests/test_app_layering.py`` guards the real entry point). ``grpo-audit tables KIND`` is this
+(``tests/test_package_layering.py`` guards the real entry point). ``grpo-audit tables KIND`` is this
 package's own command (:mod:`grpo_audit.tables_cli`): it renders the core's tables.
 """
 

@@ -7,8 +7,9 @@ section modules in report order; each of them declares its report heading once, 
 "..."``, and registers its claims with :func:`paper_checks.registry.claim`, which takes the paper
 and the section from the module. There is no list of papers or sections anywhere else.
 
-Errors instead of silent defaults: a claim registered outside a listed section module, a module
-of a paper package that its ``PAPER.sections`` leaves out, a section module without ``SECTION``,
+Errors instead of silent defaults: a claim registered outside a listed section module, a public
+module of a paper package that neither its ``PAPER.sections`` nor its ``PAPER.support_modules``
+(helpers the sections share, registering no claim) lists, a section module without ``SECTION``,
 two papers with one key or one claim prefix, and an unknown ``--paper`` key all raise
 :class:`PaperRegistrationError` (a ``ValueError``) naming the file to mend.
 
@@ -46,6 +47,9 @@ class Paper:
         arxiv: the arXiv id (``"2606.29238"``).
         title: the title as the report heads it (a short form is fine).
         sections: names of the package's section modules, in report order (the paper's order).
+        support_modules: names of the package's other public modules: what several sections
+            share and register no claim (the paper's printed formulas, shared worlds); default
+            none.
         claim_prefix: what every claim id of the paper starts with (``"fade_"``; ``""`` for one
             paper only, the seed).
         scope: what of the paper is audited when it is not the whole text (``"abstract only"``).
@@ -61,6 +65,7 @@ class Paper:
     arxiv: str
     title: str
     sections: tuple[str, ...]
+    support_modules: tuple[str, ...] = ()
     claim_prefix: str = ""
     scope: str = ""
     provenance: str = ""
@@ -86,17 +91,23 @@ def _registration(package: ModuleType) -> Paper:
 
 
 def check_sections(paper: Paper, package: ModuleType) -> None:
-    """Every public module of the package is a listed section, and every section a module."""
+    """Every public module of the package is a listed section or support module, and every
+    listed name a module."""
     modules = {m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg}
     public = {m for m in modules if not m.startswith("_")}
     if len(set(paper.sections)) != len(paper.sections):
         raise PaperRegistrationError(f"{paper.package}: PAPER.sections lists a module twice")
-    missing = [s for s in paper.sections if s not in modules]
-    unlisted = sorted(public - set(paper.sections))
+    both = sorted(set(paper.sections) & set(paper.support_modules))
+    if both:
+        raise PaperRegistrationError(
+            f"{paper.package}: {both} listed both in PAPER.sections and PAPER.support_modules")
+    missing = [s for s in (*paper.sections, *paper.support_modules) if s not in modules]
+    unlisted = sorted(public - set(paper.sections) - set(paper.support_modules))
     if missing or unlisted:
         raise PaperRegistrationError(
             f"{paper.package}: PAPER.sections must name each section module once, in report "
-            f"order (listed but missing: {missing}; modules not listed: {unlisted})")
+            f"order, and PAPER.support_modules every other public module (listed but missing: "
+            f"{missing}; modules not listed: {unlisted})")
 
 
 @cache

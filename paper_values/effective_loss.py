@@ -4,8 +4,9 @@ here only.
 
 Nothing here is a result of ours: the numbers as the paper prints them (figure captions, the
 text on Fig. 5, the GSM8K experiment of App. A and App. H). The paper's printed formulas are code,
-not data: they are transcribed as functions in ``paper_checks/claims/effective_loss/_printed.py``,
-which takes these numbers from here. Data only: imports nothing.
+not data: they are transcribed as functions in
+``paper_checks/claims/effective_loss/printed_formulas.py``, which takes these numbers from here.
+Data only: imports nothing.
 """
 
 from __future__ import annotations

@@ -365,7 +365,6 @@ def check_unbiasedness(
     """
     probs, means, psi = world.outcome_model()
     binary = getattr(world, "reward", "bernoulli") == "bernoulli"
-    gJ = world.grad_J()
     if binary:
         Eg = expected_gradient_bernoulli(
             estimator, probs=probs, means=means, psi=psi, R=R, opts=opts
@@ -374,96 +373,143 @@ def check_unbiasedness(
         Eg = expected_gradient_linear(estimator, probs=probs, means=means, psi=psi, R=R, opts=opts)
     else:
         return []
-    J = float(probs @ means)
-    tag = f"{estimator} R={R} {type(world).__name__}" + ("" if binary else f" ({world.reward})")
     idx, rewards = world.sample(n_groups, R, rng)
-    A = _adv(estimator, rewards, opts)
-    g = np.einsum("nr,nrd->nd", A, psi[idx]) / R
-    nrm2 = float(gJ @ gJ)
-    if nrm2 <= 0:
-        raise ValueError("grad J is zero in this world: the ratio is undefined")
-    m, sample_se = _mean_se(g @ gJ / nrm2)
-    exact_ratio = float(Eg @ gJ / nrm2)
-    exact_se: dict[str, Any] = {"se": sample_se, "se_from": "sample"}
-    rare = None
-    if binary:
-        mean_x, second = projection_moments(estimator, probs=probs, means=means,
-                                            x=psi @ gJ / nrm2, R=R, opts=opts)
-        exact_se = {"se": float(np.sqrt(max(second - mean_x**2, 0.0) / n_groups)),
-                    "se_from": "exact moments", "law_mean": mean_x}
-        observed, q = _signal_count(estimator, A, R=R, p=J, opts=opts)
-        rare = RareCount(observed, ((n_groups, q),), "groups with a nonzero advantage")
-    out = [
-        make_check(
-            f"E[g_hat] ratio {tag}",
+    sample = _UnbiasednessSample(
+        estimator=estimator, probs=probs, means=means, psi=psi, grad_J=world.grad_J(),
+        expected_gradient=Eg, idx=idx, A=_adv(estimator, rewards, opts), R=R, k=k, opts=opts,
+        binary=binary,
+        tag=f"{estimator} R={R} {type(world).__name__}" + ("" if binary else f" ({world.reward})"),
+    )
+    rare = sample.signal_count() if binary else None
+    out = [sample.ratio_check(rare)]
+    cosine = sample.cosine_check(rare)
+    if cosine is not None:
+        out.append(cosine)
+    return out + sample.outcome_advantage_checks(rare, n_outcomes=n_outcomes)
+
+
+class _UnbiasednessSample:
+    """One world's sampled groups and exact tables, for the checks of :func:`check_unbiasedness`.
+
+    ``g[n] = (1/R) sum_i A_i psi_{o_i}`` per group (Eq. 19), ``[n_groups, d]``; ``grad_J`` and
+    ``expected_gradient`` are ``[d]``; ``idx`` (outcome of each rollout) and ``A`` are ``[n, R]``.
+    """
+
+    def __init__(self, *, estimator: str, probs: np.ndarray, means: np.ndarray, psi: np.ndarray,
+                 grad_J: np.ndarray, expected_gradient: np.ndarray, idx: np.ndarray,
+                 A: np.ndarray, R: int, k: float, opts: dict[str, Any] | None, binary: bool,
+                 tag: str) -> None:
+        self.estimator, self.probs, self.means, self.psi = estimator, probs, means, psi
+        self.gJ, self.Eg, self.idx, self.A = grad_J, expected_gradient, idx, A
+        self.R, self.k, self.opts, self.binary, self.tag = R, k, opts, binary, tag
+        self.n_groups = idx.shape[0]
+        self.J = float(probs @ means)
+        self.g = np.einsum("nr,nrd->nd", A, psi[idx]) / R
+        self.nrm2 = float(grad_J @ grad_J)
+        if self.nrm2 <= 0:
+            raise ValueError("grad J is zero in this world: the ratio is undefined")
+
+    def signal_count(self) -> RareCount:
+        """The groups with a nonzero advantage and their exact Binomial count law."""
+        observed, q = _signal_count(self.estimator, self.A, R=self.R, p=self.J, opts=self.opts)
+        return RareCount(observed, ((self.n_groups, q),), "groups with a nonzero advantage")
+
+    def ratio_check(self, rare: RareCount | None) -> CheckResult:
+        """``<E g_hat, grad J> / |grad J|^2`` vs the exact value (paper: 1, Eqs. 6-7); exact SE
+        from :func:`sims.exact.projection_moments` for binary rewards, the sample SE otherwise."""
+        m, sample_se = _mean_se(self.g @ self.gJ / self.nrm2)
+        exact_se: dict[str, Any] = {"se": sample_se, "se_from": "sample"}
+        if self.binary:
+            mean_x, second = projection_moments(
+                self.estimator, probs=self.probs, means=self.means,
+                x=self.psi @ self.gJ / self.nrm2, R=self.R, opts=self.opts)
+            exact_se = {"se": float(np.sqrt(max(second - mean_x**2, 0.0) / self.n_groups)),
+                        "se_from": "exact moments", "law_mean": mean_x}
+        return make_check(
+            f"E[g_hat] ratio {self.tag}",
             estimate=m,
-            exact=exact_ratio,
-            n=n_groups,
-            k=k,
+            exact=float(self.Eg @ self.gJ / self.nrm2),
+            n=self.n_groups,
+            k=self.k,
             paper_value=1.0,
             rare=rare,
             details={"ci95": [m - 1.96 * exact_se["se"], m + 1.96 * exact_se["se"]],
                      "sample_se": sample_se},
             **exact_se,
         )
-    ]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cos, cse = _jackknife_cosine(g, gJ)
-    exact_cos = float(Eg @ gJ / (np.linalg.norm(Eg) * np.sqrt(nrm2)))
-    # A sample (or a jackknife replicate) in which no group carried signal (e.g. grpo_passk at
-    # large R: only groups with exactly one success do) has no direction: no cosine check then;
-    # nor when such groups are rare (their expected count below RARE_COUNT).
-    if np.isfinite(cos) and np.isfinite(cse) and (rare is None or rare.expected >= RARE_COUNT):
-        out.append(
-            make_check(
-                f"E[g_hat] cosine {tag}",
-                estimate=cos,
-                exact=exact_cos,
-                se=cse,
-                n=n_groups,
-                k=k,
-                paper_value=1.0,
-                se_from="jackknife",
-                details={
-                    "se_method": "jackknife over 20 batches",
-                    "note": "cosine of a finite-sample mean is biased low",
-                },
-            )
+
+    def cosine_check(self, rare: RareCount | None) -> CheckResult | None:
+        """``cosine(E g_hat, grad J)`` (jackknife SE over 20 batches; paper: 1), or None when no
+        direction is measurable: a sample or jackknife replicate in which no group carried signal
+        (e.g. ``grpo_passk`` at large R: only groups with exactly one success do), or such
+        groups are rare (their expected count below ``RARE_COUNT``)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cos, cse = _jackknife_cosine(self.g, self.gJ)
+        exact_cos = float(self.Eg @ self.gJ / (np.linalg.norm(self.Eg) * np.sqrt(self.nrm2)))
+        if not (np.isfinite(cos) and np.isfinite(cse)
+                and (rare is None or rare.expected >= RARE_COUNT)):
+            return None
+        return make_check(
+            f"E[g_hat] cosine {self.tag}",
+            estimate=cos,
+            exact=exact_cos,
+            se=cse,
+            n=self.n_groups,
+            k=self.k,
+            paper_value=1.0,
+            se_from="jackknife",
+            details={
+                "se_method": "jackknife over 20 batches",
+                "note": "cosine of a finite-sample mean is biased low",
+            },
         )
-    if binary:
-        c0, c1 = cond_advantage_given_reward(estimator, R=R, p=J, opts=opts)
-        cond_exact = means * c1 + (1 - means) * c0
-    else:
-        a, b, c = linear_coefficients(estimator, R=R, opts=opts)
-        cond_exact = a * means + b * (R - 1) * J + c
-    for o in np.argsort(-probs)[:n_outcomes]:
-        hit = idx == o
-        S = (hit * A).sum(1)
-        N = hit.sum(1).astype(np.float64)
-        if N.sum() < 2:
-            continue
-        est = S.sum() / N.sum()
-        se_o = float(np.sqrt(np.var(S - est * N, ddof=1) / n_groups) / N.mean())
-        se_kw: dict[str, Any] = {"se": se_o, "se_from": "sample"}
-        if binary:
-            se_kw = {"se_from": "exact moments", "se": outcome_advantage_se(
-                estimator, probs=probs, means=means, outcome=int(o), theta=float(cond_exact[o]),
-                R=R, n_groups=n_groups, opts=opts)}
-        out.append(
-            make_check(
-                f"E[A_i|o={int(o)}] {tag}",
-                estimate=est,
-                exact=float(cond_exact[o]),
-                n=int(N.sum()),
-                k=k,
-                paper_value=float(means[o] - J),
-                rare=rare,
-                details={"pi_o": float(probs[o]), "true_advantage": float(means[o] - J),
-                         "sample_se": se_o},
-                **se_kw,
+
+    def exact_conditional_advantage(self) -> np.ndarray:
+        """``E[A_i | o_i = o]`` per outcome, exactly: ``mu_o c_1 + (1 - mu_o) c_0`` for binary
+        rewards; ``a mu_o + b (R - 1) J + c`` for an estimator linear in the rewards."""
+        if self.binary:
+            c0, c1 = cond_advantage_given_reward(self.estimator, R=self.R, p=self.J,
+                                                 opts=self.opts)
+            return self.means * c1 + (1 - self.means) * c0
+        a, b, c = linear_coefficients(self.estimator, R=self.R, opts=self.opts)
+        return a * self.means + b * (self.R - 1) * self.J + c
+
+    def outcome_advantage_checks(self, rare: RareCount | None, *,
+                                 n_outcomes: int) -> list[CheckResult]:
+        """``E[A_i | o]`` (ratio estimate ``sum A 1[o] / sum 1[o]``) vs exact, for the
+        ``n_outcomes`` most probable outcomes; paper value ``mu_o - J`` (Eq. 13)."""
+        cond_exact = self.exact_conditional_advantage()
+        out = []
+        for o in np.argsort(-self.probs)[:n_outcomes]:
+            hit = self.idx == o
+            S = (hit * self.A).sum(1)
+            N = hit.sum(1).astype(np.float64)
+            if N.sum() < 2:
+                continue
+            est = S.sum() / N.sum()
+            se_o = float(np.sqrt(np.var(S - est * N, ddof=1) / self.n_groups) / N.mean())
+            se_kw: dict[str, Any] = {"se": se_o, "se_from": "sample"}
+            if self.binary:
+                se_kw = {"se_from": "exact moments", "se": outcome_advantage_se(
+                    self.estimator, probs=self.probs, means=self.means, outcome=int(o),
+                    theta=float(cond_exact[o]), R=self.R, n_groups=self.n_groups,
+                    opts=self.opts)}
+            true_advantage = float(self.means[o] - self.J)
+            out.append(
+                make_check(
+                    f"E[A_i|o={int(o)}] {self.tag}",
+                    estimate=est,
+                    exact=float(cond_exact[o]),
+                    n=int(N.sum()),
+                    k=self.k,
+                    paper_value=true_advantage,
+                    rare=rare,
+                    details={"pi_o": float(self.probs[o]), "true_advantage": true_advantage,
+                             "sample_se": se_o},
+                    **se_kw,
+                )
             )
-        )
-    return out
+        return out
 
 
 def check_unbiasedness_batch(
@@ -508,32 +554,12 @@ def check_unbiasedness_batch(
         raise ValueError(
             "batch-scoped std couples prompts: the per-prompt exact value does not apply"
         )
-    samples = [w.sample(n_groups, R, rng) for w in worlds]
-    rewards = np.stack([r for _, r in samples], axis=1)  # [n, P, R]
-    A = np.asarray(compute_advantages(estimator, rewards.reshape(-1, R), **opts_)).reshape(
-        n_groups, P, R
-    )
-    g = (
-        np.concatenate(
-            [np.einsum("nr,nrd->nd", A[:, p], tables[p][2][samples[p][0]]) / R for p in range(P)],
-            axis=1,
-        )
-        / P
-    )
+    A, g = _sample_batch_gradient(worlds, tables, estimator, R=R, n_groups=n_groups, rng=rng,
+                                  opts=opts_)
     nrm2 = float(gJ @ gJ)
     tag = f"{estimator} R={R} batch of {P} prompts"
     m, sample_se = _mean_se(g @ gJ / nrm2)
-    D = float(sum(v @ v for v in gJs))
-    var, law_mean, trials, observed = 0.0, 0.0, [], 0
-    for p, (pr, mu, ps) in enumerate(tables):
-        mp, m2 = projection_moments(estimator, probs=pr, means=mu, x=ps @ gJs[p] / D, R=R,
-                                    opts=opts)
-        var += max(m2 - mp**2, 0.0)
-        law_mean += mp
-        obs_p, q_p = _signal_count(estimator, A[:, p], R=R, p=float(pr @ mu), opts=opts)
-        observed += obs_p
-        trials.append((n_groups, q_p))
-    rare = RareCount(observed, tuple(trials), "groups with a nonzero advantage")
+    var, law_mean, rare = _batch_ratio_law(tables, gJs, A, estimator, R=R, opts=opts)
     out = [
         make_check(
             f"E[g_hat] ratio {tag}",
@@ -565,6 +591,50 @@ def check_unbiasedness_batch(
             )
         )
     return out
+
+
+def _sample_batch_gradient(
+    worlds: list[Any], tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]], estimator: str,
+    *, R: int, n_groups: int, rng: np.random.Generator, opts: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(A [n, P, R], g [n, sum_p d_p])``: the estimator sees the ``[P, R]`` rewards of each
+    batch; ``g = (1/P) concat_p (1/R) sum_i A_{p,i} psi_{p,o_i}``."""
+    P = len(worlds)
+    samples = [w.sample(n_groups, R, rng) for w in worlds]
+    rewards = np.stack([r for _, r in samples], axis=1)  # [n, P, R]
+    A = np.asarray(compute_advantages(estimator, rewards.reshape(-1, R), **opts)).reshape(
+        n_groups, P, R
+    )
+    g = (
+        np.concatenate(
+            [np.einsum("nr,nrd->nd", A[:, p], tables[p][2][samples[p][0]]) / R for p in range(P)],
+            axis=1,
+        )
+        / P
+    )
+    return A, g
+
+
+def _batch_ratio_law(
+    tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]], gJs: list[np.ndarray],
+    A: np.ndarray, estimator: str, *, R: int, opts: dict[str, Any] | None,
+) -> tuple[float, float, RareCount]:
+    """``(sum_p Var(X_p), sum_p E[X_p], signal-group count)`` of the batch ratio
+    ``sum_p X_p``, ``X_p = <g_hat_p, grad J_p> / sum_q |grad J_q|^2``, over independent
+    prompts (:func:`sims.exact.projection_moments`); the count of groups with a nonzero
+    advantage is a sum of one Binomial per prompt."""
+    n_groups = A.shape[0]
+    D = float(sum(v @ v for v in gJs))
+    var, law_mean, trials, observed = 0.0, 0.0, [], 0
+    for p, (pr, mu, ps) in enumerate(tables):
+        mp, m2 = projection_moments(estimator, probs=pr, means=mu, x=ps @ gJs[p] / D, R=R,
+                                    opts=opts)
+        var += max(m2 - mp**2, 0.0)
+        law_mean += mp
+        obs_p, q_p = _signal_count(estimator, A[:, p], R=R, p=float(pr @ mu), opts=opts)
+        observed += obs_p
+        trials.append((n_groups, q_p))
+    return var, law_mean, RareCount(observed, tuple(trials), "groups with a nonzero advantage")
 
 
 # --- spectra ------------------------------------------------------------------------------------

@@ -187,24 +187,8 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     for R in Rs:
         for e in ests:
             checks += check_multiturn(mdp, e, R=R, n=n, rng=rng)
-            rows = multiturn_bias_table(mdp, e, R=R)
-            for h in range(mdp.shape[0]):
-                rr = [r for r in rows if r["h"] == h]
-                w = np.array([r["prob"] for r in rr])
-                stage_summary.append(
-                    {
-                        "estimator": e,
-                        "R": R,
-                        "h": h + 1,
-                        "mean_exact_bias": float(w @ [r["exact_bias"] for r in rr]),
-                        "mean_paper_bias": float(w @ [r["paper_bias"] for r in rr]),
-                        "mean_abs_exact_bias": float(w @ np.abs([r["exact_bias"] for r in rr])),
-                        "mean_abs_paper_bias": float(w @ np.abs([r["paper_bias"] for r in rr])),
-                        "max_abs_exact_minus_paper_cond_adv": float(
-                            np.max(np.abs([r["exact_cond_adv"] - r["paper_cond_adv"] for r in rr]))
-                        ),
-                    }
-                )
+            stage_summary += _stage_bias_summary(multiturn_bias_table(mdp, e, R=R), e, R=R,
+                                                 H=mdp.shape[0])
     mode_rows: list[dict[str, Any]] = []
     for R in Rs:
         for bl in ("group_mean", "leave_one_out"):
@@ -226,6 +210,46 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
         "prefix_table_grpo_R4": grpo_rows,
         "stagewise_modes": mode_rows,
     }
+    table = _multiturn_markdown(checks, stage_summary, mode_rows)
+    fig, (ax,) = _fig()
+    plot_multiturn_bias(ax, grpo_rows)
+    ax.set_title("GRPO R=4: per-prefix advantage bias")
+    return _write(out_dir, "multiturn", seed, quick, payload, table, fig, t0)
+
+
+def _stage_bias_summary(
+    rows: list[dict[str, Any]], estimator: str, *, R: int, H: int
+) -> list[dict[str, Any]]:
+    """Per stage ``h`` (1-based), the prefix-probability-weighted mean bias and mean absolute
+    bias of ``E[A_hat(h) | prefix]``, exact and Eq. 23, and the largest
+    ``|exact - Eq. 26|`` over the prefixes (rows of :func:`sims.checks.multiturn_bias_table`)."""
+    out = []
+    for h in range(H):
+        rr = [r for r in rows if r["h"] == h]
+        w = np.array([r["prob"] for r in rr])
+        out.append(
+            {
+                "estimator": estimator,
+                "R": R,
+                "h": h + 1,
+                "mean_exact_bias": float(w @ [r["exact_bias"] for r in rr]),
+                "mean_paper_bias": float(w @ [r["paper_bias"] for r in rr]),
+                "mean_abs_exact_bias": float(w @ np.abs([r["exact_bias"] for r in rr])),
+                "mean_abs_paper_bias": float(w @ np.abs([r["paper_bias"] for r in rr])),
+                "max_abs_exact_minus_paper_cond_adv": float(
+                    np.max(np.abs([r["exact_cond_adv"] - r["paper_cond_adv"] for r in rr]))
+                ),
+            }
+        )
+    return out
+
+
+def _multiturn_markdown(
+    checks: list[CheckResult], stage_summary: list[dict[str, Any]],
+    mode_rows: list[dict[str, Any]],
+) -> str:
+    """The multiturn experiment's ``table.md``: the checks, the per-stage bias table and the
+    stage-wise advantage modes table."""
     lines = [
         "| estimator | R | stage h | E bias (exact) | E bias (Eq. 23) | E abs bias (exact) | "
         "E abs bias (Eq. 23) | max abs(exact - Eq. 26) |",
@@ -247,17 +271,13 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
             f"| {r['mode']} | {r['baseline']} | {r['R']} | {r['exact_ratio']:.4f} | "
             f"{r['exact_cosine']:.6f} | {r['mc_trace_cov_g']:.4g} |"
         )
-    table = (
+    return (
         results_table(checks)
         + "\n\nPer-stage bias (prefix-probability weighted):\n\n"
         + "\n".join(lines)
         + "\n\nStage-wise advantage modes (grpo_theory.multiturn_advantages): gradient bias "
         "and variance:\n\n" + "\n".join(mlines)
     )
-    fig, (ax,) = _fig()
-    plot_multiturn_bias(ax, grpo_rows)
-    ax.set_title("GRPO R=4: per-prefix advantage bias")
-    return _write(out_dir, "multiturn", seed, quick, payload, table, fig, t0)
 
 
 # --- spectra ------------------------------------------------------------------------------------

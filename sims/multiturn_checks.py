@@ -80,73 +80,86 @@ def check_multiturn(
     2. Whether this per-stage bias biases the gradient: ``E[g_hat]`` (exact, enumeration) vs
        ``grad J`` as ratio and cosine, each with a Monte Carlo estimate.
     """
-    opts_ = estimator_options(estimator, opts)
     table = multiturn_bias_table(mdp, estimator, R=R, opts=opts)
     out = []
-    H = mdp.shape[0]
-    for h in range(H):
-        rows = [r for r in table if r["h"] == h]
-        top = max(rows, key=lambda r: r["prob"])
-        fut = mdp.sample_continuation(top["h"], top["s"], top["a"], n, rng)
-        others = mdp.sample(n, R - 1, rng)["stage_rewards"].sum(-1)
-        totals = np.concatenate([(mdp.reward_value * top["past_count"] + fut)[:, None], others], 1)
-        A1 = np.asarray(compute_advantages(estimator, totals, **opts_))[:, 0]
-        m, sample_se = _mean_se(A1)
-        second = mdp.conditional_advantage(estimator, R=R, h=top["h"], s=top["s"], a=top["a"],
-                                           past_count=top["past_count"], opts=opts, power=2)
-        out.append(
-            make_check(
-                f"E[A_hat(h={h + 1})|prefix s={top['s']},a={top['a']},past={top['past_count']}] "
-                f"{estimator} R={R}",
-                estimate=m,
-                exact=top["exact_cond_adv"],
-                se=float(np.sqrt(max(second - top["exact_cond_adv"] ** 2, 0.0) / n)),
-                se_from="exact moments",
-                n=n,
-                k=k,
-                paper_value=top["paper_cond_adv"],
-                details={**{key: top[key] for key in ("true_adv", "exact_bias", "paper_bias",
-                                                      "prob")}, "sample_se": sample_se},
-            )
-        )
+    for h in range(mdp.shape[0]):
+        top = max((r for r in table if r["h"] == h), key=lambda r: r["prob"])
+        out.append(_stage_advantage_check(mdp, estimator, top, R=R, n=n, rng=rng, k=k,
+                                          opts=opts))
+    return out + _multiturn_gradient_checks(mdp, estimator, R=R, n=n, rng=rng, k=k, opts=opts)
+
+
+def _stage_advantage_check(
+    mdp: Any, estimator: str, top: dict[str, Any], *, R: int, n: int, rng: np.random.Generator,
+    k: float, opts: dict[str, Any] | None,
+) -> CheckResult:
+    """``E[A_hat(h) | prefix]`` for the prefix row ``top`` of :func:`multiturn_bias_table`: the
+    own rollout continues from ``(s_h, a_h)`` after ``past_count`` rewards, the other ``R - 1``
+    start at ``s_0``; the exact SE from the exact second moment; paper value Eq. 26-27."""
+    opts_ = estimator_options(estimator, opts)
+    fut = mdp.sample_continuation(top["h"], top["s"], top["a"], n, rng)
+    others = mdp.sample(n, R - 1, rng)["stage_rewards"].sum(-1)
+    totals = np.concatenate([(mdp.reward_value * top["past_count"] + fut)[:, None], others], 1)
+    A1 = np.asarray(compute_advantages(estimator, totals, **opts_))[:, 0]
+    m, sample_se = _mean_se(A1)
+    second = mdp.conditional_advantage(estimator, R=R, h=top["h"], s=top["s"], a=top["a"],
+                                       past_count=top["past_count"], opts=opts, power=2)
+    return make_check(
+        f"E[A_hat(h={top['h'] + 1})|prefix s={top['s']},a={top['a']},past={top['past_count']}] "
+        f"{estimator} R={R}",
+        estimate=m,
+        exact=top["exact_cond_adv"],
+        se=float(np.sqrt(max(second - top["exact_cond_adv"] ** 2, 0.0) / n)),
+        se_from="exact moments",
+        n=n,
+        k=k,
+        paper_value=top["paper_cond_adv"],
+        details={**{key: top[key] for key in ("true_adv", "exact_bias", "paper_bias",
+                                              "prob")}, "sample_se": sample_se},
+    )
+
+
+def _multiturn_gradient_checks(
+    mdp: Any, estimator: str, *, R: int, n: int, rng: np.random.Generator, k: float,
+    opts: dict[str, Any] | None,
+) -> list[CheckResult]:
+    """``E[g_hat]`` (exact, by enumeration) vs ``grad J``: the ratio
+    ``<g_hat, grad J> / |grad J|^2`` (sample SE) and the cosine (jackknife SE), each estimated
+    from ``n`` sampled groups of ``R`` rollouts on the total returns."""
     gJ = mdp.grad_J()
     Eg = mdp.expected_gradient(estimator, R=R, opts=opts)
     nrm2 = float(gJ @ gJ)
     smp = mdp.sample(n, R, rng)
     totals = smp["stage_rewards"].sum(-1)
-    A = np.asarray(compute_advantages(estimator, totals, **opts_))
+    A = np.asarray(compute_advantages(estimator, totals, **estimator_options(estimator, opts)))
     g = np.einsum("nr,nrd->nd", A, mdp.psi(smp["states"], smp["actions"])) / R
     m, se = _mean_se(g @ gJ / nrm2)
-    out.append(
-        make_check(
-            f"multiturn E[g_hat] ratio {estimator} R={R}",
-            estimate=m,
-            exact=float(Eg @ gJ / nrm2),
-            se=se,
-            se_from="sample",
-            n=n,
-            k=k,
-            paper_value=None,
-            details={
-                "true_advantage_gradient_ratio": float(
-                    mdp.expected_gradient_true_advantage() @ gJ / nrm2
-                )
-            },
-        )
+    ratio = make_check(
+        f"multiturn E[g_hat] ratio {estimator} R={R}",
+        estimate=m,
+        exact=float(Eg @ gJ / nrm2),
+        se=se,
+        se_from="sample",
+        n=n,
+        k=k,
+        paper_value=None,
+        details={
+            "true_advantage_gradient_ratio": float(
+                mdp.expected_gradient_true_advantage() @ gJ / nrm2
+            )
+        },
     )
     cos, cse = _jackknife_cosine(g, gJ)
-    out.append(
-        make_check(
-            f"multiturn E[g_hat] cosine {estimator} R={R}",
-            estimate=cos,
-            exact=float(Eg @ gJ / (np.linalg.norm(Eg) * np.sqrt(nrm2))),
-            se=cse,
-            se_from="jackknife",
-            n=n,
-            k=k,
-        )
+    cosine = make_check(
+        f"multiturn E[g_hat] cosine {estimator} R={R}",
+        estimate=cos,
+        exact=float(Eg @ gJ / (np.linalg.norm(Eg) * np.sqrt(nrm2))),
+        se=cse,
+        se_from="jackknife",
+        n=n,
+        k=k,
     )
-    return out
+    return [ratio, cosine]
 
 
 def multiturn_mode_coefficients(

@@ -195,50 +195,19 @@ def make_check(
     True
     """
     estimate, exact, se = float(estimate), float(exact), float(se)
-    if not (math.isfinite(estimate) and math.isfinite(exact)):
-        raise ValueError(f"check {name!r}: estimate={estimate} and exact={exact} must be finite")
-    if not math.isfinite(se) or se < 0:
-        raise ValueError(f"check {name!r}: se must be finite and >= 0, got {se}")
-    diff = estimate - exact
+    _require_yardstick(name, estimate=estimate, exact=exact, se=se, n=n, atol=atol,
+                       se_from=se_from)
     d = dict(details or {})
-    if se_from in ("sample", "jackknife") and se == 0 and n > 1 and abs(diff) > atol:
-        raise ValueError(
-            f"check {name!r}: the {se_from} SE is 0 (every sampled value equal) while the "
-            f"estimate {estimate!r} differs from the exact {exact!r} by more than atol={atol!r}: "
-            "no yardstick; this check "
-            "needs an exact standard error or a rare-event rule"
-        )
     d["se_from"] = se_from
     if 0 < se <= 1e-12 * max(1.0, abs(exact), abs(estimate)):
         # the samples are constant up to float rounding: judge as a deterministic check
         d["se_rounding_only"] = se
         se = 0.0
-    if se > 0:
-        z = diff / se
-        passed = abs(z) <= k
-        d["rule"] = f"normal: |z| <= {k:g}"
-    else:
-        z = 0.0 if abs(diff) <= atol else math.copysign(math.inf, diff)
-        passed = abs(diff) <= atol
-        d["atol"] = atol
-        d["rule"] = "deterministic: |estimate - exact| <= atol"
+    z, passed = _normal_or_deterministic(estimate - exact, se=se, k=k, atol=atol, details=d)
     if rare is not None and se > 0 and rare.expected < RARE_COUNT:
-        alpha = math.erfc(k / math.sqrt(2.0))  # 2 Phi(-k): the level of |z| <= k
-        lo, hi = rare_count_pvalues(rare.observed, rare.trials)
-        passed = min(lo, hi) > alpha / 2
-        d.update({
-            "rule": f"exact count of {rare.what}: P(N <= obs), P(N >= obs) > alpha/2, "
-                    f"alpha = 2 Phi(-{k:g}) = {alpha:.3g}",
-            "rare_observed": rare.observed,
-            "rare_expected": rare.expected,
-            "rare_p_low": lo,
-            "rare_p_high": hi,
-        })
+        passed = _rare_count_verdict(rare, k=k, details=d)
     if law_mean is not None:
-        agree = abs(float(law_mean) - exact) <= 1e-9 * max(1.0, abs(exact)) + atol
-        d["law_mean"] = float(law_mean)
-        d["law_matches_exact"] = bool(agree)
-        passed = passed and agree
+        passed = _law_mean_agrees(law_mean, exact=exact, atol=atol, details=d) and passed
     if paper_value is not None:
         paper_value = float(paper_value)
         d["paper_matches_exact"] = bool(
@@ -256,6 +225,63 @@ def make_check(
         paper_value=paper_value,
         details=d,
     )
+
+
+def _require_yardstick(
+    name: str, *, estimate: float, exact: float, se: float, n: int, atol: float, se_from: str
+) -> None:
+    """ValueError for a non-finite estimate or exact value, a negative or non-finite SE, or a
+    zero sample/jackknife SE with a visible difference (no yardstick to judge it by)."""
+    if not (math.isfinite(estimate) and math.isfinite(exact)):
+        raise ValueError(f"check {name!r}: estimate={estimate} and exact={exact} must be finite")
+    if not math.isfinite(se) or se < 0:
+        raise ValueError(f"check {name!r}: se must be finite and >= 0, got {se}")
+    if se_from in ("sample", "jackknife") and se == 0 and n > 1 and abs(estimate - exact) > atol:
+        raise ValueError(
+            f"check {name!r}: the {se_from} SE is 0 (every sampled value equal) while the "
+            f"estimate {estimate!r} differs from the exact {exact!r} by more than atol={atol!r}: "
+            "no yardstick; this check "
+            "needs an exact standard error or a rare-event rule"
+        )
+
+
+def _normal_or_deterministic(
+    diff: float, *, se: float, k: float, atol: float, details: dict[str, Any]
+) -> tuple[float, bool]:
+    """``(z, passed)``: ``z = diff / se``, ``|z| <= k`` when ``se > 0``; else the deterministic
+    rule ``|diff| <= atol`` (``z`` 0 or signed infinity). Records the rule in ``details``."""
+    if se > 0:
+        details["rule"] = f"normal: |z| <= {k:g}"
+        return diff / se, abs(diff / se) <= k
+    details["atol"] = atol
+    details["rule"] = "deterministic: |estimate - exact| <= atol"
+    z = 0.0 if abs(diff) <= atol else math.copysign(math.inf, diff)
+    return z, abs(diff) <= atol
+
+
+def _rare_count_verdict(rare: RareCount, *, k: float, details: dict[str, Any]) -> bool:
+    """The exact count rule: ``P(N <= obs) > alpha/2`` and ``P(N >= obs) > alpha/2`` with
+    ``alpha = 2 Phi(-k)``, the level of ``|z| <= k``. Records the rule and both tails."""
+    alpha = math.erfc(k / math.sqrt(2.0))  # 2 Phi(-k): the level of |z| <= k
+    lo, hi = rare_count_pvalues(rare.observed, rare.trials)
+    details.update({
+        "rule": f"exact count of {rare.what}: P(N <= obs), P(N >= obs) > alpha/2, "
+                f"alpha = 2 Phi(-{k:g}) = {alpha:.3g}",
+        "rare_observed": rare.observed,
+        "rare_expected": rare.expected,
+        "rare_p_low": lo,
+        "rare_p_high": hi,
+    })
+    return min(lo, hi) > alpha / 2
+
+
+def _law_mean_agrees(law_mean: float, *, exact: float, atol: float,
+                     details: dict[str, Any]) -> bool:
+    """``|law_mean - exact| <= 1e-9 max(1, |exact|) + atol``: two exact computations agree."""
+    agree = abs(float(law_mean) - exact) <= 1e-9 * max(1.0, abs(exact)) + atol
+    details["law_mean"] = float(law_mean)
+    details["law_matches_exact"] = bool(agree)
+    return bool(agree)
 
 
 def law_check(

@@ -29,7 +29,9 @@ from ._stats import Z_THRESHOLD
 from .exact import estimator_options, expected_gradient_bernoulli
 from .token_mdp import TokenMDP
 
-__all__ = ["make_prompts", "gradient_masses", "run_training", "summarize_training"]
+__all__ = [
+    "make_prompts", "gradient_masses", "run_training", "summarize_training", "HISTORY_KEYS",
+]
 
 
 def make_prompts(
@@ -95,78 +97,114 @@ def run_training(
     if R < 2 or steps < 1 or lr <= 0:
         raise ValueError(f"need R >= 2, steps >= 1, lr > 0; got R={R}, steps={steps}, lr={lr}")
     worlds = list(prompts) if prompts is not None else make_prompts(rng, n_prompts=n_prompts)
-    P = len(worlds)
     opts_ = estimator_options(estimator, opts)
-    keys = (
-        "J",
-        "sigma_r",
-        "zero_adv_frac",
-        "zero_adv_frac_exact",
-        "grad_norm",
-        "grad_J_norm",
-        "eff_rank",
-        "top1",
-        "m_S",
-        "m_F",
-        "n_nondegenerate",
-        "zero_adv_var",
-        "zero_adv_probs",
-    )
-    hist: dict[str, list[Any]] = {k: [] for k in keys}
+    hist: dict[str, list[Any]] = {k: [] for k in HISTORY_KEYS}
     for _ in range(steps):
         tables = [w.outcome_model() for w in worlds]
         Js = np.array([pr @ mu for pr, mu, _ in tables])
-        idx = np.empty((P, R), dtype=np.int64)
-        rewards = np.empty((P, R))
-        for p, w in enumerate(worlds):
-            i, r = w.sample(1, R, rng)
-            idx[p], rewards[p] = i[0], r[0]
+        idx, rewards = _sample_one_group_per_prompt(worlds, R=R, rng=rng)
         A = np.asarray(compute_advantages(estimator, rewards, **opts_))
-        grads, ers, tops = [], [], []
+        update = _PromptUpdates()
         for p, (pr, mu, psi) in enumerate(tables):
-            Psi = psi[idx[p]]
-            g_s = A[p] @ Psi / R
+            g = update.add(A[p], psi[idx[p]])
             if gradient == "exact":
                 g = expected_gradient_bernoulli(
                     estimator, probs=pr, means=mu, psi=psi, R=R, opts=opts_
                 )
-            else:
-                g = g_s
-            grads.append(np.linalg.norm(g_s))
-            m = spectral_metrics(Psi @ Psi.T, A[p])
-            if not m.degenerate:
-                ers.append(m.effective_rank)
-                tops.append(m.top1_fraction)
             worlds[p] = worlds[p].with_logits(
                 worlds[p].logits + lr * g.reshape(worlds[p].logits.shape)
             )
-        mS, mF = gradient_masses(A, rewards)
-        zero = zero_variance_groups(rewards)
-        pz = Js**R + (1 - Js) ** R
-        hist["J"].append(float(Js.mean()))
-        hist["sigma_r"].append(float(np.sqrt(Js * (1 - Js)).mean()))
-        hist["zero_adv_frac"].append(float(zero.mean()))
-        hist["zero_adv_frac_exact"].append(float(pz.mean()))
-        hist["zero_adv_var"].append(float(np.sum(pz * (1 - pz))))
-        hist["zero_adv_probs"].append(pz.tolist())  # per prompt: the exact count law
-        hist["grad_norm"].append(float(np.mean(grads)))
-        hist["grad_J_norm"].append(float(np.mean([np.linalg.norm(w.grad_J()) for w in worlds])))
-        hist["eff_rank"].append(float(np.mean(ers)) if ers else float("nan"))
-        hist["top1"].append(float(np.mean(tops)) if tops else float("nan"))
-        hist["m_S"].append(float(mS.mean()))
-        hist["m_F"].append(float(mF.mean()))
-        hist["n_nondegenerate"].append(float(len(ers)))
+        for key, value in _step_statistics(Js, A, rewards, update, worlds).items():
+            hist[key].append(value)
     return {
         "config": {
             "estimator": estimator,
             "opts": opts_,
-            "n_prompts": P,
+            "n_prompts": len(worlds),
             "R": R,
             "steps": steps,
             "lr": lr,
             "gradient": gradient,
         },
         "history": hist,
+    }
+
+
+#: The per-step statistics :func:`run_training` records, in ``history`` order.
+HISTORY_KEYS = (
+    "J",
+    "sigma_r",
+    "zero_adv_frac",
+    "zero_adv_frac_exact",
+    "grad_norm",
+    "grad_J_norm",
+    "eff_rank",
+    "top1",
+    "m_S",
+    "m_F",
+    "n_nondegenerate",
+    "zero_adv_var",
+    "zero_adv_probs",
+)
+
+
+def _sample_one_group_per_prompt(
+    worlds: list[TokenMDP], *, R: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(idx, rewards)``, both ``[P, R]``: one group of ``R`` rollouts per prompt."""
+    idx = np.empty((len(worlds), R), dtype=np.int64)
+    rewards = np.empty((len(worlds), R))
+    for p, w in enumerate(worlds):
+        i, r = w.sample(1, R, rng)
+        idx[p], rewards[p] = i[0], r[0]
+    return idx, rewards
+
+
+class _PromptUpdates:
+    """The sampled gradient ``g_p = (1/R) A_p Psi_p`` (Eq. 19) of each prompt of one step, with
+    its norm and the spectral metrics of ``diag(A_p) Psi_p`` (non-degenerate groups only)."""
+
+    def __init__(self) -> None:
+        self.grad_norms: list[float] = []
+        self.effective_ranks: list[float] = []
+        self.top1_fractions: list[float] = []
+
+    def add(self, A: np.ndarray, Psi: np.ndarray) -> np.ndarray:
+        """Record one prompt (``A [R]``, ``Psi [R, d]``) and return its sampled ``g [d]``."""
+        g = A @ Psi / A.shape[0]
+        self.grad_norms.append(np.linalg.norm(g))
+        m = spectral_metrics(Psi @ Psi.T, A)
+        if not m.degenerate:
+            self.effective_ranks.append(m.effective_rank)
+            self.top1_fractions.append(m.top1_fraction)
+        return g
+
+
+def _step_statistics(
+    Js: np.ndarray, A: np.ndarray, rewards: np.ndarray, update: _PromptUpdates,
+    worlds: list[TokenMDP],
+) -> dict[str, Any]:
+    """One step's entry of each :data:`HISTORY_KEYS` list. ``Js [P]`` are the solve rates before
+    the update, ``worlds`` the prompts after it; ``pz = J^R + (1 - J)^R`` is the exact chance
+    of a zero-variance group (per prompt: the exact count law)."""
+    R = rewards.shape[1]
+    mS, mF = gradient_masses(A, rewards)
+    pz = Js**R + (1 - Js) ** R
+    ers, tops = update.effective_ranks, update.top1_fractions
+    return {
+        "J": float(Js.mean()),
+        "sigma_r": float(np.sqrt(Js * (1 - Js)).mean()),
+        "zero_adv_frac": float(zero_variance_groups(rewards).mean()),
+        "zero_adv_frac_exact": float(pz.mean()),
+        "zero_adv_var": float(np.sum(pz * (1 - pz))),
+        "zero_adv_probs": pz.tolist(),
+        "grad_norm": float(np.mean(update.grad_norms)),
+        "grad_J_norm": float(np.mean([np.linalg.norm(w.grad_J()) for w in worlds])),
+        "eff_rank": float(np.mean(ers)) if ers else float("nan"),
+        "top1": float(np.mean(tops)) if tops else float("nan"),
+        "m_S": float(mS.mean()),
+        "m_F": float(mF.mean()),
+        "n_nondegenerate": float(len(ers)),
     }
 
 

@@ -13,16 +13,19 @@ import torch
 
 from grpo_io import (
     NONFINITE_POLICY,
+    OutPathError,
     append_jsonl,
     dumps,
     environment,
     from_jsonable,
     iter_jsonl,
+    prepare_out_dir,
     read_json,
     read_jsonl,
     rewrite_jsonl,
     to_jsonable,
     write_json,
+    write_out_file,
 )
 
 
@@ -83,3 +86,23 @@ def test_environment_records_requested_libraries_and_device() -> None:
     assert env["no-such-distribution-xyz"] is None
     assert env["device"] == "cpu" and env["python"].count(".") == 2
     assert "torch_threads" in env  # torch is imported by this test module
+
+
+# --- output paths (grpo_io.paths) ----------------------------------------------------------------
+def test_prepare_out_dir_creates_missing_folders_and_rejects_files(tmp_path: Path) -> None:
+    p = prepare_out_dir(tmp_path / "x" / "y")
+    assert p.is_dir() and list(p.iterdir()) == []  # the write probe is removed
+    with pytest.raises(OutPathError, match="--cache-dir .*: exists and is not a folder"):
+        prepare_out_dir("/dev/null", option="--cache-dir")
+
+
+def test_write_out_file_cases(tmp_path: Path) -> None:
+    assert write_out_file(tmp_path / "d" / "t.md", "hi").read_text() == "hi"
+    write_out_file("/dev/null", "ok")  # a device file: written in place
+    with pytest.raises(OutPathError, match=r"is a folder, not a file"):
+        write_out_file(tmp_path, "x")
+    with pytest.raises(OutPathError, match=r"/dev/full: cannot write \(no space left"):
+        write_out_file("/dev/full", "x" * 10)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OutPathError, match=r"is a file, not a folder"):
+        write_out_file(tmp_path / "f" / "t.md", "x")

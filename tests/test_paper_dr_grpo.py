@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_paper_claims import EXPECTED_DR_GRPO
+from expected_verdicts import EXPECTED_DR_GRPO
 
 from paper_checks.claims.dr_grpo import (
     appA_policy_gradient,
@@ -23,7 +23,7 @@ from paper_checks.claims.dr_grpo import (
     s3_2_dr_grpo,
     s3_objective,
 )
-from paper_checks.claims.dr_grpo._worlds import answer_mdp
+from paper_checks.claims.dr_grpo.worlds import answer_mdp
 from paper_checks.registry import REGISTRY, CheckContext, get_claim
 
 CTX = CheckContext(seed=0, quick=True)

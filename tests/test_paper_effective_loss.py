@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from paper_checks.claims.effective_loss import _printed as P
+from paper_checks.claims.effective_loss import printed_formulas as P
 from paper_checks.claims.effective_loss.appA_experiments import check_gsm8k
 from paper_checks.claims.effective_loss.appB_algorithm import check_plugin_advantage
 from paper_checks.claims.effective_loss.appC_stability import check_beta_condition, check_fig5
@@ -145,7 +145,7 @@ def test_p_one_is_a_fixed_point_of_a_map_with_h_of_1_equal_1():
 
 
 def test_abstract_holds_on_a_grid_without_two_cycles():
-    from paper_checks.claims.effective_loss._shared import orbit_scan
+    from paper_checks.claims.effective_loss.worlds_and_scans import orbit_scan
 
     assert check_abstract_converges().verdict == "refuted"
     converging = tuple(o for o in orbit_scan() if o[1] == "fixed point")
@@ -201,7 +201,7 @@ def test_effective_loss_audit_cli_writes_its_own_report(tmp_path):
                  "--only", "effloss_thm8_general_weights_anchor",
                  "effloss_appa_gsm8k_amplification"]) == 0
     rep = (out / "REPORT.md").read_text()
-    assert "arXiv 2503.06639" in rep.splitlines()[0] and "_printed.py" in rep
+    assert "arXiv 2503.06639" in rep.splitlines()[0] and "printed_formulas.py" in rep
     meta = json.loads((out / "meta.json").read_text())
     assert meta["paper_key"] == "grpo-effective-loss" and meta["refuted"] == [
         "effloss_thm8_general_weights_anchor"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import grpo_theory as gt
 from grpo_theory import (
     asym_grpo_advantages,
     compute_advantages,
@@ -118,3 +119,116 @@ def test_get_estimator_and_compute_advantages_tiny_exact_case() -> None:
     assert compute_advantages("rloo", [[1.0, 0.0]]).tolist() == [[1.0, -1.0]]
     with pytest.raises(ValueError, match="delta_typo"):
         compute_advantages("asym_grpo", [[1.0, 0.0]], delta_typo=0.5)
+
+
+# --- bad input, constant groups, extreme rewards, torch dtypes and devices -----------------------
+NAN, INF = float("nan"), float("inf")
+#: Estimators that subtract a group mean: a constant group must give exact zeros, not rounding.
+MEAN_CENTRED = ["grpo", "dr_grpo", "rloo", "asym_grpo", "power_alpha", "fade"]
+R01 = [[0.0, 1.0, 1.0]]
+HUGE = np.array([[1.7e308, 1.7e308, 0.0], [-1.7e308, 1.7e308, 1.0]])
+
+
+@pytest.mark.parametrize("name", MEAN_CENTRED)
+@pytest.mark.parametrize("value", [0.1, 0.7])
+def test_constant_group_gives_exact_zeros(name: str, value: float) -> None:
+    A = np.asarray(gt.compute_advantages(name, [[value] * 3, [0.0, 1.0, 1.0]]))
+    assert A[0].tolist() == [0.0, 0.0, 0.0]
+    m = gt.spectral_metrics(np.eye(3), A[0])
+    assert m.degenerate and m.rank == 0
+
+
+@pytest.mark.parametrize("name", MEAN_CENTRED)
+def test_constant_group_gives_exact_zeros_in_torch(name: str) -> None:
+    torch = pytest.importorskip("torch")
+    A = gt.compute_advantages(name, torch.tensor([[0.1] * 3, [0.0, 1.0, 1.0]], dtype=torch.float64))
+    assert A[0].tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("name", "opts", "match"),
+    [
+        ("grpo_std", {"eps": NAN}, "eps"),
+        ("grpo_std", {"eps": INF}, "eps"),
+        ("asym_grpo", {"delta": NAN}, "delta"),
+        ("asym_grpo", {"delta": INF}, "delta"),
+        ("asym_grpo", {"delta": 1e-320}, "delta"),
+        ("power_alpha", {"alpha": NAN}, "alpha"),
+        ("power_alpha", {"alpha": INF}, "alpha"),
+        ("power_alpha", {"alpha": -1000.0}, "alpha"),
+        ("fade", {"alpha": NAN}, "alpha"),
+        ("fade", {"delta": NAN}, "delta"),
+    ],
+)
+def test_non_finite_or_overflowing_options_are_errors(name: str, opts: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        gt.compute_advantages(name, R01, **opts)
+
+
+@pytest.mark.parametrize(
+    ("opts", "match"),
+    [
+        ({"eps": "1e-4"}, "eps must be a real number"),
+        ({"eps": np.array([1e-4, 1e-4])}, "eps must be a real number"),
+        ({"ddof": "1"}, "ddof must be an integer"),
+        ({"ddof": 1.5}, "ddof must be an integer"),
+    ],
+)
+def test_option_type_errors_name_the_option(opts: dict, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        gt.compute_advantages("grpo_std", R01, **opts)
+
+
+def test_get_estimator_type_error_names_the_argument() -> None:
+    with pytest.raises(TypeError, match="estimator name must be a string"):
+        gt.get_estimator([])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "grpo_std"])
+def test_huge_finite_rewards_do_not_overflow(name: str) -> None:
+    x = HUGE[:1] if name == "rloo" else HUGE  # rloo of row 2 is -2.55e308: not representable
+    A = np.asarray(gt.compute_advantages(name, x))
+    assert np.all(np.isfinite(A))
+    small = np.asarray(gt.compute_advantages(name, x / 1e300))
+    scale = 1.0 if name == "grpo_std" else 1e300  # grpo_std is scale-free
+    np.testing.assert_allclose(A, small * scale, rtol=1e-12)
+
+
+def test_unrepresentable_advantages_are_refused_not_inf() -> None:
+    with pytest.raises(ValueError, match="rloo: the advantages overflow"):
+        gt.compute_advantages("rloo", HUGE[1:])  # r_1 - (r_2 + r_3)/2 = -2.55e308
+
+
+def test_huge_constant_group_is_zero() -> None:
+    for name in ("grpo", "grpo_std", "rloo"):
+        assert np.asarray(gt.compute_advantages(name, [[1.7e308, 1.7e308]])).tolist() == [[0, 0]]
+
+
+@pytest.mark.parametrize("name", ["asym_grpo", "fade"])
+def test_bf16_input_gives_bf16_output(name: str) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([[0.0, 1.0, 1.0, 0.0]], dtype=torch.bfloat16)
+    A = gt.compute_advantages(name, x, delta=0.5)
+    assert A.dtype == torch.bfloat16
+    ref = gt.compute_advantages(name, x.double(), delta=0.5)
+    assert torch.allclose(A.double(), ref, atol=1e-2)
+
+
+def test_meta_tensor_is_a_named_error() -> None:
+    torch = pytest.importorskip("torch")
+    for name in ("grpo", "asym_grpo"):
+        with pytest.raises(ValueError, match="meta tensor"):
+            gt.compute_advantages(name, torch.empty(2, 3, device="meta"))
+
+
+def test_complex_rewards_are_an_error_not_a_warning() -> None:
+    with pytest.raises(TypeError, match="rewards must be real"):
+        gt.compute_advantages("grpo", np.array([[1 + 1j, 0.0]]))
+
+
+def test_batch_std_raises_only_when_the_whole_batch_is_constant():
+    # batch std of [1,1,0,1] (ddof=1) = 0.5; the constant group [1,1] has advantage 0 / 0.5 = 0.
+    A = gt.grpo_std_advantages([[1.0, 1.0], [0.0, 1.0]], std_scope="batch", on_zero_std="raise")
+    np.testing.assert_allclose(np.asarray(A), [[0.0, 0.0], [-1.0, 1.0]])
+    with pytest.raises(ValueError, match="zero-variance"):
+        gt.grpo_std_advantages([[1.0, 1.0], [1.0, 1.0]], std_scope="batch", on_zero_std="raise")

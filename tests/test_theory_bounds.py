@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 import sympy as sp
 
+import grpo_theory as gt
 from grpo_audit.cli import main
 from grpo_theory import (
     baseline_tail_event,
@@ -283,3 +285,64 @@ def test_exact_advantage_tail_and_bound_table_tiny_exact_cases() -> None:
     assert exact_advantage_tail_bernoulli(R=2, eps=1, p=sp.Rational(1, 2), estimator="rloo") == 0
     t = bound_table("hoeffding", R_values=[2], eps_values=[0.5])
     assert t.values.ravel().tolist() == pytest.approx([2 / math.e], rel=1e-15)
+
+
+# --- large R, symbolic input and extreme values --------------------------------------------------
+def test_bound_table_rejects_non_integer_R() -> None:
+    with pytest.raises(TypeError, match="R"):
+        gt.bound_table("hoeffding", R_values=[2.5], eps_values=[0.1])
+
+
+def test_sup_baseline_tail_large_R_no_overflow() -> None:
+    sup, p_star = gt.sup_baseline_tail_bernoulli(R=1100, eps=0.3)
+    assert 0.0 < sup < 1e-80 and 0.0 < p_star < 1.0
+    assert sup <= 2 * math.exp(-2 * 1100 * 0.3**2)  # Hoeffding holds
+    assert gt.sup_baseline_tail_bernoulli(R=10_000, eps=0.3)[0] == 0.0  # below the float range
+    with pytest.raises(ValueError, match="SUP_R_MAX.*hoeffding_bound"):
+        gt.sup_baseline_tail_bernoulli(R=10**6, eps=0.3)
+
+
+@pytest.mark.parametrize("R", [20, 41, 64])
+@pytest.mark.parametrize("eps", [0.05, 0.1, 0.3, 0.49])
+def test_sup_tail_vectorised_path_equals_exact_path(R: int, eps: float) -> None:
+    from fractions import Fraction
+
+    from grpo_theory.bounds import _sup_tail_vectorised
+
+    v, p = gt.sup_baseline_tail_bernoulli(R=R, eps=eps)  # exact rational path (R <= 64)
+    vv, pv = _sup_tail_vectorised(R, Fraction(repr(eps)))
+    assert vv == pytest.approx(v, rel=1e-12) and pv == pytest.approx(p, abs=1e-12)
+
+
+def test_sup_tail_far_below_one_is_not_reported_as_zero() -> None:
+    # R = 64, eps = 0.49: the supremum is ~1e-15 (a one-sided limit at p = 53/64 - 0.49); the
+    # exact path compared with an absolute 1e-15 step and returned 0.0
+    v, p = gt.sup_baseline_tail_bernoulli(R=64, eps=0.49)
+    assert 1e-16 < v < 1e-14 and p == pytest.approx(53 / 64 - 0.49)
+    near = gt.exact_baseline_tail_bernoulli(R=64, eps=0.49, p=p - 1e-12)  # the limiting side
+    assert near == pytest.approx(v, rel=1e-6)
+
+
+def test_symbolic_p_in_baseline_tail_is_a_message() -> None:
+    with pytest.raises(TypeError, match="p and eps must be numbers, got p=p"):
+        gt.exact_baseline_tail_bernoulli(R=4, eps=0.1, p=sp.Symbol("p"))
+
+
+@pytest.mark.parametrize(
+    "fn,kw,expected",
+    [
+        ("chebyshev_bound", dict(R=1, eps=1e-320, sigma2=0.25), 0.0),  # (R-1) = 0: no 0 * inf
+        ("chebyshev_bound", dict(R=2, eps=1e-320, sigma2=0.25), float("inf")),  # vacuous
+        ("chebyshev_bound", dict(R=2, eps=1e-160, sigma2=1e-320), 0.5 * 1e-320 / 1e-160 / 1e-160),
+        ("hoeffding_bound", dict(R=10**300, eps=1e200, width=1.0), 0.0),
+        ("hoeffding_bound", dict(R=1, eps=1e-320, width=1e-320), 2.0 * math.exp(-2.0)),
+        ("bernstein_bound", dict(R=2, eps=1e-320, sigma2=0.0, width=1.0), 2.0),
+        ("bernstein_bound", dict(R=2, eps=1e300, sigma2=0.25, width=1e-300), 0.0),
+    ],
+)
+def test_bounds_at_extreme_inputs_are_the_limit_values_without_nan_or_warning(
+    fn: str, kw: dict[str, Any], expected: float
+) -> None:
+    import grpo_theory
+
+    assert getattr(grpo_theory, fn)(**kw) == pytest.approx(expected, rel=1e-12)

@@ -7,12 +7,14 @@ against an independent route: exact enumeration over k ~ Binomial(R, p) with a s
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
 import numpy as np
 import pytest
 import sympy as sp
 
+import grpo_theory as gt
 from grpo_theory import (
     advantage_distribution,
     advantage_values,
@@ -303,3 +305,80 @@ def test_linear_estimator_moments_rloo_cov_tiny_exact_case() -> None:
     cov = linear_estimator_moments("rloo")["cov"]
     assert sp.simplify(cov + R_sym * sigma2 / (R_sym - 1) ** 2) == 0
     assert cov.subs({R_sym: 2, sigma2: sp.Rational(1, 4)}) == -sp.Rational(1, 2)
+
+
+# --- binom_pmf, exact tables and moments: bad input, large R, one-sample groups ------------------
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("p", [NAN, 1.5, -0.1, INF])
+def test_binom_pmf_rejects_p_outside_unit_interval(p: float) -> None:
+    with pytest.raises(ValueError, match="p must be in \\[0, 1\\]"):
+        gt.binom_pmf([0, 1, 2], 2, p)
+
+
+def test_binom_pmf_rejects_non_integer_or_negative_R_and_k() -> None:
+    with pytest.raises(TypeError, match="R must be an int"):
+        gt.binom_pmf([0, 1], 2.5, 0.5)
+    with pytest.raises(ValueError, match="R must be >= 0"):
+        gt.binom_pmf([0], -1, 0.5)
+    with pytest.raises(ValueError, match="k must hold integers"):
+        gt.binom_pmf(0.5, 2, 0.5)
+    with pytest.raises(ValueError, match="k must hold integers"):
+        gt.binom_pmf(1.5, 2, 0.5)
+
+
+def test_binom_pmf_hand_checked() -> None:
+    assert gt.binom_pmf([0, 1, 2, 3], 2, 0.5).tolist() == [0.25, 0.5, 0.25, 0.0]
+
+
+def test_advantage_value_table_option_type_error_names_it() -> None:
+    with pytest.raises(TypeError, match="delta"):
+        gt.advantage_value_table("asym_grpo", R=4, delta=[0.5])
+
+
+def test_exact_advantage_moments_large_R_fast_float_path() -> None:
+    t0 = time.perf_counter()
+    m = gt.exact_advantage_moments("grpo", R=3000, p=0.3)
+    assert time.perf_counter() - t0 < 10.0  # correctness of the O(R) float path at large R
+    assert m["var"] == pytest.approx(0.3 * 0.7 * (1 - 1 / 3000), rel=1e-9)
+    assert m["cov"] == pytest.approx(-0.3 * 0.7 / 3000, rel=1e-6)
+
+
+def test_exact_enumeration_beyond_its_limit_names_the_alternatives() -> None:
+    with pytest.raises(ValueError, match="EXACT_R_MAX=10000.*closed forms"):
+        gt.exact_advantage_moments("grpo", R=10**6, p=0.3)
+
+
+@pytest.mark.slow
+def test_exact_advantage_moments_at_the_limit_within_15_s() -> None:
+    # the exact table (~3 s) plus O(R) NumPy; sympy arithmetic per term took 18-35 s
+    t0 = time.perf_counter()
+    m = gt.exact_advantage_moments("grpo", R=10_000, p=0.3)
+    assert time.perf_counter() - t0 < 15.0
+    assert m["var"] == pytest.approx(0.3 * 0.7 * (1 - 1e-4), rel=1e-9)
+
+
+def test_symbolic_alpha_with_float_p_is_a_message() -> None:
+    with pytest.raises(ValueError, match=r"\['alpha'\] are symbolic.*exact p"):
+        gt.exact_advantage_moments("power_alpha", R=4, p=0.5, alpha=sp.Symbol("a"))
+    # with an exact p the symbolic alpha is supported (closed form in a)
+    m = gt.exact_advantage_moments("power_alpha", R=4, p=sp.Rational(1, 2), alpha=sp.Symbol("a"))
+    assert m["mean"] == 0 and m["var"].free_symbols == {sp.Symbol("a")}
+
+
+def test_opo_exact_and_linear_forms_match_the_float_form_for_one_sample_groups():
+    # R = 1: opo's baseline is 0, so a success has advantage 1 and a failure 0 (hand-checked).
+    assert advantage_values("opo", R=1, k=1) == (1, None)
+    assert advantage_values("opo", R=1, k=1, exact=False) == (1.0, None)
+    assert advantage_values("opo", R=1, k=0) == (None, 0)
+    from grpo_theory.registry import estimator_spec
+
+    assert estimator_spec("opo").linear(1) == (1, 0, 0)
+
+
+def test_exact_grpo_std_refuses_a_non_integer_ddof_like_the_float_form():
+    with pytest.raises(TypeError, match="ddof"):
+        advantage_values("grpo_std", R=3, k=1, ddof=1.5)
+    with pytest.raises(TypeError, match="ddof"):
+        advantage_values("grpo_std", R=3, k=1, ddof=1.5, exact=False)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import grpo_theory as gt
 from grpo_theory import (
     aggregation_weights,
     compute_advantages,
@@ -257,3 +258,25 @@ def test_multiturn_past_rewards_and_reward_to_go_tiny_exact_case() -> None:
     # stage rewards [1, 0, 2]: past sums [0, 1, 1]; reward-to-go [3, 2, 2]
     assert past_rewards([[[1.0, 0.0, 2.0]]]).tolist() == [[[0.0, 1.0, 1.0]]]
     assert reward_to_go([[[1.0, 0.0, 2.0]]]).tolist() == [[[3.0, 2.0, 2.0]]]
+
+
+# --- bad options and extreme rewards -------------------------------------------------------------
+NAN = float("nan")
+
+
+def test_aggregation_and_mass_options_must_be_finite() -> None:
+    with pytest.raises(ValueError, match="max_tokens"):
+        gt.aggregation_weights(np.array([[3, 4]]), mode="dr_grpo", max_tokens=NAN)
+    with pytest.raises(ValueError, match="success_threshold"):
+        gt.gradient_mass(np.array([[0.5, -0.5]]), np.array([[1.0, 0.0]]), success_threshold=NAN)
+
+
+def test_multiturn_huge_rewards_scaled_or_refused() -> None:
+    x = np.array([[[1.7e308], [1.7e308], [0.0]]])
+    A = np.asarray(gt.multiturn_advantages(x))
+    np.testing.assert_allclose(A, np.asarray(gt.multiturn_advantages(x / 1e300)) * 1e300)
+    two = np.array([[[1.7e308, 1.7e308], [0.0, 0.0]]])  # a return of 3.4e308, advantages +-1.7e308
+    A2 = np.asarray(gt.multiturn_advantages(two))
+    np.testing.assert_allclose(A2, np.asarray(gt.multiturn_advantages(two / 1e300)) * 1e300)
+    with pytest.raises(ValueError, match="overflow"):  # A_1 = 3.4e308 - 1.13e308: not a float
+        gt.multiturn_advantages(np.array([[[1.7e308, 1.7e308], [0.0, 0.0], [0.0, 0.0]]]))

@@ -8,9 +8,9 @@ what the paper says, not that it is right). One module per paper section; ids ca
 depends on an earlier answer token) and :mod:`sims.question_mix`; the mathematics is
 :mod:`grpo_theory.length_bias`, :mod:`grpo_theory.question_weights` and
 :mod:`grpo_theory.surrogate` on top of the estimator registry and the loss aggregations. Shared
-worlds and helpers: ``_worlds.py``. Each claim's check is a public ``*_outcome(ctx, **inputs)``
-function of its section module, so that ``tests/test_paper_dr_grpo.py`` can plant errors in
-its inputs.
+worlds and helpers: :mod:`.worlds` (a support module: it registers no claim). Each claim's check
+is a public ``*_outcome(ctx, **inputs)`` function of its section module, so that
+``tests/test_paper_dr_grpo.py`` can plant errors in its inputs.
 """
 
 from paper_checks.papers import Paper
@@ -34,4 +34,5 @@ PAPER = Paper(
         "appD_response_length",
         "cross_paper",
     ),
+    support_modules=("worlds",),
 )

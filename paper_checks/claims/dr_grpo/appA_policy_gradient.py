@@ -3,7 +3,7 @@ group-mean baseline (Eq. 6) and the RLOO remark ("Unbiasedness of A~").
 
 Exact tier: every response of the token MDP enumerated with its token scores and states
 (:class:`sims.length_worlds.AnswerLengthMDP`), exact expected updates of group estimators
-(:mod:`grpo_theory.length_bias`) in the three worlds of :mod:`._worlds`.
+(:mod:`grpo_theory.length_bias`) in the three worlds of :mod:`.worlds`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._worlds import GROUP_SIZES, TOL, answer_mdp, proportionality, question_mix, response_bandit
+from .worlds import GROUP_SIZES, TOL, answer_mdp, proportionality, question_mix, response_bandit
 
 SECTION = "Dr. GRPO App. A: the policy gradient with a group baseline"
 

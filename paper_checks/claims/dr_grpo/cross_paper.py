@@ -20,7 +20,7 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._worlds import GROUP_SIZES, TOL, answer_mdp, proportionality
+from .worlds import GROUP_SIZES, TOL, answer_mdp, proportionality
 
 SECTION = "Dr. GRPO and the other audits: one implementation"
 

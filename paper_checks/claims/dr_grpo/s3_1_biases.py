@@ -19,7 +19,7 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._worlds import (
+from .worlds import (
     GROUP_SIZES,
     TOL,
     answer_mdp,
@@ -201,7 +201,7 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
     from paper_checks._common import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, flow
 
-    from ._worlds import finite_difference
+    from .worlds import finite_difference
 
     m = answer_mdp(ctx)
     steps = 60 if ctx.quick else 150
@@ -484,7 +484,7 @@ def listing1_outcome(ctx: CheckContext, *,
     from grpo_theory.length_bias import brute_force_aggregated_gradient
     from sims.length_dynamics import LOSSES, expected_update, true_gradient
 
-    from ._worlds import finite_difference
+    from .worlds import finite_difference
 
     m = answer_mdp(ctx)
     gJ = true_gradient(m)

@@ -4,7 +4,7 @@ checked in toy worlds).
 
 Exact tier: the registered ``dr_grpo`` estimator and aggregation against the definition (and
 the clipped surrogate as written, differentiated by finite differences); exact expected
-gradients in the three worlds of :mod:`._worlds`; exact expected-step paths. Statistical tier:
+gradients in the three worlds of :mod:`.worlds`; exact expected-step paths. Statistical tier:
 sampled groups, ``|estimate - exact| <= 4 SE``.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._worlds import (
+from .worlds import (
     GROUP_SIZES,
     TOL,
     answer_mdp,

@@ -4,7 +4,7 @@ Definitions are checked by computing with them: the exact gradient of Eq. (1) ag
 differences of ``J(theta)``; Eq. (2) and Eq. (3) as written (the clipped surrogate of
 :func:`grpo_theory.surrogate.clipped_surrogate`, differentiated by finite differences at
 ``theta = theta_old``) against the policy gradient and against the library's (estimator, loss
-aggregation) pair. Worlds: :mod:`._worlds`.
+aggregation) pair. Worlds: :mod:`.worlds`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from ._worlds import (
+from .worlds import (
     answer_mdp,
     finite_difference,
     proportionality,

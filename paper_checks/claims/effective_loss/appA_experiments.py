@@ -16,7 +16,7 @@ from grpo_theory.success_dynamics import orbit_kinds, pos_trajectory
 from paper_checks._common import K_SE
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
+from . import printed_formulas as P
 
 SECTION = "App. A. Experiments"
 

@@ -18,7 +18,7 @@ from grpo_theory import advantage_values, compute_advantages, exact_advantage_mo
 from grpo_theory.success_dynamics import success_weights
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
+from . import printed_formulas as P
 
 SECTION = "App. B. Algorithm 1 and cross-paper consistency"
 

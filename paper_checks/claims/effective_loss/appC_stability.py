@@ -21,8 +21,8 @@ from grpo_theory.success_dynamics import (
 )
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import fixed_point_scan, orbit_scan
+from . import printed_formulas as P
+from .worlds_and_scans import fixed_point_scan, orbit_scan
 
 SECTION = "App. C.2. Stability of fixed points"
 

@@ -9,8 +9,8 @@ import numpy as np
 from grpo_theory.tilted_policies import tilt
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import policy_log_odds, random_world, simplex_maximiser
+from . import printed_formulas as P
+from .worlds_and_scans import policy_log_odds, random_world, simplex_maximiser
 
 SECTION = "App. D. General weights and anchor"
 

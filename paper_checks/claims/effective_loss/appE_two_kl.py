@@ -34,8 +34,8 @@ from grpo_theory.tilted_policies import (
 )
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import BETAS, P_REFS, policy_log_odds, random_world
+from . import printed_formulas as P
+from .worlds_and_scans import BETAS, P_REFS, policy_log_odds, random_world
 
 SECTION = "App. E. Two KL regularisers"
 

@@ -15,7 +15,7 @@ from grpo_theory.tilted_policies import grpo_policy_iterates, total_variation
 from paper_checks._common import K_SE
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
+from . import printed_formulas as P
 
 SECTION = "App. F. Parametric iterates"
 

@@ -24,8 +24,8 @@ from grpo_theory.tilted_policies import (
 )
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import IDENTITY_TOL, exact_zero, random_world
+from . import printed_formulas as P
+from .worlds_and_scans import IDENTITY_TOL, exact_zero, random_world
 
 SECTION = "2. GRPO as an adaptive weighted contrastive loss"
 

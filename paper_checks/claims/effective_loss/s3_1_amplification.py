@@ -12,8 +12,8 @@ from grpo_theory.success_dynamics import fixed_points, pos_trajectory, pos_updat
 from grpo_theory.tilted_policies import grpo_policy_iterates
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import IDENTITY_TOL, exact_zero, fixed_point_scan, orbit_scan
+from . import printed_formulas as P
+from .worlds_and_scans import IDENTITY_TOL, exact_zero, fixed_point_scan, orbit_scan
 
 SECTION = "3.1 Success amplification"
 

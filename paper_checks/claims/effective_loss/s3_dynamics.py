@@ -23,8 +23,8 @@ from grpo_theory.tilted_policies import (
 )
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import (
+from . import printed_formulas as P
+from .worlds_and_scans import (
     IDENTITY_TOL,
     exact_zero,
     fixed_point_scan,

@@ -13,8 +13,8 @@ from grpo_theory.success_dynamics import pos_trajectories, pos_trajectory
 from grpo_theory.tilted_policies import grpo_policy_iterates, regularised_objective
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import BETAS, EPSS, P_REFS, policy_log_odds, random_world, simplex_maximiser
+from . import printed_formulas as P
+from .worlds_and_scans import BETAS, EPSS, P_REFS, policy_log_odds, random_world, simplex_maximiser
 
 SECTION = "4. Mirror GRPO"
 

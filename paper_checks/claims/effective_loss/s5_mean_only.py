@@ -12,8 +12,8 @@ from grpo_theory.success_dynamics import logit, success_weights
 from grpo_theory.tilted_policies import geometric_mean, grpo_policy_iterates, tilt
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
-from . import _printed as P
-from ._shared import policy_log_odds, random_world
+from . import printed_formulas as P
+from .worlds_and_scans import policy_log_odds, random_world
 
 SECTION = "5-6. Mean-only normalisation and takeaways"
 

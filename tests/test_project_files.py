@@ -1,10 +1,14 @@
-"""Issue 13: the files a new user looks for (licence, citation, changelog, install notes)."""
+"""The project's own files: those a new user looks for (licence, citation, changelog, install
+notes), the words of docs and code, and pyproject's pytest configuration."""
 
 from __future__ import annotations
 
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,3 +62,30 @@ def test_docs_and_code_speak_of_the_project_not_of_a_team() -> None:
         if pattern.search(line)
     ]
     assert not hits, "\n".join(hits)
+
+
+# --- pytest configuration ------------------------------------------------------------------------
+def test_pytest_turns_runtime_warnings_from_the_library_modules_into_errors() -> None:
+    """pyproject's filterwarnings entry: a RuntimeWarning attributed to one of the library's
+    modules fails the test; the same warning from another module does not."""
+    import warnings
+
+    code = "import numpy as np\ndef f():\n    return np.float64(1e308) * 10.0\n"
+    for module in ("grpo_theory.advantages", "sims.checks", "real_model", "grpo_io.locks",
+                   "paper_checks.report", "framework_checks.audit", "paper_values",
+                   "grpo_audit.cli"):
+        ns: dict[str, Any] = {"__name__": module}
+        exec(compile(code, f"<{module}>", "exec"), ns)
+        with pytest.raises(RuntimeWarning, match="overflow"):
+            ns["f"]()
+    ns = {"__name__": "somebody_else"}
+    exec(compile(code, "<somebody_else>", "exec"), ns)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        warnings.filterwarnings(
+            "error", category=RuntimeWarning,
+            module="(grpo_io|paper_values|grpo_theory|sims|real_model|paper_checks|"
+                   "framework_checks|grpo_audit)([.]|$)",
+        )
+        assert ns["f"]() == float("inf")
+    assert [w.category for w in seen] == [RuntimeWarning]

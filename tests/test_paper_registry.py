@@ -442,6 +442,18 @@ def test_a_paper_package_lists_every_module_it_holds(tmp_path):
         with pytest.raises(PaperRegistrationError, match=what):
             check_sections(Paper(key="toy", arxiv="0", title="t", sections=sections,
                                   package="toy"), pkg)
+    # a public module that is not a section is listed as a support module, else an error
+    (tmp_path / "worlds.py").write_text("")
+    with pytest.raises(PaperRegistrationError, match="not listed: \\['worlds'\\]"):
+        check_sections(ok, pkg)
+    check_sections(Paper(key="toy", arxiv="0", title="t", sections=("s1_intro", "s2_method"),
+                         support_modules=("worlds",), package="toy"), pkg)
+    for support, what in ((("worlds", "gone"), "missing: \\['gone'\\]"),
+                          (("worlds", "s2_method"), "both in PAPER.sections")):
+        with pytest.raises(PaperRegistrationError, match=what):
+            check_sections(Paper(key="toy", arxiv="0", title="t",
+                                 sections=("s1_intro", "s2_method"), support_modules=support,
+                                 package="toy"), pkg)
 
 
 def test_papers_are_found_by_their_registration_and_are_cheap_to_list():
@@ -595,3 +607,11 @@ def test_the_papers_printed_values_have_one_import_path():
     assert "PAPER_TABLE1" not in real_model.__all__
     with pytest.raises(AttributeError):
         real_model.PAPER_TABLE1  # noqa: B018
+
+
+# --- the exact helpers' limits -------------------------------------------------------------------
+def test_paper_checks_grid_sup_tail_states_its_limit() -> None:
+    from paper_checks._exact import sup_baseline_tail
+
+    with pytest.raises(ValueError, match="R <= 2000.*sup_baseline_tail_bernoulli"):
+        sup_baseline_tail(R=10_000, eps=0.3)

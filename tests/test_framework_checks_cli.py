@@ -46,7 +46,7 @@ def test_frameworks_command_names_a_missing_source() -> None:
         frameworks.run(_parse(["frameworks", "--source", "x.whl"]))
 
 
-def test_battery_is_fixed_and_covers_the_issue_cases() -> None:
+def test_battery_is_fixed_and_covers_every_edge_case_family() -> None:
     a, b = battery_module.battery(), battery_module.battery()
     assert [c.name for c in a] == [c.name for c in b]
     for x, y in zip(a, b, strict=True):

@@ -1,14 +1,16 @@
-"""Issue 13: every command's --out problem is one line naming the path, exit status 2."""
+"""The ``grpo-audit`` command line's errors: every command's --out problem is one line naming the
+path, exit status 2; so is a bad option or value of ``grpo-audit tables``; the help texts say
+that --out is required and state measured times."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from grpo_io import OutPathError, prepare_out_dir, write_out_file
 
 # commands that write into an output folder (argv before "--out")
 FOLDER_COMMANDS: list[list[str]] = [
@@ -74,25 +76,6 @@ def test_out_folder_without_permission_is_one_line_exit_2(capsys: Any, cmd: list
     assert "cannot create the folder" in err
 
 
-def test_prepare_out_dir_creates_missing_folders_and_rejects_files(tmp_path: Path) -> None:
-    p = prepare_out_dir(tmp_path / "x" / "y")
-    assert p.is_dir() and list(p.iterdir()) == []  # the write probe is removed
-    with pytest.raises(OutPathError, match="--cache-dir .*: exists and is not a folder"):
-        prepare_out_dir("/dev/null", option="--cache-dir")
-
-
-def test_write_out_file_cases(tmp_path: Path) -> None:
-    assert write_out_file(tmp_path / "d" / "t.md", "hi").read_text() == "hi"
-    write_out_file("/dev/null", "ok")  # a device file: written in place
-    with pytest.raises(OutPathError, match=r"is a folder, not a file"):
-        write_out_file(tmp_path, "x")
-    with pytest.raises(OutPathError, match=r"/dev/full: cannot write \(no space left"):
-        write_out_file("/dev/full", "x" * 10)
-    (tmp_path / "f").write_text("")
-    with pytest.raises(OutPathError, match=r"is a file, not a folder"):
-        write_out_file(tmp_path / "f" / "t.md", "x")
-
-
 @pytest.mark.parametrize("cmd", FILE_COMMANDS, ids=lambda c: "-".join(c[:2]))
 @pytest.mark.parametrize("case", ["folder", "dev_full", "component_is_file"])
 def test_out_file_problem_is_one_line_exit_2(
@@ -154,3 +137,15 @@ def test_audit_quick_help_states_measured_times_not_a_guess(capsys: Any) -> None
         _main(["audit", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "under 2 minutes" not in text and "measured" in text
+
+
+# --- bad option values ---------------------------------------------------------------------------
+def test_cli_reports_a_type_error_in_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_audit", "tables", "exact-advantage-tail", "--p", "0.5",
+         "--estimator", "grpo_std", "--R", "4", "--eps", "0.3", "--option", "ddof=[1]"],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("grpo-audit: error:") and "ddof" in proc.stderr

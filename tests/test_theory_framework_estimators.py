@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import grpo_theory as gt
 from grpo_theory import (
     FRAMEWORK_ESTIMATORS,
     compute_advantages,
@@ -253,3 +254,12 @@ def test_huge_finite_rewards_do_not_overflow_in_the_framework_estimators() -> No
             continue
         a = np.asarray(compute_advantages(name, r))
         assert np.all(np.isfinite(a)), name
+
+
+# --- bad input -----------------------------------------------------------------------------------
+def test_gdpo_refuses_non_finite_weights_by_name():
+    rewards = [[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]
+    with pytest.raises(ValueError, match="weights must be finite"):
+        gt.gdpo_advantages(rewards, weights=[float("nan"), 1.0])
+    with pytest.raises(ValueError, match="weights must be finite"):
+        gt.gdpo_advantages(rewards, weights=[float("inf"), 1.0])

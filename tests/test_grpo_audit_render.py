@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import grpo_theory as gt
 from grpo_audit.render import (
     bound_table_csv,
     bound_table_latex,
@@ -40,3 +41,17 @@ def test_render_bound_table_rejects_unknown_format() -> None:
     t = bound_table("hoeffding", R_values=[2], eps_values=[0.3])
     with pytest.raises(ValueError, match="format must be one of"):
         render_bound_table(t, "html")
+
+
+# --- exact probabilities are never vacuous -------------------------------------------------------
+def test_exact_probability_tables_are_never_marked_vacuous_in_csv_or_latex():
+    from grpo_audit.render import bound_table_csv, bound_table_latex
+
+    # R=2, eps=0.2: the exact sup tail is 1 (= 1, a probability, not a vacuous bound).
+    t = gt.bound_table("exact-baseline-tail", R_values=[2], eps_values=[0.2])
+    assert float(t.values[0, 0]) == 1.0
+    assert bound_table_csv(t).splitlines()[1].split(",")[3] == "0"
+    assert "dagger" not in bound_table_latex(t)
+    h = gt.bound_table("hoeffding", R_values=[2], eps_values=[0.2])  # 2 exp(-0.16) = 1.70 >= 1
+    assert bound_table_csv(h).splitlines()[1].split(",")[3] == "1"
+    assert "vacuous" in bound_table_latex(h)
