@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from real_model.data import generate_problems
     from real_model.loading import OFFLINE_MODEL, load_model
-    from real_model.rank import prompt_seed
-    from real_model.rollouts import DEFAULT_STOP_STRINGS, build_prompt, sample_prompts
+    from real_model.rollouts import DEFAULT_STOP_STRINGS, build_prompt, prompt_seed, sample_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -83,8 +83,8 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import TrainerCallback
 
+    from real_model.data import load_problems
     from real_model.loading import load_model
-    from real_model.rank import load_problems
     from real_model.rollouts import build_prompt
     from real_model.trl_geometry import GeometryGRPOConfig, GeometryGRPOTrainer
     from real_model.trl_train import TRLTrainConfig

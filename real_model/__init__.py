@@ -29,12 +29,16 @@ _EXPORTS: dict[str, str] = {
     "load_gsm8k": "data",
     "load_gsm_symbolic_originals": "data",
     "generate_problems": "data",
+    "ProblemSet": "data",
+    "load_problems": "data",
     # rollouts
     "RolloutBatch": "rollouts",
     "build_prompt": "rollouts",
     "sample_group": "rollouts",
     "sample_groups": "rollouts",
     "sample_prompts": "rollouts",
+    "prompt_seed": "rollouts",
+    "sample_problem_groups": "rollouts",
     # gram
     "trajectory_gram": "gram",
     "rows_gram": "gram",
@@ -48,9 +52,9 @@ _EXPORTS: dict[str, str] = {
     "group_geometry": "geometry",
     "nested_group_geometry": "geometry",
     # experiments
-    "RankConfig": "rank",
+    "RankConfig": "config",
     "run_rank": "rank",
-    "summarize_rank": "rank",
+    "summarize_rank": "outputs",
     "TrainConfig": "train",
     "run_train": "train",
     "grpo_loss": "train",

@@ -1,5 +1,9 @@
 """Output helpers of the real-model experiments: resume checks on top of :mod:`grpo_io`.
 
+A resumed run must match the configuration its folder was written under: :func:`check_config`
+(``config.json``) and :func:`check_record_configs` (the ``config`` field of every record) refuse a
+mismatch by option name.
+
 JSON(L) writing and reading, the non-finite policy and the environment record are
 :mod:`grpo_io`'s (re-exported here for the experiment modules).
 """
@@ -7,7 +11,7 @@ JSON(L) writing and reading, the non-finite policy and the environment record ar
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ __all__ = [
     "rewrite_jsonl",
     "environment",
     "check_config",
+    "check_record_configs",
 ]
 
 #: Libraries recorded with every real-model run.
@@ -54,3 +59,31 @@ def check_config(path: Path, config: Mapping[str, Any]) -> None:
             )
         return
     write_json(path, cfg)
+
+
+def check_record_configs(
+    records: Sequence[dict[str, Any]], key: dict[str, Any], path: Path, *, have_config: bool
+) -> None:
+    """Refuse records computed under another configuration than ``key`` (by option name).
+
+    Records without a ``config`` field (written by an older version) are accepted only when the
+    run's ``config.json`` exists (``have_config``): it then vouches for them.
+    """
+    want = jsonable(key)
+    for n, rec in enumerate(records):
+        got = rec.get("config")
+        if got is None:
+            if have_config:
+                continue
+            raise ValueError(
+                f"{path} holds records without their configuration and {path.parent}/config.json "
+                "is missing, so they may come from other settings; use a new --out directory or "
+                "pass --overwrite"
+            )
+        if got != want:
+            diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+            detail = ", ".join(f"{k}: recorded {got.get(k)!r}, now {want.get(k)!r}" for k in diff)
+            raise ValueError(
+                f"{path} record {n + 1} was computed with a different configuration ({detail}); "
+                "use a new --out directory or pass --overwrite"
+            )

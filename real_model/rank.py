@@ -29,8 +29,7 @@ rank bound of ``diag(w) Psi``), mean numerical rank, mean +/- sd of the effectiv
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,194 +40,17 @@ from grpo_io import locks_out_dir
 from ._io import (
     append_jsonl,
     check_config,
-    environment,
-    jsonable,
+    check_record_configs,
     read_jsonl,
     rewrite_jsonl,
-    write_json,
 )
-from .data import Problem, binary_reward, generate_problems, load_gsm8k, load_gsm_symbolic_originals
+from .config import RankConfig
+from .data import Problem, ProblemSet, binary_reward, load_problems
+from .outputs import write_rank_results
+from .rollouts import RolloutBatch, sample_problem_groups
 
-__all__ = [
-    "RankConfig",
-    "check_record_configs",
-    "load_problems",
-    "prompt_seed",
-    "run_rank",
-    "summarize_rank",
-    "rank_table_markdown",
-    "plot_rank_metric",
-]
-
-
-@dataclass(frozen=True)
-class RankConfig:
-    """Options of a rank run (defaults stated; every one is recorded in ``results.json``)."""
-
-    model: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    R_values: tuple[int, ...] = (2, 4, 8)
-    prompts: int = 8
-    max_new_tokens: int = 64
-    temperature: float = 0.7
-    top_p: float = 1.0
-    seed: int = 0
-    source: str = "generated"  # "generated" | "gsm8k" | "gsm-symbolic"
-    data_path: str | None = None
-    difficulty: tuple[int, ...] = (1, 2)
-    operations: tuple[str, ...] = ("add", "sub", "mul")
-    shots: int = 3
-    prompt_style: str = "fewshot"
-    estimators: tuple[str, ...] = ("grpo", "rloo", "grpo_std")
-    aggregation: str = "sequence_sum"
-    gram_method: str = "exact"
-    stop_strings: tuple[str, ...] = field(default=("\n\n", "Question:"))
-    rollout_batch: int = 8  # prompts sampled in one batch; 1: one group at a time (old path)
-
-    def resume_key(self) -> dict[str, Any]:
-        """The configuration a resumed run must match (everything but ``prompts``).
-
-        ``rollout_batch=1`` (per-group sampling, the only mode of earlier releases) is left out,
-        so that run folders written before the option existed resume with it."""
-        d = asdict(self)
-        d.pop("prompts")
-        if d.get("rollout_batch") == 1:
-            d.pop("rollout_batch")
-        return d
-
-    def validate(self) -> None:
-        """Check every option (cheap: no model, no files written); ``ValueError`` names it."""
-        from grpo_theory import compute_advantages
-
-        _positive_ints("R values", self.R_values, minimum=2)
-        _positive_ints("prompts", (self.prompts,), minimum=1)
-        _positive_ints("max_new_tokens", (self.max_new_tokens,), minimum=1)
-        _positive_ints("shots", (self.shots,), minimum=0)
-        _positive_ints("difficulty", self.difficulty, minimum=1)
-        _positive_ints("rollout_batch", (self.rollout_batch,), minimum=1)
-        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
-            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
-        for name, value, allowed in (
-            ("source", self.source, ("generated", "gsm8k", "gsm-symbolic")),
-            ("prompt_style", self.prompt_style, ("fewshot", "chat")),
-            ("aggregation", self.aggregation, _AGGREGATIONS),
-            ("gram_method", self.gram_method, ("exact", "naive")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"unknown {name} {value!r}; choose one of {list(allowed)}")
-        if self.source == "gsm-symbolic" and self.data_path is None:
-            raise ValueError("source 'gsm-symbolic' needs --data PATH to the wheel")
-        if self.data_path is not None and not Path(self.data_path).expanduser().exists():
-            raise FileNotFoundError(f"--data {self.data_path}: no such file or folder")
-        if not self.estimators:
-            raise ValueError("estimators must name at least one grpo_theory estimator")
-        probe = np.zeros((1, min(self.R_values)))
-        probe[0, 0] = 1.0
-        for name in self.estimators:
-            try:  # the registry's own check: unknown names and options fail here, before any work
-                compute_advantages(name, probe)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"estimator {name!r}: {exc}") from exc
-
-
-_AGGREGATIONS = ("sequence_sum", "token_mean", "sequence_mean", "dr_grpo")
-
-
-def _positive_ints(name: str, values: Sequence[Any], *, minimum: int) -> None:
-    if isinstance(values, (str, bytes)) or not len(values):
-        raise ValueError(f"{name} must be one or more integers >= {minimum}, got {values!r}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-            raise ValueError(f"{name} must be integers >= {minimum}, got {tuple(values)!r}")
-
-
-def check_record_configs(
-    records: Sequence[dict[str, Any]], key: dict[str, Any], path: Path, *, have_config: bool
-) -> None:
-    """Refuse records computed under another configuration than ``key`` (by option name).
-
-    Records without a ``config`` field (written by an older version) are accepted only when the
-    run's ``config.json`` exists (``have_config``): it then vouches for them.
-    """
-    want = jsonable(key)
-    for n, rec in enumerate(records):
-        got = rec.get("config")
-        if got is None:
-            if have_config:
-                continue
-            raise ValueError(
-                f"{path} holds records without their configuration and {path.parent}/config.json "
-                "is missing, so they may come from other settings; use a new --out directory or "
-                "pass --overwrite"
-            )
-        if got != want:
-            diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
-            detail = ", ".join(f"{k}: recorded {got.get(k)!r}, now {want.get(k)!r}" for k in diff)
-            raise ValueError(
-                f"{path} record {n + 1} was computed with a different configuration ({detail}); "
-                "use a new --out directory or pass --overwrite"
-            )
-
-
-def prompt_seed(seed: int, index: int) -> int:
-    """Per-prompt sampling seed derived from ``(seed, index)`` (independent of run length)."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-
-
-def sample_problem_groups(
-    model: Any,
-    tokenizer: Any,
-    cfg: RankConfig,
-    problems: list[Problem],
-    shots: list[Problem],
-    idxs: list[int],
-    *,
-    R: int,
-    batch_prompts: int,
-) -> list[Any]:
-    """Groups of ``R`` completions for ``problems[i]``, ``i in idxs``, with ``cfg``'s prompt and
-    sampling options and the per-prompt seeds :func:`prompt_seed` ``(cfg.seed, i)``, sampled
-    ``batch_prompts`` prompts at a time (:func:`real_model.rollouts.sample_prompts`)."""
-    from .rollouts import build_prompt, sample_prompts
-
-    prompts = [build_prompt(problems[i].question, style=cfg.prompt_style, shots=shots,
-                            tokenizer=tokenizer) for i in idxs]
-    return sample_prompts(model, tokenizer, prompts, R=R,
-                          seeds=[prompt_seed(cfg.seed, i) for i in idxs],
-                          batch_prompts=batch_prompts, max_new_tokens=cfg.max_new_tokens,
-                          temperature=cfg.temperature, top_p=cfg.top_p,
-                          stop_strings=cfg.stop_strings)
-
-
-def load_problems(cfg: RankConfig, n: int) -> tuple[list[Problem], list[Problem]]:
-    """``n`` problems and ``cfg.shots`` worked few-shot examples (generated, disjoint seeds)."""
-    shots = generate_problems(
-        cfg.shots,
-        rng=np.random.default_rng([cfg.seed, 1]),
-        difficulty=(1, 2),
-        operations=cfg.operations,
-    )
-    if cfg.source == "generated":
-        probs = generate_problems(
-            n,
-            rng=np.random.default_rng([cfg.seed, 0]),
-            difficulty=cfg.difficulty,
-            operations=cfg.operations,
-        )
-    elif cfg.source == "gsm8k":
-        probs = load_gsm8k(cfg.data_path, limit=n)
-    elif cfg.source == "gsm-symbolic":
-        if cfg.data_path is None:
-            raise ValueError("source 'gsm-symbolic' needs --data PATH to the wheel")
-        probs = load_gsm_symbolic_originals(cfg.data_path)[:n]
-    else:
-        raise ValueError(f"unknown source {cfg.source!r}; use generated, gsm8k or gsm-symbolic")
-    if len(probs) < n:
-        raise ValueError(f"asked for {n} prompts but the source has only {len(probs)}")
-    return probs, shots
+# RankConfig is real_model.config's, importable from here too (real rank's configuration)
+__all__ = ["run_rank", "RankConfig", "pending_prompts", "BlockSampler", "rank_record"]
 
 
 @locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
@@ -254,11 +76,35 @@ def run_rank(
     """
     from tqdm.auto import tqdm
 
-    from .geometry import group_gram, nested_group_geometry
     from .loading import load_model
+
     cfg.validate()  # before any file is written or the model is loaded
-    problems, shots = load_problems(cfg, cfg.prompts)
+    problem_set = load_problems(cfg, cfg.prompts)
     out = Path(out_dir)
+    jsonl = out / "results.jsonl"
+    todo = pending_prompts(out, cfg, overwrite=overwrite)
+    if loaded is None:
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
+    reward = binary_reward if reward_fn is None else reward_fn
+    t_start = time.perf_counter()
+    blocks = BlockSampler(loaded, cfg, problem_set)
+    for i in tqdm(todo, desc="real rank", disable=not progress):
+        batch, sample_s = blocks.group(i)
+        append_jsonl(jsonl, rank_record(loaded.model, cfg, problem_set.problems[i], i, batch,
+                                        reward=reward, sample_s=sample_s))
+    records = sorted(read_jsonl(jsonl), key=lambda r: r["prompt_index"])
+    records = [r for r in records if r["prompt_index"] < cfg.prompts]
+    return write_rank_results(out, cfg, loaded, records, wall_s=time.perf_counter() - t_start,
+                              results_jsonl=jsonl)
+
+
+def pending_prompts(out: Path, cfg: RankConfig, *, overwrite: bool) -> list[int]:
+    """The prompt indices ``< cfg.prompts`` that ``out/results.jsonl`` does not hold yet.
+
+    Creates ``out``; with ``overwrite``, first deletes the earlier run's files. The records there,
+    and ``config.json``, must have been written under ``cfg``'s resume key (else a
+    ``ValueError`` names the differing options); a truncated last line is dropped.
+    """
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "results.jsonl"
     if overwrite:
@@ -270,215 +116,72 @@ def run_rank(
     check_config(out / "config.json", key)
     rewrite_jsonl(jsonl, done)  # drops a truncated last line, if any
     have = {int(r["prompt_index"]) for r in done}
-    todo = [i for i in range(cfg.prompts) if i not in have]
-    if loaded is None:
-        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
-    R_max = max(cfg.R_values)
-    reward = binary_reward if reward_fn is None else reward_fn
-    t_start = time.perf_counter()
-    B = cfg.rollout_batch
-    sampled: dict[int, Any] = {}
-    for i in tqdm(todo, desc="real rank", disable=not progress):
-        prob = problems[i]
-        if i not in sampled:
-            # blocks of prompt indices [kB, (k+1)B) cut at cfg.prompts: a resumed run resamples a
-            # partly written block in full, so every group sees the same batch as uninterrupted
+    return [i for i in range(cfg.prompts) if i not in have]
+
+
+class BlockSampler:
+    """The group of prompt ``i``, sampled with the other prompts of its block.
+
+    Blocks are the prompt indices ``[kB, (k+1)B)`` (``B = cfg.rollout_batch``) cut at
+    ``cfg.prompts``: a resumed run resamples a partly written block in full, so every group sees
+    the same batch as in the uninterrupted run. A block is sampled when one of its prompts is
+    first asked for and kept until each of its groups has been taken.
+    """
+
+    def __init__(self, loaded: Any, cfg: RankConfig, problem_set: ProblemSet) -> None:
+        self.loaded, self.cfg, self.problem_set = loaded, cfg, problem_set
+        self.sampled: dict[int, RolloutBatch] = {}
+        self.sample_s = 0.0
+
+    def group(self, i: int) -> tuple[RolloutBatch, float]:
+        """Prompt ``i``'s group of ``max(R_values)`` completions, and the sampling time per group
+        of its block (seconds, the block's average)."""
+        if i not in self.sampled:
+            B, cfg = self.cfg.rollout_batch, self.cfg
             block = range((i // B) * B, min((i // B + 1) * B, cfg.prompts))
             t0 = time.perf_counter()
-            groups = sample_problem_groups(loaded.model, loaded.tokenizer, cfg, problems, shots,
-                                           list(block), R=R_max, batch_prompts=B)
-            sample_s = (time.perf_counter() - t0) / len(block)  # per group, block average
-            sampled = dict(zip(block, groups, strict=True))
-        batch = sampled.pop(i)
-        t1 = time.perf_counter()
-        rewards = np.array([reward(t, prob.answer) for t in batch.texts])
-        K = group_gram(loaded.model, batch, method=cfg.gram_method)
-        t2 = time.perf_counter()
-        geo = nested_group_geometry(
-            K,
-            rewards,
-            batch.lengths,
-            R_values=sorted(cfg.R_values),
-            estimators=cfg.estimators,
-            aggregation=cfg.aggregation,
-            max_tokens=cfg.max_new_tokens,
-        )
-        append_jsonl(
-            jsonl,
-            {
-                "prompt_index": i,
-                "question": prob.question,
-                "gold": str(prob.answer),
-                "texts": batch.texts,
-                "rewards": rewards,
-                "lengths": batch.lengths,
-                "stop_reasons": batch.stop_reasons,
-                "prompt_tokens": batch.prompt_length,
-                "K": K,
-                "by_R": {str(k): v for k, v in geo.items()},
-                "time_s": {"sample": sample_s, "gram": t2 - t1},
-                "config": key,
-            },
-        )
-    records = sorted(read_jsonl(jsonl), key=lambda r: r["prompt_index"])
-    records = [r for r in records if r["prompt_index"] < cfg.prompts]
-    main = cfg.estimators[0]
-    rows = summarize_rank(records, estimator=main, R_values=cfg.R_values)
-    result = {
-        "experiment": "real_rank",
-        "config": asdict(cfg),
-        "model": loaded.describe() if hasattr(loaded, "describe") else None,
-        "environment": environment(getattr(loaded, "device", None)),
-        "main_estimator": main,
-        "summary": rows,
-        "summary_by_estimator": {
-            e: summarize_rank(records, estimator=e, R_values=cfg.R_values) for e in cfg.estimators
-        },
-        "accuracy": float(np.mean([np.mean(r["rewards"]) for r in records])),
-        "num_groups": len(records),
-        "wall_s_this_call": time.perf_counter() - t_start,
-        "results_jsonl": str(jsonl),
+            groups = sample_problem_groups(self.loaded.model, self.loaded.tokenizer, cfg,
+                                           self.problem_set, list(block), R=max(cfg.R_values),
+                                           batch_prompts=B)
+            self.sample_s = (time.perf_counter() - t0) / len(block)
+            self.sampled = dict(zip(block, groups, strict=True))
+        return self.sampled.pop(i), self.sample_s
+
+
+def rank_record(
+    model: Any,
+    cfg: RankConfig,
+    problem: Problem,
+    index: int,
+    batch: RolloutBatch,
+    *,
+    reward: Callable[[str, Any], float],
+    sample_s: float,
+) -> dict[str, Any]:
+    """One line of ``results.jsonl``: prompt ``index``'s group ``batch``, its rewards, its Gram
+    ``K`` (:func:`~real_model.geometry.group_gram`) and the nested geometry of every ``R`` in
+    ``cfg.R_values`` (:func:`~real_model.geometry.nested_group_geometry`), with the timings and
+    the run's resume key (``config``)."""
+    from .geometry import group_gram, nested_group_geometry
+
+    t1 = time.perf_counter()
+    rewards = np.array([reward(t, problem.answer) for t in batch.texts])
+    K = group_gram(model, batch, method=cfg.gram_method)
+    t2 = time.perf_counter()
+    geo = nested_group_geometry(K, rewards, batch.lengths, R_values=sorted(cfg.R_values),
+                                estimators=cfg.estimators, aggregation=cfg.aggregation,
+                                max_tokens=cfg.max_new_tokens)
+    return {
+        "prompt_index": index,
+        "question": problem.question,
+        "gold": str(problem.answer),
+        "texts": batch.texts,
+        "rewards": rewards,
+        "lengths": batch.lengths,
+        "stop_reasons": batch.stop_reasons,
+        "prompt_tokens": batch.prompt_length,
+        "K": K,
+        "by_R": {str(k): v for k, v in geo.items()},
+        "time_s": {"sample": sample_s, "gram": t2 - t1},
+        "config": cfg.resume_key(),
     }
-    write_json(out / "results.json", result)
-    (out / "table.md").write_text(rank_table_markdown(rows, title=_title(result)), encoding="utf-8")
-    _figure(out / "rank.png", records, main, cfg.R_values)
-    return result
-
-
-def _title(result: dict[str, Any]) -> str:
-    m = result.get("model") or {}
-    c = result["config"]
-    return (
-        f"real rank: model {m.get('name')}, estimator {result['main_estimator']}, aggregation "
-        f"{c['aggregation']}, {result['num_groups']} prompts, seed {c['seed']}, "
-        f"accuracy {result['accuracy']:.3f}"
-    )
-
-
-def summarize_rank(
-    records: Sequence[dict[str, Any]],
-    *,
-    estimator: str = "grpo",
-    R_values: Sequence[int] = (2, 4, 8),
-) -> list[dict[str, Any]]:
-    """Per-``R`` summary over mixed-reward groups (see the module docstring)."""
-    rows = []
-    for R in sorted(R_values):
-        geos = [r["by_R"][str(R)] for r in records if str(R) in r["by_R"]]
-        mixed = [g for g in geos if g["mixed"]]
-        ests = [g["estimators"][estimator] for g in mixed]
-
-        def stat(key: str, vals: list[dict[str, Any]] = ests) -> tuple[float | None, float | None]:
-            x = np.array([v[key] for v in vals if v.get(key) is not None], dtype=float)
-            if x.size == 0:
-                return None, None
-            return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else None
-
-        er, er_sd = stat("effective_rank")
-        t1, t1_sd = stat("top1_fraction")
-        rows.append(
-            {
-                "R": int(R),
-                "groups": len(geos),
-                "mixed_groups": len(mixed),
-                "max_rank": max((v["max_rank"] for v in ests), default=None),
-                "numerical_rank_mean": stat("rank")[0],
-                "effective_rank_mean": er,
-                "effective_rank_sd": er_sd,
-                "entropy_effective_rank_mean": stat("entropy_effective_rank")[0],
-                "top1_mean": t1,
-                "top1_sd": t1_sd,
-                "common_share_mean": stat("common_share", mixed)[0],
-                "cos_between_mean": stat("cos_between", mixed)[0],
-                "cos_within_success_mean": stat("cos_within_success", mixed)[0],
-                "cos_within_failure_mean": stat("cos_within_failure", mixed)[0],
-            }
-        )
-    return rows
-
-
-def _f(x: float | None, nd: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.{nd}f}"
-
-
-def _pm(m: float | None, s: float | None) -> str:
-    return _f(m) if s is None else f"{_f(m)} ± {_f(s)}"
-
-
-def rank_table_markdown(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
-    """Markdown table of :func:`summarize_rank` rows."""
-    head = (
-        "| R | max rank | numerical rank | effective rank | entropy eff. rank | top-1 fraction "
-        "| common share | cos(S,F) | mixed groups |\n|---|---|---|---|---|---|---|---|---|\n"
-    )
-    body = "".join(
-        f"| {r['R']} | {r['max_rank'] if r['max_rank'] is not None else 'n/a'} "
-        f"| {_f(r['numerical_rank_mean'], 2)} "
-        f"| {_pm(r['effective_rank_mean'], r['effective_rank_sd'])} "
-        f"| {_f(r['entropy_effective_rank_mean'])} | {_pm(r['top1_mean'], r['top1_sd'])} "
-        f"| {_f(r['common_share_mean'])} | {_f(r['cos_between_mean'])} "
-        f"| {r['mixed_groups']}/{r['groups']} |\n"
-        for r in rows
-    )
-    note = (
-        "\nMeans (± sd) over mixed-reward groups. max rank = largest number of nonzero weights "
-        "(rank bound of diag(w) Psi); common share = lambda_max(cosine matrix)/R; cos(S,F) = mean "
-        "cosine between success and failure scores. Smaller R are nested subsets of the largest "
-        "group.\n"
-    )
-    return (f"{title}\n\n" if title else "") + head + body + note
-
-
-def plot_rank_metric(
-    ax: Any,
-    records: Sequence[dict[str, Any]],
-    *,
-    metric: str = "effective_rank",
-    estimator: str = "grpo",
-    R_values: Sequence[int] = (2, 4, 8),
-    seed: int = 0,
-) -> Any:
-    """Scatter of ``metric`` per mixed group vs ``R`` (jittered), with the mean; returns ``ax``."""
-    rng = np.random.default_rng(seed)
-    for R in sorted(R_values):
-        vals = [
-            r["by_R"][str(R)]["estimators"][estimator][metric]
-            for r in records
-            if str(R) in r["by_R"] and r["by_R"][str(R)]["mixed"]
-        ]
-        vals = [v for v in vals if v is not None]
-        if not vals:
-            continue
-        x = R + rng.uniform(-0.15, 0.15, len(vals)) * R / 4
-        ax.scatter(x, vals, s=12, alpha=0.5, color="C0")
-        ax.scatter([R], [np.mean(vals)], s=60, marker="D", color="C3", zorder=3)
-    if metric in ("effective_rank", "rank"):
-        Rs = sorted(R_values)
-        ax.plot(Rs, Rs, ls="--", color="grey", lw=1, label="R (max possible)")
-        ax.legend(loc="upper left", fontsize=8)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(R_values), [str(r) for r in sorted(R_values)])
-    ax.set_xlabel("group size R")
-    ax.set_ylabel(metric.replace("_", " "))
-    return ax
-
-
-def _figure(
-    path: Path, records: Sequence[dict[str, Any]], estimator: str, R_values: Sequence[int]
-) -> None:
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    plot_rank_metric(
-        axes[0], records, metric="effective_rank", estimator=estimator, R_values=R_values
-    )
-    plot_rank_metric(
-        axes[1], records, metric="top1_fraction", estimator=estimator, R_values=R_values
-    )
-    axes[1].set_ylim(0, 1.02)
-    fig.suptitle(
-        f"GRPO gradient spectrum per mixed group ({estimator}; diamonds: mean)", fontsize=10
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,9 +1,12 @@
 """Sampling a group of ``R`` completions per prompt, with the masks the Gram engine needs.
 
-:func:`sample_group` runs its own seeded sampling loop (KV cache, temperature, top-p, stop at EOS
-and at stop strings such as ``"\\n\\n"`` or ``"Question:"``; ``"\\n\\n"`` is not one reliable token,
-so stops are detected on the decoded text). It returns a :class:`RolloutBatch` whose rows are
-``prompt + completion`` right-padded to a common length ``T``:
+:func:`sample_group` (one prompt) and :func:`sample_groups` (several, batched) share one seeded
+decoding loop (:func:`_decode`: KV cache, temperature, top-p, stop at EOS and at stop strings
+such as ``"\\n\\n"`` or ``"Question:"``; ``"\\n\\n"`` is not one reliable token, so stops are
+detected on the decoded text); they differ only in their model calls (:class:`_GroupForward`,
+:class:`_BatchForward`) and in how much text the stop check decodes. Each returns a
+:class:`RolloutBatch` per prompt whose rows are ``prompt + completion`` right-padded to a common
+length ``T``:
 
 * ``input_ids [R, T]``, ``attention_mask [R, T]`` (1 on prompt and kept completion tokens),
 * ``completion_mask [R, T]``: 1 at position ``t`` iff token ``t`` was sampled and kept, so
@@ -21,15 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .data import Problem
+from .data import Problem, ProblemSet
+
+if TYPE_CHECKING:
+    from .config import RankConfig
 
 __all__ = [
     "RolloutBatch", "DEFAULT_STOP_STRINGS", "build_prompt", "sample_group", "sample_groups",
-    "sample_prompts",
+    "sample_prompts", "prompt_seed", "sample_problem_groups",
 ]
 
 DEFAULT_STOP_STRINGS: tuple[str, ...] = ("\n\n", "Question:")
@@ -134,6 +140,10 @@ def sample_group(
 ) -> RolloutBatch:
     """Sample ``R`` completions of ``prompt`` in one batch (seeded, no gradient).
 
+    The decoding loop is :func:`sample_groups`'s (:func:`_decode`) for one group, with this
+    sampler's own model calls (:class:`_GroupForward`: no padding, so no attention mask or
+    positions are passed) and a stop check on the full decoded text at every token.
+
     Args:
         model: a causal LM returning ``.logits`` and ``.past_key_values``.
         tokenizer: ``encode``/``decode`` and ``eos_token_id``/``pad_token_id``.
@@ -149,66 +159,301 @@ def sample_group(
     Returns:
         :class:`RolloutBatch` on the model's device.
     """
-    import torch
+    _check_sampling(R, max_new_tokens, temperature, top_p)
+    pids = _encode(tokenizer, [prompt], add_special_tokens)
+    device = next(model.parameters()).device
+    forward = _GroupForward(model, pids[0], R=R, pad=_pad_id(tokenizer), device=device)
+    watch = _StopWatch(tokenizer, stop_strings, tokenizer.eos_token_id, tail_only=False)
+    (batch,) = _decode(forward, watch, pids, R=R, seeds=[seed], max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_p=top_p)
+    return batch
 
+
+def sample_groups(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    R: int,
+    seeds: Sequence[int],
+    max_new_tokens: int = 96,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = DEFAULT_STOP_STRINGS,
+    add_special_tokens: bool = False,
+) -> list[RolloutBatch]:
+    """Sample ``R`` completions of each of ``G = len(prompts)`` prompts in ONE batch of ``G R``.
+
+    The batched twin of :func:`sample_group` (same options, same :class:`RolloutBatch` per prompt,
+    same per-group seeding, the same decoding loop :func:`_decode`): prompts are left-padded to a
+    common length (``position_ids`` from the attention mask, so padding does not shift
+    positions), the token prefix all prompts share (a few-shot header) is prefilled once, each
+    prompt's own tokens once, its KV cache is repeated ``R`` times (:func:`_prefill`), and every
+    decoding step runs all rows together (:class:`_BatchForward`). Group ``g`` draws its tokens
+    from its own ``torch.Generator`` seeded by ``seeds[g]`` with one ``multinomial`` call over its
+    ``R`` rows per step, as :func:`sample_group` does, so for the same logits both give the same
+    tokens. Stops are detected per row on the decoded tail only (:class:`_StopWatch`); once a
+    quarter of the rows in the batch have finished, they are dropped from it (KV cache
+    ``batch_select_indices``; a finished row's draws are then made from a placeholder
+    distribution, which leaves every other row's draw unchanged).
+
+    What batching changes: the logits of a row are computed inside a batch of a different shape,
+    with left padding, so they differ from :func:`sample_group`'s in the last bits of floating
+    point (and in bf16 more); a sampled token, hence a completion and its reward, can then differ
+    where two tokens' cumulative probabilities straddle the uniform draw. The outcome for a prompt
+    depends on its seed AND on the batch it was sampled in; callers that must be reproducible
+    (resume) therefore batch prompts in fixed blocks of prompt indices.
+
+    Args:
+        prompts: the ``G`` prompt texts (see :func:`build_prompt`).
+        seeds: ``G`` seeds, one private generator per group (the global RNG is untouched).
+        R, max_new_tokens, temperature, top_p, stop_strings, add_special_tokens: as in
+            :func:`sample_group`.
+
+    Returns:
+        ``G`` :class:`RolloutBatch` objects, in the order of ``prompts``.
+    """
+    G = len(prompts)
+    if G < 1 or len(seeds) != G:
+        raise ValueError(f"need one seed per prompt and >= 1 prompt, got {G} prompts and "
+                         f"{len(seeds)} seeds")
+    _check_sampling(R, max_new_tokens, temperature, top_p)
+    pids = _encode(tokenizer, prompts, add_special_tokens)
+    device = next(model.parameters()).device
+    forward = _BatchForward(model, pids, R=R, pad=_pad_id(tokenizer), device=device)
+    watch = _StopWatch(tokenizer, stop_strings, tokenizer.eos_token_id)
+    return _decode(forward, watch, pids, R=R, seeds=seeds, max_new_tokens=max_new_tokens,
+                   temperature=temperature, top_p=top_p)
+
+
+def _check_sampling(R: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
     if R < 1 or max_new_tokens < 1:
         raise ValueError(f"need R >= 1 and max_new_tokens >= 1, got R={R}, {max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    device = next(model.parameters()).device
-    pids = list(tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
-    if not pids:
-        raise ValueError("prompt encodes to zero tokens")
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    gen = torch.Generator(device=device).manual_seed(int(seed))
-    x = torch.tensor([pids] * R, device=device)
-    new = torch.full((R, max_new_tokens), pad, dtype=torch.long, device=device)
-    keep = np.zeros(R, dtype=np.int64)
-    texts = [""] * R
-    reasons = ["length"] * R
-    active = np.ones(R, dtype=bool)
-    past = None
-    step_input = x
+
+
+def _encode(tokenizer: Any, prompts: Sequence[str], add_special_tokens: bool) -> list[list[int]]:
+    """Token ids of each prompt (none may be empty)."""
+    pids = [list(tokenizer.encode(p, add_special_tokens=add_special_tokens)) for p in prompts]
+    if any(not p for p in pids):
+        raise ValueError("a prompt encodes to zero tokens")
+    return pids
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """The padding token: ``pad_token_id``, else ``eos_token_id``."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _decode(
+    forward: _GroupForward | _BatchForward,
+    watch: _StopWatch,
+    pids: Sequence[Sequence[int]],
+    *,
+    R: int,
+    seeds: Sequence[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+) -> list[RolloutBatch]:
+    """The decoding loop of both samplers: at step ``t`` every group draws its rows' next token
+    from the current logits (:func:`_draw`), the rows record it and check for a stop
+    (:class:`_Rows`), and ``forward`` computes the next logits of the rows still running.
+    Row ``g R + i`` is completion ``i`` of prompt ``g``."""
+    import torch
+
+    device = forward.device
+    gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+    rows = _Rows(len(pids) * R, max_new_tokens, pad=forward.pad, device=device)
     with torch.no_grad():
+        logits = forward.prefill()
         for t in range(max_new_tokens):
-            if t == 0 and R > 1:  # the R rows share the prompt: prefill once, repeat the cache
-                out = model(input_ids=x[:1], use_cache=True)
-                past = out.past_key_values
-                if hasattr(past, "batch_repeat_interleave"):
-                    past.batch_repeat_interleave(R)
-                    logits = out.logits[:, -1, :].float().expand(R, -1)
-                else:  # caches without batch repetition: prefill every row
-                    out = model(input_ids=x, use_cache=True)
-                    past, logits = out.past_key_values, out.logits[:, -1, :].float()
-            else:
-                out = model(input_ids=step_input, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[:, -1, :].float()
-            if temperature == 0:
-                nxt = logits.argmax(dim=-1)
-            else:
-                nxt = torch.multinomial(_sampling_probs(logits, temperature, top_p), 1,
-                                        generator=gen).squeeze(-1)
-            nxt = torch.where(torch.from_numpy(active).to(device), nxt, torch.full_like(nxt, pad))
-            new[:, t] = nxt
-            ids_now = new[:, : t + 1].tolist()
-            for i in np.flatnonzero(active):
-                keep[i] = t + 1
-                if eos is not None and ids_now[i][-1] == eos:
-                    texts[i] = tokenizer.decode(ids_now[i][:-1], skip_special_tokens=True)
-                    reasons[i], active[i] = "eos", False
-                    continue
-                text = tokenizer.decode(ids_now[i], skip_special_tokens=True)
-                cuts = [text.find(s) for s in stop_strings if s and s in text]
-                if cuts:
-                    texts[i], reasons[i], active[i] = text[: min(cuts)], "stop", False
-                else:
-                    texts[i] = text
-            if not active.any():
+            nxt = _draw(logits, forward.live, gens, R=R, active=rows.active,
+                        temperature=temperature, top_p=top_p, pad=forward.pad)
+            rows.record(t, nxt, watch)
+            if not rows.active.any() or t + 1 == max_new_tokens:
                 break
-            step_input = nxt[:, None]
-    return _assemble(x, new, keep, pad, texts, reasons)
+            logits = forward.step(nxt, t, rows.active)
+    rows.decode_unfinished(watch.tok)
+    return rows.groups(pids, R)
+
+
+def _draw(
+    logits: Any,
+    live: np.ndarray,
+    gens: Sequence[Any],
+    *,
+    R: int,
+    active: np.ndarray,
+    temperature: float,
+    top_p: float,
+    pad: int,
+) -> Any:
+    """Next token of every row ``[G R]``: per group with a running row, one ``multinomial`` over
+    its ``R`` rows from its own generator (``argmax`` at temperature 0); ``pad`` for the rows
+    that have finished. ``logits [B, V]`` are those of the rows ``live`` still in the batch; a
+    row dropped from it draws from a placeholder (uniform) distribution, which leaves the other
+    rows' draws unchanged (each row's sample depends on its own probabilities only)."""
+    import torch
+
+    device = logits.device
+    nxt = torch.full((active.size,), pad, dtype=torch.long, device=device)
+    slot = np.full(active.size, -1)
+    slot[live] = np.arange(live.size)
+    for g, gen in enumerate(gens):
+        rows = np.arange(g * R, (g + 1) * R)
+        if not active[rows].any():
+            continue
+        inb = slot[rows] >= 0  # rows of group g still in the batch
+        lg = logits[torch.from_numpy(slot[rows][inb]).to(device)]
+        if temperature == 0:
+            pick = lg.argmax(dim=-1)
+        else:
+            probs = _sampling_probs(lg, temperature, top_p)
+            if not inb.all():
+                full = torch.full((R, probs.shape[-1]), 1.0 / probs.shape[-1],
+                                  dtype=probs.dtype, device=device)
+                full[torch.from_numpy(np.flatnonzero(inb)).to(device)] = probs
+                probs = full
+            pick = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            if not inb.all():
+                pick = pick[torch.from_numpy(np.flatnonzero(inb)).to(device)]
+        nxt[torch.from_numpy(rows[inb]).to(device)] = pick
+    return torch.where(torch.from_numpy(active).to(device), nxt, torch.full_like(nxt, pad))
+
+
+class _Rows:
+    """The sampled tokens of ``N`` rows: ``new [N, max_new_tokens]`` (``pad`` after a row's
+    end), kept lengths, texts, stop reasons (``"length"`` until a row stops) and which rows still
+    run."""
+
+    def __init__(self, n: int, max_new_tokens: int, *, pad: int, device: Any) -> None:
+        import torch
+
+        self.pad = pad
+        self.new = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)
+        self.keep = np.zeros(n, dtype=np.int64)
+        self.texts = [""] * n
+        self.reasons = ["length"] * n
+        self.active = np.ones(n, dtype=bool)
+        self.toks: list[list[int]] = [[] for _ in range(n)]
+
+    def record(self, t: int, nxt: Any, watch: _StopWatch) -> None:
+        """Store step ``t``'s tokens ``nxt [N]``; a running row that ends with its token stops."""
+        import torch
+
+        self.new[:, t] = nxt
+        running = nxt[torch.from_numpy(self.active).to(nxt.device)].tolist()
+        for i, tok in zip(np.flatnonzero(self.active), running, strict=True):
+            self.toks[i].append(tok)
+            self.keep[i] = t + 1
+            done = watch.check(self.toks[i])
+            if done is not None:
+                self.reasons[i], self.texts[i] = done
+                self.active[i] = False
+
+    def decode_unfinished(self, tokenizer: Any) -> None:
+        """Texts of the rows that ran to the length limit."""
+        for i in np.flatnonzero(self.active):
+            self.texts[i] = tokenizer.decode(self.toks[i], skip_special_tokens=True)
+
+    def groups(self, pids: Sequence[Sequence[int]], R: int) -> list[RolloutBatch]:
+        """One :class:`RolloutBatch` per prompt (rows ``g R .. g R + R - 1``)."""
+        import torch
+
+        out = []
+        for g, p in enumerate(pids):
+            rows = slice(g * R, (g + 1) * R)
+            x = torch.tensor([list(p)] * R, dtype=torch.long, device=self.new.device)
+            out.append(_assemble(x, self.new[rows], self.keep[rows], self.pad, self.texts[rows],
+                                 self.reasons[rows]))
+        return out
+
+
+class _GroupForward:
+    """:func:`sample_group`'s model calls for the ``R`` rows of one unpadded prompt ``pids``.
+
+    Prefill: the prompt once, its KV cache repeated ``R`` times (a cache without
+    ``batch_repeat_interleave``: every row prefilled); a step: the ``R`` newest tokens against
+    the cache, no attention mask or positions (there is no padding). Every row stays in the
+    batch (``live``).
+    """
+
+    def __init__(self, model: Any, pids: Sequence[int], *, R: int, pad: int, device: Any) -> None:
+        self.model, self.pids, self.R, self.pad, self.device = model, list(pids), R, pad, device
+        self.live = np.arange(R)
+        self.past: Any = None
+
+    def prefill(self) -> Any:
+        """Logits ``[R, V]`` (float32) of the token after the prompt."""
+        import torch
+
+        x = torch.tensor([self.pids] * self.R, device=self.device)
+        if self.R > 1:  # the R rows share the prompt: prefill once, repeat the cache
+            out = self.model(input_ids=x[:1], use_cache=True)
+            self.past = out.past_key_values
+            if hasattr(self.past, "batch_repeat_interleave"):
+                self.past.batch_repeat_interleave(self.R)
+                return out.logits[:, -1, :].float().expand(self.R, -1)
+        out = self.model(input_ids=x, use_cache=True)  # R = 1, or a cache without repetition
+        self.past = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+    def step(self, nxt: Any, t: int, active: np.ndarray) -> Any:
+        """Logits ``[R, V]`` after the tokens ``nxt [R]`` of step ``t``."""
+        out = self.model(input_ids=nxt[:, None], past_key_values=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+
+class _BatchForward:
+    """:func:`sample_groups`' model calls for ``G R`` rows of left-padded prompts.
+
+    Prefill: :func:`_prefill`; a step: the newest tokens of the rows still in the batch
+    (``live``: their original row numbers), with their attention mask and positions counted on
+    real tokens. Once a quarter of the rows in the batch have finished they are dropped from it
+    (KV cache ``batch_select_indices``, where the cache has it).
+    """
+
+    def __init__(
+        self, model: Any, pids: Sequence[Sequence[int]], *, R: int, pad: int, device: Any
+    ) -> None:
+        import torch
+
+        self.model, self.pids, self.R, self.pad, self.device = model, pids, R, pad, device
+        self.live = np.arange(len(pids) * R)
+        # position of each row's first sampled token
+        self.next_pos = torch.tensor([len(p) for p in pids], device=device).repeat_interleave(R)
+        self.past: Any = None
+        self.attn: Any = None
+        self.compact = False
+
+    def prefill(self) -> Any:
+        """Logits ``[G R, V]`` (float32) of the token after each prompt."""
+        self.past, logits, self.attn = _prefill(self.model, self.pids, R=self.R, pad=self.pad,
+                                                device=self.device)
+        self.compact = hasattr(self.past, "batch_select_indices")
+        return logits
+
+    def step(self, nxt: Any, t: int, active: np.ndarray) -> Any:
+        """Logits ``[B, V]`` of the ``B`` rows ``live`` after the tokens ``nxt [G R]`` of step
+        ``t``; first drops the finished rows when a quarter of the batch has finished."""
+        import torch
+
+        if self.compact and active[self.live].sum() <= 0.75 * self.live.size:
+            kept = np.flatnonzero(active[self.live])
+            idx = torch.from_numpy(kept).to(self.device)
+            self.past.batch_select_indices(idx)
+            self.attn, self.live = self.attn[idx], self.live[kept]
+        lv = torch.from_numpy(self.live).to(self.device)
+        ones = torch.ones((self.live.size, 1), dtype=self.attn.dtype, device=self.device)
+        self.attn = torch.cat([self.attn, ones], dim=1)
+        out = self.model(input_ids=nxt[lv][:, None], attention_mask=self.attn,
+                         position_ids=(self.next_pos[lv] + t)[:, None],
+                         past_key_values=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1, :].float()
 
 
 def _assemble(
@@ -238,14 +483,19 @@ class _StopWatch:
     contains a stop string (then the full text confirms it and gives the cut, exactly as the
     per-group sampler does), or when the row ends. ``window`` = longest stop string in characters
     + 4 tokens: every token that is not special decodes to at least one character, so a stop
-    string completed by the newest token lies within the window.
+    string completed by the newest token lies within the window. With ``tail_only=False``
+    (:func:`sample_group`) the full text is decoded and checked at every token.
     """
 
-    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], eos: int | None) -> None:
+    def __init__(
+        self, tokenizer: Any, stop_strings: Sequence[str], eos: int | None, *,
+        tail_only: bool = True,
+    ) -> None:
         self.tok = tokenizer
         self.stops = [s for s in stop_strings if s]
         self.eos = eos
         self.window = max((len(s) for s in self.stops), default=0) + 4
+        self.tail_only = tail_only
 
     def check(self, ids: list[int]) -> tuple[str, str] | None:
         """``(reason, text)`` if the row ends with its newest token ``ids[-1]``, else ``None``."""
@@ -253,146 +503,13 @@ class _StopWatch:
             return "eos", self.tok.decode(ids[:-1], skip_special_tokens=True)
         if not self.stops:
             return None
-        tail = self.tok.decode(ids[-self.window :], skip_special_tokens=True)
-        if not any(s in tail for s in self.stops):
-            return None
+        if self.tail_only:
+            tail = self.tok.decode(ids[-self.window :], skip_special_tokens=True)
+            if not any(s in tail for s in self.stops):
+                return None
         text = self.tok.decode(ids, skip_special_tokens=True)
         cuts = [text.find(s) for s in self.stops if s in text]
         return ("stop", text[: min(cuts)]) if cuts else None
-
-
-def sample_groups(
-    model: Any,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    *,
-    R: int,
-    seeds: Sequence[int],
-    max_new_tokens: int = 96,
-    temperature: float = 0.7,
-    top_p: float = 1.0,
-    stop_strings: Sequence[str] = DEFAULT_STOP_STRINGS,
-    add_special_tokens: bool = False,
-) -> list[RolloutBatch]:
-    """Sample ``R`` completions of each of ``G = len(prompts)`` prompts in ONE batch of ``G R``.
-
-    The batched twin of :func:`sample_group` (same options, same :class:`RolloutBatch` per prompt,
-    same per-group seeding): prompts are left-padded to a common length (``position_ids`` from the
-    attention mask, so padding does not shift positions), the token prefix all prompts share (a
-    few-shot header) is prefilled once, each prompt's own tokens once, its KV cache is repeated
-    ``R`` times (:func:`_prefill`), and every decoding step runs all rows together. Group
-    ``g`` draws its tokens from its own ``torch.Generator`` seeded by ``seeds[g]`` with one
-    ``multinomial`` call over its ``R`` rows per step, as :func:`sample_group` does, so for the
-    same logits both give the same tokens. Stops are detected per row on the decoded tail only
-    (:class:`_StopWatch`); once a quarter of the rows in the batch have finished, they are dropped
-    from it (KV cache ``batch_select_indices``; a finished row's draws are then made from a
-    placeholder distribution, which leaves every other row's draw unchanged).
-
-    What batching changes: the logits of a row are computed inside a batch of a different shape,
-    with left padding, so they differ from :func:`sample_group`'s in the last bits of floating
-    point (and in bf16 more); a sampled token, hence a completion and its reward, can then differ
-    where two tokens' cumulative probabilities straddle the uniform draw. The outcome for a prompt
-    depends on its seed AND on the batch it was sampled in; callers that must be reproducible
-    (resume) therefore batch prompts in fixed blocks of prompt indices.
-
-    Args:
-        prompts: the ``G`` prompt texts (see :func:`build_prompt`).
-        seeds: ``G`` seeds, one private generator per group (the global RNG is untouched).
-        R, max_new_tokens, temperature, top_p, stop_strings, add_special_tokens: as in
-            :func:`sample_group`.
-
-    Returns:
-        ``G`` :class:`RolloutBatch` objects, in the order of ``prompts``.
-    """
-    import torch
-
-    G = len(prompts)
-    if G < 1 or len(seeds) != G:
-        raise ValueError(f"need one seed per prompt and >= 1 prompt, got {G} prompts and "
-                         f"{len(seeds)} seeds")
-    if R < 1 or max_new_tokens < 1:
-        raise ValueError(f"need R >= 1 and max_new_tokens >= 1, got R={R}, {max_new_tokens}")
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    device = next(model.parameters()).device
-    pids = [list(tokenizer.encode(p, add_special_tokens=add_special_tokens)) for p in prompts]
-    if any(not p for p in pids):
-        raise ValueError("a prompt encodes to zero tokens")
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-    lens = [len(p) for p in pids]
-    N = G * R
-    next_pos = torch.tensor(lens, device=device).repeat_interleave(R)  # position of next token
-    new = torch.full((N, max_new_tokens), pad, dtype=torch.long, device=device)
-    keep = np.zeros(N, dtype=np.int64)
-    texts = [""] * N
-    reasons = ["length"] * N
-    active = np.ones(N, dtype=bool)
-    toks: list[list[int]] = [[] for _ in range(N)]
-    watch = _StopWatch(tokenizer, stop_strings, eos)
-    with torch.no_grad():
-        past, logits, attn = _prefill(model, pids, R=R, pad=pad, device=device)
-        live = np.arange(N)  # original row of each batch row (logits, KV cache, attn)
-        compact = hasattr(past, "batch_select_indices")
-        for t in range(max_new_tokens):
-            nxt = torch.full((N,), pad, dtype=torch.long, device=device)
-            slot = np.full(N, -1)
-            slot[live] = np.arange(live.size)
-            for g in range(G):
-                rows = np.arange(g * R, (g + 1) * R)
-                if not active[rows].any():
-                    continue
-                inb = slot[rows] >= 0  # rows of group g still in the batch
-                lg = logits[torch.from_numpy(slot[rows][inb]).to(device)]
-                if temperature == 0:
-                    pick = lg.argmax(dim=-1)
-                else:
-                    probs = _sampling_probs(lg, temperature, top_p)
-                    if not inb.all():  # rows dropped from the batch (finished): a placeholder
-                        # distribution, so the group's draw is one multinomial over R rows as in
-                        # sample_group (each row's sample depends on its own probabilities only)
-                        full = torch.full((R, probs.shape[-1]), 1.0 / probs.shape[-1],
-                                          dtype=probs.dtype, device=device)
-                        full[torch.from_numpy(np.flatnonzero(inb)).to(device)] = probs
-                        probs = full
-                    pick = torch.multinomial(probs, 1, generator=gens[g]).squeeze(-1)
-                    if not inb.all():
-                        pick = pick[torch.from_numpy(np.flatnonzero(inb)).to(device)]
-                nxt[torch.from_numpy(rows[inb]).to(device)] = pick
-            act = torch.from_numpy(active).to(device)
-            nxt = torch.where(act, nxt, torch.full_like(nxt, pad))
-            new[:, t] = nxt
-            for i, tok in zip(np.flatnonzero(active), nxt[act].tolist(), strict=True):
-                toks[i].append(tok)
-                keep[i] = t + 1
-                done = watch.check(toks[i])
-                if done is not None:
-                    reasons[i], texts[i] = done
-                    active[i] = False
-            if not active.any() or t + 1 == max_new_tokens:
-                break
-            if compact and active[live].sum() <= 0.75 * live.size:  # drop finished rows
-                kept = np.flatnonzero(active[live])
-                idx = torch.from_numpy(kept).to(device)
-                past.batch_select_indices(idx)
-                attn, live = attn[idx], live[kept]
-            lv = torch.from_numpy(live).to(device)
-            attn = torch.cat([attn, torch.ones((live.size, 1), dtype=attn.dtype, device=device)],
-                             dim=1)
-            out = model(input_ids=nxt[lv][:, None], attention_mask=attn,
-                        position_ids=(next_pos[lv] + t)[:, None], past_key_values=past,
-                        use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-    for i in np.flatnonzero(active):  # ran to the length limit
-        texts[i] = tokenizer.decode(toks[i], skip_special_tokens=True)
-    batches = []
-    for g, p in enumerate(pids):
-        rows = slice(g * R, (g + 1) * R)
-        x = torch.tensor([p] * R, dtype=torch.long, device=device)
-        batches.append(_assemble(x, new[rows], keep[rows], pad, texts[rows], reasons[rows]))
-    return batches
 
 
 def _common_prefix(pids: Sequence[Sequence[int]]) -> int:
@@ -481,3 +598,36 @@ def sample_prompts(
         out += sample_groups(model, tokenizer, prompts[b0 : b0 + batch_prompts], R=R,
                              seeds=seeds[b0 : b0 + batch_prompts], **options)
     return out
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """Sampling seed of prompt ``index`` of a run seeded by ``seed``: a function of the pair
+    ``(seed, index)`` only, so a prompt draws the same completions whatever the run's length."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+def sample_problem_groups(
+    model: Any,
+    tokenizer: Any,
+    cfg: RankConfig,
+    problem_set: ProblemSet,
+    idxs: Sequence[int],
+    *,
+    R: int,
+    batch_prompts: int,
+) -> list[RolloutBatch]:
+    """Groups of ``R`` completions for ``problem_set.problems[i]``, ``i in idxs``.
+
+    The prompts are :func:`build_prompt` of each question with ``cfg.prompt_style`` and the
+    set's few-shot examples; prompt ``i`` is seeded by :func:`prompt_seed` ``(cfg.seed, i)``;
+    ``cfg``'s sampling options (``max_new_tokens``, ``temperature``, ``top_p``,
+    ``stop_strings``) apply; :func:`sample_prompts` samples ``batch_prompts`` prompts at a time.
+    Returns one :class:`RolloutBatch` per index, in the order of ``idxs``.
+    """
+    prompts = [build_prompt(problem_set.problems[i].question, style=cfg.prompt_style,
+                            shots=problem_set.shots, tokenizer=tokenizer) for i in idxs]
+    return sample_prompts(model, tokenizer, prompts, R=R,
+                          seeds=[prompt_seed(cfg.seed, i) for i in idxs],
+                          batch_prompts=batch_prompts, max_new_tokens=cfg.max_new_tokens,
+                          temperature=cfg.temperature, top_p=cfg.top_p,
+                          stop_strings=cfg.stop_strings)

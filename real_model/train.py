@@ -1,34 +1,33 @@
 """``grpo-audit real train``: a GRPO update loop that records the gradient spectra at every step.
 
-Step ``s`` (``s = 0 .. steps-1``) with ``P = prompts_per_step`` groups and group size ``R_train``:
+Step ``s`` (``s = 0 .. steps-1``) with ``P = prompts_per_step`` groups and group size ``R_train``
+is :func:`grpo_step`, which reads top to bottom:
 
-1. sample ``R_train`` completions for each of the step's prompts (prompt ``s P + j``, seeded by
+1. rollouts: ``R_train`` completions for each of the step's prompts (prompt ``s P + j``, seeded by
    ``(seed, s P + j)``; the step's groups in batches of ``rollout_batch`` prompts, see
-   :func:`~real_model.rollouts.sample_prompts`), rewards ``r`` (binary);
-2. at the current weights: ``K`` per group and its nested spectra for every ``R`` in ``R_values``
+   :func:`~real_model.rollouts.sample_prompts`);
+2. rewards ``r [P, R_train]`` (binary by default);
+3. at the current weights: ``K`` per group and its nested spectra for every ``R`` in ``R_values``
    (``R <= R_train``; :mod:`real_model.geometry`), for the main estimator;
-3. the GRPO surrogate (the seed paper's Eq. 19 with aggregation weights ``c``)::
+4. advantages ``A`` of the main estimator times the aggregation weights ``c``: ``w = A c``;
+5. the GRPO surrogate (the seed paper's Eq. 19 with aggregation weights ``c``)::
 
        loss = -(1/P) sum_j sum_i A_ji c_ji sum_t m_jit log pi(y_jit | y_ji,<t)
 
-   whose gradient is ``-(1/P) sum_j sum_i w_ji psi_ji``; one AdamW step (``lr``, ``weight_decay``).
-   The model stays in eval mode (no dropout); sampling is on-policy (the ratio is 1, no clipping,
-   no KL term, as in the paper's derivation).
+   whose gradient is ``-(1/P) sum_j sum_i w_ji psi_ji``;
+6. one AdamW step (``lr``, ``weight_decay``).
 
-Per step, one JSON line in ``steps.jsonl``: accuracy, mean within-group reward std, overall reward
-std, fraction of zero-advantage groups, gradient norm ``||grad loss||``, loss, and per ``R`` the
-mean effective rank / top-1 fraction / numerical rank over mixed groups (and per-group values).
+The model stays in eval mode (no dropout); sampling is on-policy (the ratio is 1, no clipping,
+no KL term, as in the paper's derivation).
 
-Resuming: every ``checkpoint_every`` steps the model and optimizer states, and the step records
-so far, are saved to ``checkpoint.pt`` in the cache folder (float32 SmolLM2 + AdamW is ~1.6 GB):
-tensors and plain data only, read back with ``torch.load(weights_only=True)``
-(:func:`load_checkpoint`; a file holding anything else, e.g. a pickled callable, is refused by
-name and nothing in it runs).
-The cache folder is, in order: ``cache_dir`` (``--cache-dir``), the folder recorded in
-``OUT/checkpoint.json`` by an earlier run, else ``$GRPO_AUDIT_CACHE/train/<id>`` or
-``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>`` with ``<id>`` derived from the absolute
-``OUT`` path: never inside ``OUT``, so an ``--out`` inside a repository does not collect
-checkpoints. A rerun with the same configuration loads the checkpoint, drops step records newer
+:func:`run_train` is the bookkeeping around the steps: the output and checkpoint folders (one
+writer each), resuming (:mod:`real_model.checkpoint`), one JSON line per step in ``steps.jsonl``
+(accuracy, mean within-group reward std, overall reward std, fraction of zero-advantage groups,
+gradient norm ``||grad loss||``, loss, and per ``R`` the mean effective rank / top-1 fraction /
+numerical rank over mixed groups, and per-group values), a checkpoint every ``checkpoint_every``
+steps, and the outputs (:func:`real_model.outputs.write_train_results`).
+
+Resuming: a rerun with the same configuration loads the checkpoint, drops step records newer
 than it, restores from it any step record the JSONL lost (a truncated last line), and continues;
 since every step is seeded by its index, the resumed run reproduces the uninterrupted one. A rerun
 with fewer ``steps`` than the checkpoint has trained trains nothing and reports exactly the steps
@@ -36,17 +35,15 @@ with fewer ``steps`` than the checkpoint has trained trains nothing and reports 
 (``steps.jsonl`` and the checkpoint are not rewritten), and ``results.json["note"]`` (printed by
 the CLI, also under the table) says so; ``steps_on_disk`` counts what ``OUT`` holds.
 Step records and the checkpoint carry the configuration; a mismatch is refused by name.
+Where checkpoints live, and how they are read safely: :mod:`real_model.checkpoint`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +54,35 @@ from grpo_io import lock_out_dir
 from ._io import (
     append_jsonl,
     check_config,
-    environment,
+    check_record_configs,
     jsonable,
     read_jsonl,
     rewrite_jsonl,
     write_json,
 )
-from .rank import RankConfig, check_record_configs, load_problems, sample_problem_groups
+from .checkpoint import (
+    CHECKPOINT_KEYS,
+    cache_folder,
+    default_cache_dir,
+    load_checkpoint,
+    resume_from_checkpoint,
+    save_checkpoint,
+)
+from .config import RankConfig
+from .data import ProblemSet, binary_reward, load_problems
+from .outputs import train_step_record, write_train_results
+from .rollouts import sample_problem_groups
 
+# CHECKPOINT_KEYS, default_cache_dir and load_checkpoint are real_model.checkpoint's, importable
+# from here too (real train's checkpoint API)
 __all__ = [
-    "TrainConfig", "default_cache_dir", "grpo_loss", "run_train", "plot_training_metric",
-    "window_stats", "default_window", "load_checkpoint", "CHECKPOINT_KEYS",
+    "TrainConfig", "GRPOStep", "grpo_loss", "grpo_step", "run_train", "CHECKPOINT_KEYS",
+    "default_cache_dir", "load_checkpoint",
 ]
-
 
 @dataclass(frozen=True)
 class TrainConfig(RankConfig):
-    """A :class:`~real_model.rank.RankConfig` plus the optimisation options (defaults stated)."""
+    """A :class:`~real_model.config.RankConfig` plus the optimisation options (defaults stated)."""
 
     steps: int = 10
     prompts_per_step: int = 4
@@ -108,85 +117,6 @@ class TrainConfig(RankConfig):
             raise ValueError(f"R values {self.R_values} must lie in [2, train_R={R_train}]")
 
 
-def default_cache_dir(out_dir: str | Path) -> Path:
-    """Checkpoint folder of a training run writing to ``out_dir`` (outside ``out_dir``).
-
-    ``$GRPO_AUDIT_CACHE/train/<id>`` if that variable is set, else
-    ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>``; ``<id>`` is the folder name plus 12
-    hex digits of the SHA-256 of its absolute path.
-    """
-    out = Path(out_dir).expanduser().resolve()
-    root = os.environ.get("GRPO_AUDIT_CACHE")
-    if root:
-        base = Path(root).expanduser()
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo-audit"
-    digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:12]
-    return base / "train" / f"{out.name}-{digest}"
-
-
-def _cache_folder(out: Path, cache_dir: str | Path | None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    pointer = out / "checkpoint.json"
-    if pointer.is_file():
-        try:
-            return Path(json.loads(pointer.read_text(encoding="utf-8"))["cache_dir"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(
-                f"{pointer} is not a valid checkpoint pointer ({exc}); delete it, pass "
-                "--cache-dir or --overwrite"
-            ) from exc
-    return default_cache_dir(out)
-
-
-#: Keys every checkpoint of :func:`run_train` holds.
-CHECKPOINT_KEYS = ("model", "optimizer", "steps_done", "records", "config")
-
-
-def load_checkpoint(path: str | Path, *, map_location: Any = "cpu") -> dict[str, Any]:
-    """Load a :func:`run_train` checkpoint with ``torch.load(..., weights_only=True)``.
-
-    A checkpoint holds only tensors and plain data (the model and AdamW state dicts, ints, and
-    the step records and configuration as JSON-like dicts), which ``weights_only=True`` accepts;
-    anything else (a pickled callable, an object of some class: a file written by another
-    program, or altered) is refused by torch's restricted unpickler before it is built, so
-    nothing in the file runs.
-
-    Raises:
-        ValueError: one line naming the file and saying how to proceed (a new ``--out``, or
-            ``--overwrite`` to discard it).
-    """
-    import pickle
-
-    import torch
-
-    advice = ("run into a new --out (or pass --overwrite to discard this checkpoint and its "
-              "steps)")
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        reason = next((ln.strip() for ln in str(exc).splitlines()
-                       if "GLOBAL" in ln or "Unsupported" in ln), "")[:200]
-        raise ValueError(
-            f"checkpoint {path} holds more than tensors and plain data, so it is not loaded "
-            f"(torch.load weights_only=True refused it{': ' + reason if reason else ''}; nothing "
-            "in it was run): it was not written by this version of grpo-audit real train, or "
-            f"was altered; {advice}"
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise ValueError(
-            f"checkpoint {path} is not a readable torch checkpoint ({type(exc).__name__}"
-            f"{': ' if str(exc) else ''}{' '.join(str(exc).split())[:200]}); {advice}"
-        ) from None
-    missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise ValueError(
-            f"checkpoint {path} lacks {missing} (an older or foreign checkpoint); {advice}"
-        )
-    return state
-
-
 def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
     """``-sum_i w_i sum_t m_it log pi(y_it | y_i,<t)`` for one group (a scalar with graph).
 
@@ -208,28 +138,80 @@ def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
     return -(w * seq).sum()
 
 
-def _step_summary(geos: list[dict[int, dict[str, Any]]], estimator: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for R in sorted({R for g in geos for R in g}):
-        mixed = [g[R] for g in geos if g[R]["mixed"]]
-        vals = {
-            k: [
-                m["estimators"][estimator][k]
-                for m in mixed
-                if m["estimators"][estimator][k] is not None
-            ]
-            for k in ("effective_rank", "top1_fraction", "rank")
-        }
-        out[str(R)] = {
-            "mixed_groups": len(mixed),
-            "groups": len(geos),
-            **{f"{k}_mean": (float(np.mean(v)) if v else None) for k, v in vals.items()},
-            **{f"{k}_values": v for k, v in vals.items()},
-            "common_share_mean": float(np.mean([m["common_share"] for m in mixed]))
-            if mixed
-            else None,
-        }
-    return out
+@dataclass
+class GRPOStep:
+    """What one :func:`grpo_step` measured.
+
+    Attributes:
+        rewards: ``[P, R_train]`` rewards of the step's groups.
+        geometry: per group, ``{R: geometry}`` of
+            :func:`~real_model.geometry.nested_group_geometry` at the weights the rollouts were
+            sampled with (before the update).
+        grad_norm: ``||grad loss||`` (float64 sum over the trainable parameters).
+        loss: the surrogate's value (0 when every weight is 0).
+    """
+
+    rewards: np.ndarray
+    geometry: list[dict[int, dict[str, Any]]]
+    grad_norm: float
+    loss: float
+
+
+def grpo_step(
+    model: Any,
+    tokenizer: Any,
+    optimizer: Any,
+    cfg: TrainConfig,
+    problem_set: ProblemSet,
+    step: int,
+    *,
+    reward: Callable[[str, Any], float] = binary_reward,
+) -> GRPOStep:
+    """One GRPO update at step ``step``: rollouts -> rewards -> advantages -> loss -> update.
+
+    The equations are in the module docstring. ``optimizer`` holds the model's trainable
+    parameters (one AdamW step is taken); ``reward(completion_text, gold)`` scores a completion.
+    """
+    from .geometry import group_gram, nested_group_geometry, rollout_weights
+
+    P, est = cfg.prompts_per_step, cfg.estimators[0]
+    idxs = [step * P + j for j in range(P)]
+    # rollouts: the step's groups in blocks of rollout_batch prompts, a fixed function of the step
+    batches = sample_problem_groups(model, tokenizer, cfg, problem_set, idxs,
+                                    R=cfg.train_R or max(cfg.R_values),
+                                    batch_prompts=cfg.rollout_batch)
+    # rewards r [P, R_train]
+    golds = [problem_set.problems[i].answer for i in idxs]
+    rewards = np.stack([np.array([reward(text, gold) for text in b.texts])
+                        for b, gold in zip(batches, golds, strict=True)])
+    groups = list(zip(batches, rewards, strict=True))
+    # the spectra of diag(w) Psi at the current weights, nested R (measured, not trained on)
+    geometry = [nested_group_geometry(group_gram(model, b, method=cfg.gram_method), r, b.lengths,
+                                      R_values=sorted(cfg.R_values), estimators=(est,),
+                                      aggregation=cfg.aggregation, max_tokens=cfg.max_new_tokens)
+                for b, r in groups]
+    # advantages times aggregation weights: w = A c per group
+    weights = [rollout_weights(r, b.lengths, estimator=est, aggregation=cfg.aggregation,
+                               max_tokens=cfg.max_new_tokens)[1] for b, r in groups]
+    # loss = -(1/P) sum_j sum_i w_ji log pi(y_ji), its gradient accumulated group by group
+    optimizer.zero_grad(set_to_none=True)
+    loss = 0.0
+    for (b, _), w in zip(groups, weights, strict=True):
+        if np.any(w != 0):  # a group whose weights are all 0 adds nothing
+            part = grpo_loss(model, b, w) / P
+            part.backward()
+            loss += float(part.detach())
+    grad_norm = _grad_norm(optimizer)
+    # update: one AdamW step
+    optimizer.step()
+    return GRPOStep(rewards, geometry, grad_norm, loss)
+
+
+def _grad_norm(optimizer: Any) -> float:
+    """``||grad||`` over the optimizer's parameters (float64 squares, summed in order)."""
+    sq = sum(float((p.grad.double() ** 2).sum()) for group in optimizer.param_groups
+             for p in group["params"] if p.grad is not None)
+    return float(np.sqrt(sq))
 
 
 def run_train(
@@ -247,173 +229,104 @@ def run_train(
     ``reward_fn(completion_text, gold) -> reward`` defaults to
     :func:`~real_model.data.binary_reward`.
     ``loaded`` is an already loaded :class:`~real_model.loading.LoadedModel` (else loaded from cfg).
-    ``cache_dir`` is the checkpoint folder (default: see :func:`default_cache_dir`).
+    ``cache_dir`` is the checkpoint folder (default: see
+    :func:`~real_model.checkpoint.cache_folder`).
     """
     cfg.validate()  # before any file is written or the model is loaded
-    problems = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+    problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
     with contextlib.ExitStack() as held:
-        # one writer per folder: --out, then the checkpoint folder (a --cache-dir may be shared)
-        held.enter_context(lock_out_dir(out, purpose="real train"))
-        cache = _cache_folder(out, cache_dir)
-        held.enter_context(
-            lock_out_dir(cache, purpose="real train checkpoints", option="--cache-dir")
-        )
-        if overwrite:
-            for p in (out / "steps.jsonl", out / "config.json", out / "results.json",
-                      out / "checkpoint.json", cache / "checkpoint.pt"):
-                p.unlink(missing_ok=True)
-            new_cache = _cache_folder(out, cache_dir)
-            if new_cache != cache:  # the pointer named another folder: use the default one
-                cache = held.enter_context(
-                    lock_out_dir(new_cache, purpose="real train checkpoints",
-                                 option="--cache-dir")
-                )
-        return _train_locked(out, cfg, cache, problems, loaded=loaded, progress=progress,
+        cache = _lock_folders(held, out, cache_dir, overwrite=overwrite)
+        return _train_locked(out, cfg, cache, problem_set, loaded=loaded, progress=progress,
                              reward_fn=reward_fn)
+
+
+def _lock_folders(
+    held: contextlib.ExitStack, out: Path, cache_dir: str | Path | None, *, overwrite: bool
+) -> Path:
+    """Lock ``out`` and the checkpoint folder (one writer each; a ``--cache-dir`` may be shared)
+    for as long as ``held`` is open; with ``overwrite``, delete the earlier run's files first.
+    Returns the checkpoint folder."""
+    held.enter_context(lock_out_dir(out, purpose="real train"))
+    cache = cache_folder(out, cache_dir)
+    held.enter_context(
+        lock_out_dir(cache, purpose="real train checkpoints", option="--cache-dir")
+    )
+    if overwrite:
+        for p in (out / "steps.jsonl", out / "config.json", out / "results.json",
+                  out / "checkpoint.json", cache / "checkpoint.pt"):
+            p.unlink(missing_ok=True)
+        new_cache = cache_folder(out, cache_dir)
+        if new_cache != cache:  # the pointer named another folder: use the default one
+            cache = held.enter_context(
+                lock_out_dir(new_cache, purpose="real train checkpoints", option="--cache-dir")
+            )
+    return cache
+
+
+def _check_run_folder(out: Path, cache: Path, key: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step records in ``out/steps.jsonl``, after checking that they, and ``config.json``,
+    were written under the configuration ``key``; records where the checkpoints go."""
+    jsonl = out / "steps.jsonl"
+    done = read_jsonl(jsonl)
+    check_record_configs(done, key, jsonl, have_config=(out / "config.json").is_file())
+    check_config(out / "config.json", key)
+    cache.mkdir(parents=True, exist_ok=True)
+    write_json(out / "checkpoint.json", {"cache_dir": str(cache.resolve())})
+    return done
 
 
 def _train_locked(
     out: Path,
     cfg: TrainConfig,
     cache: Path,
-    problems_and_shots: tuple[list[Any], list[Any]],
+    problem_set: ProblemSet,
     *,
     loaded: Any,
     progress: bool,
     reward_fn: Callable[[str, Any], float] | None,
 ) -> dict[str, Any]:
-    """:func:`run_train` once ``out`` and ``cache`` are locked (and cleared for --overwrite)."""
+    """:func:`run_train` once ``out`` and ``cache`` are locked (and cleared for --overwrite):
+    resume, then one :func:`grpo_step` per step with its record and checkpoint, then outputs."""
     import torch
     from tqdm.auto import tqdm
 
-    from .data import binary_reward
-    from .geometry import group_gram, nested_group_geometry, rollout_weights
     from .loading import load_model
 
-    R_train = cfg.train_R or max(cfg.R_values)
-    problems, shots = problems_and_shots
-    jsonl = out / "steps.jsonl"
-    ckpt = cache / "checkpoint.pt"
-    key = cfg.resume_key()
-    done = read_jsonl(jsonl)
-    check_record_configs(done, key, jsonl, have_config=(out / "config.json").is_file())
-    check_config(out / "config.json", key)
-    cache.mkdir(parents=True, exist_ok=True)
-    write_json(out / "checkpoint.json", {"cache_dir": str(cache.resolve())})
+    jsonl, ckpt, key = out / "steps.jsonl", cache / "checkpoint.pt", cfg.resume_key()
+    done = _check_run_folder(out, cache, key)
     if loaded is None:
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
     model = loaded.model
     model.eval()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = 0
-    kept = []
-    if ckpt.is_file():
-        state = load_checkpoint(ckpt, map_location=next(model.parameters()).device)
-        if "config" in state and state["config"] != jsonable(key):
-            check_record_configs([{"config": state["config"]}], key, ckpt, have_config=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        start = int(state["steps_done"])
-        # records up to the checkpoint: the JSONL's, else the checkpoint's copy (a truncated
-        # or lost last line must not shorten the run)
-        have = {int(r["step"]): r for r in done if int(r["step"]) < start}
-        saved = {int(r["step"]): r for r in state.get("records", [])}
-        missing = [s for s in range(start) if s not in have and s not in saved]
-        if missing:
-            raise ValueError(
-                f"{jsonl} lacks the records of steps {missing} that checkpoint {ckpt} has "
-                "already trained; pass --overwrite to start again"
-            )
-        kept = [have.get(s, saved.get(s)) for s in range(start)]
-    est = cfg.estimators[0]
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
+    start, kept = resume_from_checkpoint(ckpt, model, opt, key=key, records=done, jsonl=jsonl)
     if start > cfg.steps:  # an earlier, longer run: report the requested steps, touch nothing
-        return _report_fewer_steps(out, cfg, loaded, est, ckpt, kept, done, start)
+        return _report_fewer_steps(out, cfg, loaded, ckpt, kept, done, start)
     rewrite_jsonl(jsonl, kept)
-    records_so_far: list[dict[str, Any]] = list(kept)
+    records = list(kept)
     reward = binary_reward if reward_fn is None else reward_fn
-    for s in tqdm(
-        range(start, cfg.steps),
-        desc="real train",
-        disable=not progress,
-        initial=start,
-        total=cfg.steps,
-    ):
+    for s in tqdm(range(start, cfg.steps), desc="real train", disable=not progress,
+                  initial=start, total=cfg.steps):
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        rewards_all, geos, loss_total = [], [], 0.0
-        idxs = [s * cfg.prompts_per_step + j for j in range(cfg.prompts_per_step)]
-        # the step's groups in blocks of rollout_batch prompts: a fixed function of the step
-        batches = sample_problem_groups(model, loaded.tokenizer, cfg, problems, shots, idxs,
-                                        R=R_train, batch_prompts=cfg.rollout_batch)
-        for idx, batch in zip(idxs, batches, strict=True):
-            prob = problems[idx]
-            r = np.array([reward(t, prob.answer) for t in batch.texts])
-            rewards_all.append(r)
-            K = group_gram(model, batch, method=cfg.gram_method)
-            geos.append(
-                nested_group_geometry(
-                    K,
-                    r,
-                    batch.lengths,
-                    R_values=sorted(cfg.R_values),
-                    estimators=(est,),
-                    aggregation=cfg.aggregation,
-                    max_tokens=cfg.max_new_tokens,
-                )
-            )
-            _, w = rollout_weights(
-                r,
-                batch.lengths,
-                estimator=est,
-                aggregation=cfg.aggregation,
-                max_tokens=cfg.max_new_tokens,
-            )
-            if np.any(w != 0):
-                loss = grpo_loss(model, batch, w) / cfg.prompts_per_step
-                loss.backward()
-                loss_total += float(loss.detach())
-        sq = sum(float((p.grad.double() ** 2).sum()) for p in params if p.grad is not None)
-        opt.step()
-        rw = np.stack(rewards_all)
-        rec = {
-            "step": s,
-            "accuracy": float(rw.mean()),
-            "reward_std_within": float(rw.std(axis=1).mean()),
-            "reward_std": float(rw.std()),
-            "zero_adv_fraction": float(np.mean(rw.min(axis=1) == rw.max(axis=1))),
-            "grad_norm": float(np.sqrt(sq)),
-            "loss": loss_total,
-            "spectra": _step_summary(geos, est),
-            "time_s": time.perf_counter() - t0,
-            "config": key,
-        }
+        step = grpo_step(model, loaded.tokenizer, opt, cfg, problem_set, s, reward=reward)
+        rec = {**train_step_record(s, step.rewards, step.geometry, cfg.estimators[0],
+                                   grad_norm=step.grad_norm, loss=step.loss),
+               "time_s": time.perf_counter() - t0, "config": key}
         append_jsonl(jsonl, rec)
-        records_so_far.append(jsonable(rec))
+        records.append(jsonable(rec))
         if (s + 1) % cfg.checkpoint_every == 0 or s + 1 == cfg.steps:
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save(
-                {
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "steps_done": s + 1,
-                    "records": records_so_far,
-                    "config": jsonable(key),
-                },
-                tmp,
-            )
-            tmp.replace(ckpt)
+            save_checkpoint(ckpt, model, opt, steps_done=s + 1, records=records, config=key)
     records = read_jsonl(jsonl)
-    return _write_results(out, cfg, loaded, est, ckpt, records, steps_on_disk=len(records),
-                          checkpoint_steps=cfg.steps)
+    return write_train_results(out, cfg, loaded, records, checkpoint=ckpt,
+                               steps_on_disk=len(records), checkpoint_steps=cfg.steps)
 
 
 def _report_fewer_steps(
     out: Path,
     cfg: TrainConfig,
     loaded: Any,
-    est: str,
     ckpt: Path,
     kept: list[dict[str, Any]],
     done: list[dict[str, Any]],
@@ -429,162 +342,5 @@ def _report_fewer_steps(
         f"{cfg.steps}..{on_disk - 1} are left untouched on disk (steps.jsonl, checkpoint): rerun "
         f"with --steps {on_disk} or more to report them"
     )
-    return _write_results(out, cfg, loaded, est, ckpt, kept[: cfg.steps], steps_on_disk=on_disk,
-                          checkpoint_steps=start, note=note)
-
-
-def _write_results(
-    out: Path,
-    cfg: TrainConfig,
-    loaded: Any,
-    est: str,
-    ckpt: Path,
-    records: list[dict[str, Any]],
-    *,
-    steps_on_disk: int,
-    checkpoint_steps: int,
-    note: str | None = None,
-) -> dict[str, Any]:
-    """Write ``results.json``, ``table.md`` and ``train.png`` for ``records`` (the reported
-    steps); ``steps_on_disk`` and ``checkpoint_steps`` say what ``OUT`` and the checkpoint hold."""
-    result = {
-        "experiment": "real_train",
-        "config": asdict(cfg),
-        "model": loaded.describe() if hasattr(loaded, "describe") else None,
-        "environment": environment(getattr(loaded, "device", None)),
-        "estimator": est,
-        "steps_done": len(records),
-        "steps_on_disk": steps_on_disk,
-        "steps": [{k: v for k, v in r.items()} for r in records],
-        "checkpoint": str(ckpt),
-        "checkpoint_steps_done": checkpoint_steps,
-        "note": note,
-    }
-    write_json(out / "results.json", result)
-    table = _table(records, cfg.R_values)
-    if note:
-        table += f"\nNote: {note}.\n"
-    (out / "table.md").write_text(table, encoding="utf-8")
-    _figure(out / "train.png", records, cfg.R_values)
-    return result
-
-
-def _f(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _table(records: list[dict[str, Any]], R_values: tuple[int, ...]) -> str:
-    Rs = sorted(R_values)
-    head = (
-        "| step | accuracy | reward std | zero-adv frac | grad norm | "
-        + " | ".join(f"eff. rank R={R} | top-1 R={R}" for R in Rs)
-        + " |\n"
-    )
-    head += "|" + "---|" * (5 + 2 * len(Rs)) + "\n"
-    body = ""
-    for r in records:
-        cells = []
-        for R in Rs:
-            sp = r["spectra"].get(str(R), {})
-            cells += [_f(sp.get("effective_rank_mean")), _f(sp.get("top1_fraction_mean"))]
-        body += (
-            f"| {r['step']} | {_f(r['accuracy'])} | {_f(r['reward_std_within'])} | "
-            f"{_f(r['zero_adv_fraction'])} | {r['grad_norm']:.3g} | " + " | ".join(cells) + " |\n"
-        )
-    return head + body + "\nSpectra: means over the step's mixed-reward groups (n/a: none mixed).\n"
-
-
-def window_stats(
-    steps: Sequence[int], values: Sequence[Sequence[float]], *, window: int
-) -> dict[str, np.ndarray]:
-    """Per-window mean, spread and count of values pooled over ``window`` consecutive steps.
-
-    Per-step spectra are means over that step's few mixed groups (noisy); pooling the per-group
-    values of ``window`` consecutive steps gives a mean with a stated spread.
-
-    Args:
-        steps: step indices, increasing, one per record.
-        values: for each step, the values to pool (e.g. per-group effective ranks; may be empty).
-        window: steps per window (>= 1); windows are ``records[k window : (k+1) window]``.
-
-    Returns:
-        ``center`` (mean step of the window), ``mean``, ``sd`` (sample sd, ddof 1; NaN for fewer
-        than 2 values) and ``n`` (values pooled), each ``[num_windows]``; windows with no value
-        are dropped.
-    """
-    if int(window) < 1:
-        raise ValueError(f"window must be >= 1, got {window!r}")
-    if len(steps) != len(values):
-        raise ValueError(f"steps and values differ in length: {len(steps)} vs {len(values)}")
-    rows = []
-    for k in range(0, len(steps), window):
-        pooled = np.array([v for vs in values[k : k + window] for v in vs if v is not None],
-                          dtype=float)
-        if pooled.size == 0:
-            continue
-        sd = float(pooled.std(ddof=1)) if pooled.size > 1 else float("nan")
-        rows.append((float(np.mean(steps[k : k + window])), float(pooled.mean()), sd, pooled.size))
-    c, m, sd, n = (np.array(x) for x in zip(*rows, strict=True)) if rows else ([],) * 4
-    return {"center": np.asarray(c, dtype=float), "mean": np.asarray(m, dtype=float),
-            "sd": np.asarray(sd, dtype=float), "n": np.asarray(n, dtype=int)}
-
-
-def default_window(num_steps: int) -> int:
-    """Steps per window of the training figure: about 10 windows, at least 1 step each."""
-    return max(1, round(num_steps / 10))
-
-
-def plot_training_metric(
-    ax: Any,
-    records: list[dict[str, Any]],
-    *,
-    metric: str,
-    R_values: tuple[int, ...] = (2, 4, 8),
-    window: int | None = None,
-) -> Any:
-    """``metric`` against the GRPO step: per-window means with a +/- 1 sd band, per-step values
-    faint behind them. Returns ``ax``.
-
-    ``metric``: ``effective_rank_mean`` / ``top1_fraction_mean`` / ``rank_mean`` (one line per
-    ``R``; the window pools the per-group values of its steps) or a step field such as
-    ``accuracy`` (the window pools the per-step values). ``window``: steps per window (default
-    :func:`default_window`; 1 draws the per-step values with no pooling across steps).
-    """
-    steps = [r["step"] for r in records]
-    window = default_window(len(records)) if window is None else int(window)
-    if records and metric in records[0]:
-        series = [("_nolegend_", [r[metric] for r in records], [[r[metric]] for r in records])]
-    else:
-        base = metric[: -len("_mean")] if metric.endswith("_mean") else metric
-        series = []
-        for R in sorted(R_values):
-            sp = [r["spectra"].get(str(R), {}) for r in records]
-            per_step = [np.nan if x.get(metric) is None else x[metric] for x in sp]
-            series.append((f"R={R}", per_step, [x.get(f"{base}_values", []) for x in sp]))
-    for label, per_step, pooled in series:
-        y = np.array([np.nan if v is None else v for v in per_step], dtype=float)
-        (faint,) = ax.plot(steps, y, ls="none", marker=".", alpha=0.3)
-        st = window_stats(steps, pooled, window=window)
-        ax.plot(st["center"], st["mean"], marker="o", color=faint.get_color(), label=label)
-        band = np.nan_to_num(st["sd"])
-        ax.fill_between(st["center"], st["mean"] - band, st["mean"] + band,
-                        color=faint.get_color(), alpha=0.15)
-    if len(series) > 1 or series[0][0] != "_nolegend_":
-        ax.legend(fontsize=8)
-    ax.set_xlabel(f"GRPO step (means over {window}-step windows, band: +/- 1 sd)")
-    ax.set_ylabel(metric.replace("_", " "))
-    return ax
-
-
-def _figure(path: Path, records: list[dict[str, Any]], R_values: tuple[int, ...]) -> None:
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    if records:
-        plot_training_metric(axes[0], records, metric="effective_rank_mean", R_values=R_values)
-        plot_training_metric(axes[1], records, metric="top1_fraction_mean", R_values=R_values)
-        plot_training_metric(axes[2], records, metric="accuracy", R_values=R_values)
-    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return write_train_results(out, cfg, loaded, kept[: cfg.steps], checkpoint=ckpt,
+                               steps_on_disk=on_disk, checkpoint_steps=start, note=note)

@@ -40,7 +40,7 @@ holds results needs ``--overwrite`` (no resume: TRL's own checkpoints are ~1.6 G
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,15 +49,26 @@ import numpy as np
 
 from grpo_io import locks_out_dir
 
-from ._io import append_jsonl, environment, read_jsonl, write_json
-from .rank import RankConfig, load_problems, rank_table_markdown, summarize_rank
+from ._io import append_jsonl, read_jsonl, write_json
+from .config import RankConfig
+from .data import binary_reward, load_problems
+from .outputs import (
+    rank_table_markdown,
+    run_header,
+    summarize_rank,
+    train_figure,
+    train_table_markdown,
+)
 
-__all__ = ["TRLTrainConfig", "run_trl_train", "cut_at_stop"]
+__all__ = [
+    "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",
+    "write_trl_train_results",
+]
 
 
 @dataclass(frozen=True)
 class TRLTrainConfig(RankConfig):
-    """A :class:`~real_model.rank.RankConfig` (model, data, sampling) plus TRL's options.
+    """A :class:`~real_model.config.RankConfig` (model, data, sampling) plus TRL's options.
 
     ``R_values``, ``estimators``, ``aggregation`` and ``prompts`` of the base class are not used:
     the group size is ``num_generations``, the advantages and aggregation are TRL's.
@@ -282,6 +293,39 @@ def _prepare_out(out: Path, cfg: TRLTrainConfig, overwrite: bool) -> None:
     write_json(out / "config.json", asdict(cfg))
 
 
+class StopCutReward:
+    """TRL reward function: ``reward(text cut at the first stop string, gold)`` per completion.
+
+    TRL's transformers generation has no stop strings, so a completion may run past the answer;
+    the text before the first of ``stop_strings`` is scored (:func:`cut_at_stop`), as
+    ``real train`` scores its completions. Named ``binary`` in TRL's logs
+    (``rewards/binary/mean``).
+    """
+
+    def __init__(self, reward: Callable[[str, Any], float], stop_strings: Sequence[str]) -> None:
+        self.reward = reward
+        self.stops = tuple(stop_strings)
+        self.__name__ = "binary"
+
+    def __call__(self, completions: list[str], gold: list[str], **_: Any) -> list[float]:
+        return [float(self.reward(cut_at_stop(c, self.stops), g))
+                for c, g in zip(completions, gold, strict=True)]
+
+
+def prompt_dataset(cfg: TRLTrainConfig, tokenizer: Any) -> Any:
+    """The run's ``datasets.Dataset``: ``prompt`` (:func:`~real_model.rollouts.build_prompt`) and
+    ``gold`` (the answer as text) of problems ``0 .. steps P - 1``; step ``s`` reads rows
+    ``s P .. s P + P - 1`` (TRL repeats each prompt ``num_generations`` times)."""
+    from datasets import Dataset
+
+    from .rollouts import build_prompt
+
+    problems, shots = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+    prompts = [build_prompt(p.question, style=cfg.prompt_style, shots=shots, tokenizer=tokenizer)
+               for p in problems]
+    return Dataset.from_dict({"prompt": prompts, "gold": [str(p.answer) for p in problems]})
+
+
 @locks_out_dir("real trl-train", check=lambda a: _validate(a["cfg"]))
 def run_trl_train(
     out_dir: str | Path,
@@ -304,53 +348,45 @@ def run_trl_train(
         raise ValueError(
             "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
         ) from exc
-    from datasets import Dataset
-
-    from .data import binary_reward
     from .loading import load_model
-    from .rollouts import build_prompt
-    from .train import _figure, _table
-    from .trl_geometry import TRL_LOSS_AGGREGATION, GeometryGRPOTrainer
+    from .trl_geometry import GeometryGRPOTrainer
 
     _validate(cfg)
     out = Path(out_dir)
     _prepare_out(out, cfg, overwrite)
     if loaded is None:
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    tok = loaded.tokenizer
-    R, P = cfg.num_generations, cfg.prompts_per_step
-    problems, shots = load_problems(cfg, cfg.steps * P)
-    prompts = [build_prompt(p.question, style=cfg.prompt_style, shots=shots, tokenizer=tok)
-               for p in problems]
-    ds = Dataset.from_dict({"prompt": prompts, "gold": [str(p.answer) for p in problems]})
-    score = binary_reward if reward_fn is None else reward_fn
-    stops = tuple(cfg.stop_strings)
-
-    def binary(completions: list[str], gold: list[str], **_: Any) -> list[float]:
-        return [float(score(cut_at_stop(c, stops), g))
-                for c, g in zip(completions, gold, strict=True)]
-
-    steps_path = out / "steps.jsonl"
-    recorder = _step_recorder(steps_path, R)
+    recorder = _step_recorder(out / "steps.jsonl", cfg.num_generations)
     trainer = GeometryGRPOTrainer(
-        model=loaded.model, reward_funcs=binary, args=_grpo_args(cfg, out, loaded,
-                                                                 progress=progress),
-        train_dataset=ds, processing_class=tok, callbacks=[recorder],
+        model=loaded.model,
+        reward_funcs=StopCutReward(reward_fn or binary_reward, cfg.stop_strings),
+        args=_grpo_args(cfg, out, loaded, progress=progress),
+        train_dataset=prompt_dataset(cfg, loaded.tokenizer),
+        processing_class=loaded.tokenizer,
+        callbacks=[recorder],
         peft_config=_lora_config(cfg),
     )
     recorder.trainer = trainer
     trainer.train()
-    records = read_jsonl(steps_path)
+    return write_trl_train_results(out, cfg, loaded, trl_version=trl.__version__)
+
+
+def write_trl_train_results(
+    out: Path, cfg: TRLTrainConfig, loaded: Any, *, trl_version: str
+) -> dict[str, Any]:
+    """``results.json``, ``table.md`` and ``train.png`` of a finished run, from its
+    ``steps.jsonl`` and ``geometry.jsonl`` in ``out``; returns the ``results.json`` content."""
+    from .trl_geometry import TRL_LOSS_AGGREGATION
+
+    R = cfg.num_generations
+    records = read_jsonl(out / "steps.jsonl")
     geo_path = out / "geometry.jsonl"
     geo_records = read_jsonl(geo_path) if geo_path.is_file() else []
     summary = summarize_rank(_rank_like(geo_records, R), estimator="trl", R_values=(R,))
     accs = [r["accuracy"] for r in records if r.get("accuracy") is not None]
     result = {
-        "experiment": "real_trl_train",
-        "config": asdict(cfg),
-        "model": loaded.describe() if hasattr(loaded, "describe") else None,
-        "environment": environment(getattr(loaded, "device", None)),
-        "trl_version": trl.__version__,
+        **run_header("real_trl_train", cfg, loaded),
+        "trl_version": trl_version,
         "loss_type": cfg.loss_type,
         "aggregation": TRL_LOSS_AGGREGATION.get(cfg.loss_type, (None, None))[0],
         "estimator": "trl",
@@ -365,7 +401,8 @@ def run_trl_train(
     title = (f"TRL GRPO ({cfg.loss_type}, scale_rewards={cfg.scale_rewards}), "
              f"R={R}: all measured mixed groups")
     (out / "table.md").write_text(
-        _table(records, (R,)) + "\n" + rank_table_markdown(summary, title=title), encoding="utf-8"
+        train_table_markdown(records, (R,)) + "\n" + rank_table_markdown(summary, title=title),
+        encoding="utf-8",
     )
-    _figure(out / "train.png", records, (R,))
+    train_figure(out / "train.png", records, (R,))
     return result

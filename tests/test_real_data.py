@@ -21,6 +21,7 @@ from real_model.data import (
     gold_from_gsm8k_answer,
     load_gsm8k,
     load_gsm_symbolic_originals,
+    load_problems,
     parse_number,
 )
 
@@ -174,3 +175,26 @@ def test_generator_difficulty_knob_and_errors() -> None:
     with pytest.raises(ValueError, match="numpy.random.Generator"):
         generate_problems(3, rng=0)  # type: ignore[arg-type]
     assert isinstance(one[0], Problem)
+
+
+def test_load_problems_reads_the_run_configuration(tmp_path: Path) -> None:
+    """Generated problems seeded by ``[seed, 0]``, shots by ``[seed, 1]``; a prefix of a longer
+    run's problems; a file source cut at ``n``; too few problems is an error naming the counts."""
+    from real_model.config import RankConfig
+
+    cfg = RankConfig(seed=5, shots=2, difficulty=(1,), operations=("add",))
+    problems, shots = load_problems(cfg, 3)
+    want = generate_problems(3, rng=np.random.default_rng([5, 0]), difficulty=(1,),
+                             operations=("add",))
+    assert [p.as_dict() for p in problems] == [p.as_dict() for p in want]
+    assert [p.as_dict() for p in shots] == [p.as_dict() for p in generate_problems(
+        2, rng=np.random.default_rng([5, 1]), difficulty=(1, 2), operations=("add",))]
+    assert load_problems(cfg, 5).problems[:3] == problems
+    rows = [{"question": f"q{i}?", "answer": f"so\n#### {i}"} for i in range(4)]
+    data = tmp_path / "test.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gsm = load_problems(RankConfig(source="gsm8k", data_path=str(data), shots=0), 2)
+    assert [p.answer for p in gsm.problems] == [0, 1] and gsm.shots == []
+    with pytest.raises(ValueError, match="asked for 9 prompts but the source has only 4"):
+        load_problems(RankConfig(source="gsm8k", data_path=str(data)), 9)
+

@@ -309,7 +309,7 @@ def test_cli_registers_and_stays_cheap_to_import() -> None:
 
 
 def test_summarize_rank_averages_mixed_groups_only() -> None:
-    from real_model.rank import summarize_rank
+    from real_model.outputs import summarize_rank
 
     rng = np.random.default_rng(3)
     recs, ers = [], []

@@ -18,12 +18,13 @@ import pytest
 import torch
 from test_real_pipeline import ScriptedLM, _odd_reward, _tiny_loaded
 
+from real_model.config import RankConfig
 from real_model.loading import CharTokenizer, tiny_random_model
-from real_model.rank import RankConfig
 from real_model.rollouts import (
     _common_prefix,
     _prefill,
     _StopWatch,
+    prompt_seed,
     sample_group,
     sample_groups,
     sample_prompts,
@@ -174,6 +175,11 @@ def test_rank_resume_inside_a_batched_block_is_bit_identical(tmp_path: Path):
         return recs
 
     assert strip(a / "results.jsonl") == strip(b / "results.jsonl")
+
+
+def test_prompt_seed_depends_on_seed_and_index_only():
+    assert prompt_seed(0, 3) == int(np.random.SeedSequence([0, 3]).generate_state(1)[0])
+    assert prompt_seed(0, 3) == prompt_seed(0, 3) != prompt_seed(0, 4) != prompt_seed(1, 4)
 
 
 def test_per_group_sampling_keeps_the_old_resume_key():

@@ -1,4 +1,4 @@
-"""Per-window means with spread for the training figures (``real_model.train.window_stats``)."""
+"""Per-window means with spread for the training figures (``real_model.outputs.window_stats``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from real_model.train import default_window, plot_training_metric, window_stats
+from real_model.outputs import default_window, plot_training_metric, window_stats
 
 
 def test_window_stats_hand_checked_case():

@@ -1,0 +1,196 @@
+"""``real train``'s checkpoints: where they live, how they are written, read and resumed from.
+
+Every ``checkpoint_every`` steps (and after the last) :func:`save_checkpoint` writes the model and
+AdamW states, the steps done and the step records so far, and the run's configuration to
+``checkpoint.pt`` in the run's cache folder (float32 SmolLM2 + AdamW is ~1.6 GB), through a
+temporary file, so a killed run leaves the previous checkpoint whole. A checkpoint holds tensors
+and plain data only, and is read back with ``torch.load(weights_only=True)``
+(:func:`load_checkpoint`): a file holding anything else, e.g. a pickled callable, is refused by
+name and nothing in it runs.
+
+The cache folder (:func:`cache_folder`) is, in order: ``--cache-dir``, the folder recorded in
+``OUT/checkpoint.json`` by an earlier run, else :func:`default_cache_dir` (derived from the
+absolute ``OUT`` path, never inside ``OUT``, so an ``--out`` inside a repository does not collect
+checkpoints).
+
+:func:`resume_from_checkpoint` restores a run: the states, the number of steps done, and the step
+records up to it (those of ``steps.jsonl``, else the checkpoint's own copy, so a truncated last
+line does not shorten the run); a checkpoint of another configuration is refused by option name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._io import check_record_configs, jsonable
+
+__all__ = [
+    "CHECKPOINT_KEYS",
+    "default_cache_dir",
+    "cache_folder",
+    "load_checkpoint",
+    "save_checkpoint",
+    "resume_from_checkpoint",
+]
+
+
+def default_cache_dir(out_dir: str | Path) -> Path:
+    """Checkpoint folder of a training run writing to ``out_dir`` (outside ``out_dir``).
+
+    ``$GRPO_AUDIT_CACHE/train/<id>`` if that variable is set, else
+    ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>``; ``<id>`` is the folder name plus 12
+    hex digits of the SHA-256 of its absolute path.
+    """
+    out = Path(out_dir).expanduser().resolve()
+    root = os.environ.get("GRPO_AUDIT_CACHE")
+    if root:
+        base = Path(root).expanduser()
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo-audit"
+    digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:12]
+    return base / "train" / f"{out.name}-{digest}"
+
+
+def cache_folder(out: Path, cache_dir: str | Path | None) -> Path:
+    """The checkpoint folder of a run into ``out``: ``cache_dir`` if given, else the folder that
+    ``out/checkpoint.json`` records (an earlier run's), else :func:`default_cache_dir`."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    pointer = out / "checkpoint.json"
+    if pointer.is_file():
+        try:
+            return Path(json.loads(pointer.read_text(encoding="utf-8"))["cache_dir"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"{pointer} is not a valid checkpoint pointer ({exc}); delete it, pass "
+                "--cache-dir or --overwrite"
+            ) from exc
+    return default_cache_dir(out)
+
+
+#: Keys every checkpoint of ``real train`` holds.
+CHECKPOINT_KEYS = ("model", "optimizer", "steps_done", "records", "config")
+
+
+def load_checkpoint(path: str | Path, *, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a ``real train`` checkpoint with ``torch.load(..., weights_only=True)``.
+
+    A checkpoint holds only tensors and plain data (the model and AdamW state dicts, ints, and
+    the step records and configuration as JSON-like dicts), which ``weights_only=True`` accepts;
+    anything else (a pickled callable, an object of some class: a file written by another
+    program, or altered) is refused by torch's restricted unpickler before it is built, so
+    nothing in the file runs.
+
+    Raises:
+        ValueError: one line naming the file and saying how to proceed (a new ``--out``, or
+            ``--overwrite`` to discard it).
+    """
+    import pickle
+
+    import torch
+
+    advice = ("run into a new --out (or pass --overwrite to discard this checkpoint and its "
+              "steps)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = next((ln.strip() for ln in str(exc).splitlines()
+                       if "GLOBAL" in ln or "Unsupported" in ln), "")[:200]
+        raise ValueError(
+            f"checkpoint {path} holds more than tensors and plain data, so it is not loaded "
+            f"(torch.load weights_only=True refused it{': ' + reason if reason else ''}; nothing "
+            "in it was run): it was not written by this version of grpo-audit real train, or "
+            f"was altered; {advice}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise ValueError(
+            f"checkpoint {path} is not a readable torch checkpoint ({type(exc).__name__}"
+            f"{': ' if str(exc) else ''}{' '.join(str(exc).split())[:200]}); {advice}"
+        ) from None
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(
+            f"checkpoint {path} lacks {missing} (an older or foreign checkpoint); {advice}"
+        )
+    return state
+
+
+def save_checkpoint(
+    path: Path,
+    model: Any,
+    optimizer: Any,
+    *,
+    steps_done: int,
+    records: Sequence[dict[str, Any]],
+    config: Mapping[str, Any],
+) -> None:
+    """Write a checkpoint (the keys :data:`CHECKPOINT_KEYS`) to ``path`` through ``path.tmp``.
+
+    Args:
+        path: the checkpoint file (``checkpoint.pt`` in the cache folder).
+        model, optimizer: their ``state_dict()`` is saved.
+        steps_done: steps trained so far.
+        records: the step records of steps ``0 .. steps_done-1`` (JSON-ready).
+        config: the run's resume key (saved as JSON-ready data).
+    """
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "steps_done": steps_done,
+            "records": list(records),
+            "config": jsonable(config),
+        },
+        tmp,
+    )
+    tmp.replace(path)
+
+
+def resume_from_checkpoint(
+    path: Path,
+    model: Any,
+    optimizer: Any,
+    *,
+    key: Mapping[str, Any],
+    records: Sequence[dict[str, Any]],
+    jsonl: Path,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Restore ``model`` and ``optimizer`` from the checkpoint at ``path``, if there is one.
+
+    Args:
+        path: the checkpoint file (may be missing: a fresh run).
+        model, optimizer: loaded in place.
+        key: the run's resume key; a checkpoint recorded under another is refused.
+        records: the step records read from ``jsonl`` (``steps.jsonl``).
+        jsonl: named in the error when a step record is lost from both files.
+
+    Returns:
+        ``(steps_done, kept)``: the steps the checkpoint has trained (0 without one) and the
+        records of steps ``0 .. steps_done-1``, each from ``records`` or else from the
+        checkpoint's copy.
+    """
+    if not path.is_file():
+        return 0, []
+    state = load_checkpoint(path, map_location=next(model.parameters()).device)
+    if "config" in state and state["config"] != jsonable(key):
+        check_record_configs([{"config": state["config"]}], dict(key), path, have_config=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    start = int(state["steps_done"])
+    have = {int(r["step"]): r for r in records if int(r["step"]) < start}
+    saved = {int(r["step"]): r for r in state.get("records", [])}
+    missing = [s for s in range(start) if s not in have and s not in saved]
+    if missing:
+        raise ValueError(
+            f"{jsonl} lacks the records of steps {missing} that checkpoint {path} has "
+            "already trained; pass --overwrite to start again"
+        )
+    return start, [have.get(s, saved.get(s)) for s in range(start)]

@@ -1,0 +1,496 @@
+"""Outputs of the real-model experiments: the JSON results, Markdown tables and figures.
+
+One module for what ``real rank``, ``real train`` and ``real trl-train`` write, so the three
+report alike:
+
+* JSON: :func:`run_header` (``experiment``, ``config``, ``model``, ``environment``: the head of
+  every ``results.json``), :func:`rank_results` / :func:`write_rank_results`,
+  :func:`write_train_results`, :func:`train_step_record` (a line of ``steps.jsonl``) and
+  :func:`step_spectra` (its ``spectra`` field).
+* Tables: :func:`summarize_rank` (per ``R``, over mixed-reward groups) and
+  :func:`rank_table_markdown`; :func:`train_table_markdown` (one row per step).
+* Figures: :func:`plot_rank_metric` / :func:`rank_figure` (``rank.png``);
+  :func:`window_stats`, :func:`plot_training_metric` / :func:`train_figure` (``train.png``).
+
+**Rank summary** (per ``R``, for one estimator, over groups with mixed rewards only, since an
+all-equal group has ``A = 0`` and no spectrum): max rank (largest number of nonzero weights, the
+rank bound of ``diag(w) Psi``), mean numerical rank, mean +/- sd of the effective rank
+``(sum s)^2 / sum s^2``, mean entropy effective rank, mean +/- sd of the top-1 fraction
+``s_1^2 / sum s^2``, the score geometry's means, and the number of mixed groups out of all groups.
+
+matplotlib is imported only when a figure is drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._io import environment, write_json
+
+if TYPE_CHECKING:
+    from .config import RankConfig
+
+__all__ = [
+    "run_header",
+    "summarize_rank",
+    "rank_table_markdown",
+    "rank_title",
+    "rank_results",
+    "write_rank_results",
+    "plot_rank_metric",
+    "rank_figure",
+    "step_spectra",
+    "train_step_record",
+    "train_table_markdown",
+    "write_train_results",
+    "window_stats",
+    "default_window",
+    "plot_training_metric",
+    "train_figure",
+]
+
+
+def run_header(experiment: str, cfg: RankConfig, loaded: Any) -> dict[str, Any]:
+    """The head of every ``results.json``: ``experiment``, ``config`` (every option of the
+    dataclass ``cfg``), ``model`` (``loaded.describe()``, if it has one) and ``environment``
+    (library versions and device, :func:`real_model._io.environment`)."""
+    return {
+        "experiment": experiment,
+        "config": asdict(cfg),
+        "model": loaded.describe() if hasattr(loaded, "describe") else None,
+        "environment": environment(getattr(loaded, "device", None)),
+    }
+
+
+# --- real rank -----------------------------------------------------------------------------------
+
+
+def rank_title(result: dict[str, Any]) -> str:
+    """Title line of ``real rank``'s ``table.md``: model, estimator, aggregation, prompts, seed,
+    accuracy, read from its ``results.json`` content ``result``."""
+    m = result.get("model") or {}
+    c = result["config"]
+    return (
+        f"real rank: model {m.get('name')}, estimator {result['main_estimator']}, aggregation "
+        f"{c['aggregation']}, {result['num_groups']} prompts, seed {c['seed']}, "
+        f"accuracy {result['accuracy']:.3f}"
+    )
+
+
+def summarize_rank(
+    records: Sequence[dict[str, Any]],
+    *,
+    estimator: str = "grpo",
+    R_values: Sequence[int] = (2, 4, 8),
+) -> list[dict[str, Any]]:
+    """Per-``R`` summary of ``estimator`` over mixed-reward groups (see the module docstring).
+
+    Args:
+        records: ``real rank`` records (``by_R[str(R)]`` = a group's geometry at size ``R``).
+        estimator: the estimator whose spectra are summarised.
+        R_values: group sizes, one row each (sorted).
+
+    Returns:
+        one dict per ``R``: ``R``, ``groups``, ``mixed_groups``, ``max_rank``, and the means (and
+        sds, ddof 1, ``None`` below two values) named in the module docstring.
+    """
+    rows = []
+    for R in sorted(R_values):
+        geos = [r["by_R"][str(R)] for r in records if str(R) in r["by_R"]]
+        mixed = [g for g in geos if g["mixed"]]
+        ests = [g["estimators"][estimator] for g in mixed]
+
+        def stat(key: str, vals: list[dict[str, Any]] = ests) -> tuple[float | None, float | None]:
+            x = np.array([v[key] for v in vals if v.get(key) is not None], dtype=float)
+            if x.size == 0:
+                return None, None
+            return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else None
+
+        er, er_sd = stat("effective_rank")
+        t1, t1_sd = stat("top1_fraction")
+        rows.append(
+            {
+                "R": int(R),
+                "groups": len(geos),
+                "mixed_groups": len(mixed),
+                "max_rank": max((v["max_rank"] for v in ests), default=None),
+                "numerical_rank_mean": stat("rank")[0],
+                "effective_rank_mean": er,
+                "effective_rank_sd": er_sd,
+                "entropy_effective_rank_mean": stat("entropy_effective_rank")[0],
+                "top1_mean": t1,
+                "top1_sd": t1_sd,
+                "common_share_mean": stat("common_share", mixed)[0],
+                "cos_between_mean": stat("cos_between", mixed)[0],
+                "cos_within_success_mean": stat("cos_within_success", mixed)[0],
+                "cos_within_failure_mean": stat("cos_within_failure", mixed)[0],
+            }
+        )
+    return rows
+
+
+def _f(x: float | None, nd: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _pm(m: float | None, s: float | None) -> str:
+    return _f(m) if s is None else f"{_f(m)} ± {_f(s)}"
+
+
+def rank_table_markdown(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
+    """Markdown table of :func:`summarize_rank` rows."""
+    head = (
+        "| R | max rank | numerical rank | effective rank | entropy eff. rank | top-1 fraction "
+        "| common share | cos(S,F) | mixed groups |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r['R']} | {r['max_rank'] if r['max_rank'] is not None else 'n/a'} "
+        f"| {_f(r['numerical_rank_mean'], 2)} "
+        f"| {_pm(r['effective_rank_mean'], r['effective_rank_sd'])} "
+        f"| {_f(r['entropy_effective_rank_mean'])} | {_pm(r['top1_mean'], r['top1_sd'])} "
+        f"| {_f(r['common_share_mean'])} | {_f(r['cos_between_mean'])} "
+        f"| {r['mixed_groups']}/{r['groups']} |\n"
+        for r in rows
+    )
+    note = (
+        "\nMeans (± sd) over mixed-reward groups. max rank = largest number of nonzero weights "
+        "(rank bound of diag(w) Psi); common share = lambda_max(cosine matrix)/R; cos(S,F) = mean "
+        "cosine between success and failure scores. Smaller R are nested subsets of the largest "
+        "group.\n"
+    )
+    return (f"{title}\n\n" if title else "") + head + body + note
+
+
+def plot_rank_metric(
+    ax: Any,
+    records: Sequence[dict[str, Any]],
+    *,
+    metric: str = "effective_rank",
+    estimator: str = "grpo",
+    R_values: Sequence[int] = (2, 4, 8),
+    seed: int = 0,
+) -> Any:
+    """Scatter of ``metric`` per mixed group vs ``R`` (jittered), with the mean; returns ``ax``."""
+    rng = np.random.default_rng(seed)
+    for R in sorted(R_values):
+        vals = [
+            r["by_R"][str(R)]["estimators"][estimator][metric]
+            for r in records
+            if str(R) in r["by_R"] and r["by_R"][str(R)]["mixed"]
+        ]
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            continue
+        x = R + rng.uniform(-0.15, 0.15, len(vals)) * R / 4
+        ax.scatter(x, vals, s=12, alpha=0.5, color="C0")
+        ax.scatter([R], [np.mean(vals)], s=60, marker="D", color="C3", zorder=3)
+    if metric in ("effective_rank", "rank"):
+        Rs = sorted(R_values)
+        ax.plot(Rs, Rs, ls="--", color="grey", lw=1, label="R (max possible)")
+        ax.legend(loc="upper left", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(R_values), [str(r) for r in sorted(R_values)])
+    ax.set_xlabel("group size R")
+    ax.set_ylabel(metric.replace("_", " "))
+    return ax
+
+
+def rank_figure(
+    path: Path, records: Sequence[dict[str, Any]], estimator: str, R_values: Sequence[int]
+) -> None:
+    """``rank.png``: effective rank and top-1 fraction per mixed group against ``R``."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    plot_rank_metric(
+        axes[0], records, metric="effective_rank", estimator=estimator, R_values=R_values
+    )
+    plot_rank_metric(
+        axes[1], records, metric="top1_fraction", estimator=estimator, R_values=R_values
+    )
+    axes[1].set_ylim(0, 1.02)
+    fig.suptitle(
+        f"GRPO gradient spectrum per mixed group ({estimator}; diamonds: mean)", fontsize=10
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rank_results(
+    cfg: RankConfig, loaded: Any, records: Sequence[dict[str, Any]], *, wall_s: float,
+    results_jsonl: Path,
+) -> dict[str, Any]:
+    """``real rank``'s ``results.json``: :func:`run_header`, the summary of the main estimator
+    ``cfg.estimators[0]`` and of every estimator, accuracy (mean reward), number of groups,
+    ``wall_s`` (this call's seconds) and the path of the records."""
+    main = cfg.estimators[0]
+    return {
+        **run_header("real_rank", cfg, loaded),
+        "main_estimator": main,
+        "summary": summarize_rank(records, estimator=main, R_values=cfg.R_values),
+        "summary_by_estimator": {
+            e: summarize_rank(records, estimator=e, R_values=cfg.R_values) for e in cfg.estimators
+        },
+        "accuracy": float(np.mean([np.mean(r["rewards"]) for r in records])),
+        "num_groups": len(records),
+        "wall_s_this_call": wall_s,
+        "results_jsonl": str(results_jsonl),
+    }
+
+
+def write_rank_results(
+    out: Path,
+    cfg: RankConfig,
+    loaded: Any,
+    records: Sequence[dict[str, Any]],
+    *,
+    wall_s: float,
+    results_jsonl: Path,
+) -> dict[str, Any]:
+    """Write ``real rank``'s ``results.json`` (:func:`rank_results`), ``table.md`` and
+    ``rank.png`` into ``out``; returns the ``results.json`` content."""
+    result = rank_results(cfg, loaded, records, wall_s=wall_s, results_jsonl=results_jsonl)
+    write_json(out / "results.json", result)
+    table = rank_table_markdown(result["summary"], title=rank_title(result))
+    (out / "table.md").write_text(table, encoding="utf-8")
+    rank_figure(out / "rank.png", records, result["main_estimator"], cfg.R_values)
+    return result
+
+
+# --- real train ----------------------------------------------------------------------------------
+
+
+def step_spectra(geos: Sequence[dict[int, dict[str, Any]]], estimator: str) -> dict[str, Any]:
+    """The ``spectra`` field of a training step's record, from its groups' nested geometries.
+
+    Args:
+        geos: per group of the step, ``{R: geometry}`` of
+            :func:`~real_model.geometry.nested_group_geometry`.
+        estimator: the estimator whose spectra are recorded.
+
+    Returns:
+        ``{str(R): {...}}``: ``mixed_groups``, ``groups``, and over the mixed groups the means of
+        ``effective_rank``, ``top1_fraction``, ``rank`` (``None`` if no group is mixed), their
+        per-group ``*_values``, and ``common_share_mean``.
+    """
+    out: dict[str, Any] = {}
+    for R in sorted({R for g in geos for R in g}):
+        mixed = [g[R] for g in geos if g[R]["mixed"]]
+        vals = {
+            k: [
+                m["estimators"][estimator][k]
+                for m in mixed
+                if m["estimators"][estimator][k] is not None
+            ]
+            for k in ("effective_rank", "top1_fraction", "rank")
+        }
+        out[str(R)] = {
+            "mixed_groups": len(mixed),
+            "groups": len(geos),
+            **{f"{k}_mean": (float(np.mean(v)) if v else None) for k, v in vals.items()},
+            **{f"{k}_values": v for k, v in vals.items()},
+            "common_share_mean": float(np.mean([m["common_share"] for m in mixed]))
+            if mixed
+            else None,
+        }
+    return out
+
+
+def train_step_record(
+    step: int,
+    rewards: np.ndarray,
+    geometry: Sequence[dict[int, dict[str, Any]]],
+    estimator: str,
+    *,
+    grad_norm: float,
+    loss: float,
+) -> dict[str, Any]:
+    """A training step's line of ``steps.jsonl`` (``real train`` adds ``time_s`` and ``config``).
+
+    Args:
+        step: the step index.
+        rewards: ``[P, R]`` rewards of the step's groups.
+        geometry: per group, the nested geometry (see :func:`step_spectra`).
+        estimator: the estimator whose spectra are recorded.
+        grad_norm, loss: the step's gradient norm and loss.
+
+    Returns:
+        ``step``, ``accuracy`` (mean reward), ``reward_std_within`` (mean over groups of the
+        within-group std, ddof 0), ``reward_std`` (over all rollouts), ``zero_adv_fraction``
+        (groups whose rewards are all equal), ``grad_norm``, ``loss``, ``spectra``.
+    """
+    rw = np.asarray(rewards)
+    return {
+        "step": step,
+        "accuracy": float(rw.mean()),
+        "reward_std_within": float(rw.std(axis=1).mean()),
+        "reward_std": float(rw.std()),
+        "zero_adv_fraction": float(np.mean(rw.min(axis=1) == rw.max(axis=1))),
+        "grad_norm": grad_norm,
+        "loss": loss,
+        "spectra": step_spectra(geometry, estimator),
+    }
+
+
+def write_train_results(
+    out: Path,
+    cfg: RankConfig,
+    loaded: Any,
+    records: list[dict[str, Any]],
+    *,
+    checkpoint: Path,
+    steps_on_disk: int,
+    checkpoint_steps: int,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """Write ``real train``'s ``results.json``, ``table.md`` and ``train.png`` into ``out``.
+
+    ``records`` are the reported steps; ``steps_on_disk`` and ``checkpoint_steps`` say what
+    ``out`` and the ``checkpoint`` file hold; ``note`` (if any) is recorded and printed under
+    the table. Returns the ``results.json`` content.
+    """
+    result = {
+        **run_header("real_train", cfg, loaded),
+        "estimator": cfg.estimators[0],
+        "steps_done": len(records),
+        "steps_on_disk": steps_on_disk,
+        "steps": [{k: v for k, v in r.items()} for r in records],
+        "checkpoint": str(checkpoint),
+        "checkpoint_steps_done": checkpoint_steps,
+        "note": note,
+    }
+    write_json(out / "results.json", result)
+    table = train_table_markdown(records, cfg.R_values)
+    if note:
+        table += f"\nNote: {note}.\n"
+    (out / "table.md").write_text(table, encoding="utf-8")
+    train_figure(out / "train.png", records, cfg.R_values)
+    return result
+
+
+def train_table_markdown(records: Sequence[dict[str, Any]], R_values: Sequence[int]) -> str:
+    """``table.md`` of a training run: one row per step (accuracy, within-group reward std,
+    zero-advantage fraction, gradient norm, and per ``R`` the step's mean effective rank and
+    top-1 fraction over its mixed groups)."""
+    Rs = sorted(R_values)
+    head = (
+        "| step | accuracy | reward std | zero-adv frac | grad norm | "
+        + " | ".join(f"eff. rank R={R} | top-1 R={R}" for R in Rs)
+        + " |\n"
+    )
+    head += "|" + "---|" * (5 + 2 * len(Rs)) + "\n"
+    body = ""
+    for r in records:
+        cells = []
+        for R in Rs:
+            sp = r["spectra"].get(str(R), {})
+            cells += [_f(sp.get("effective_rank_mean")), _f(sp.get("top1_fraction_mean"))]
+        body += (
+            f"| {r['step']} | {_f(r['accuracy'])} | {_f(r['reward_std_within'])} | "
+            f"{_f(r['zero_adv_fraction'])} | {r['grad_norm']:.3g} | " + " | ".join(cells) + " |\n"
+        )
+    return head + body + "\nSpectra: means over the step's mixed-reward groups (n/a: none mixed).\n"
+
+
+def window_stats(
+    steps: Sequence[int], values: Sequence[Sequence[float]], *, window: int
+) -> dict[str, np.ndarray]:
+    """Per-window mean, spread and count of values pooled over ``window`` consecutive steps.
+
+    Per-step spectra are means over that step's few mixed groups (noisy); pooling the per-group
+    values of ``window`` consecutive steps gives a mean with a stated spread.
+
+    Args:
+        steps: step indices, increasing, one per record.
+        values: for each step, the values to pool (e.g. per-group effective ranks; may be empty).
+        window: steps per window (>= 1); windows are ``records[k window : (k+1) window]``.
+
+    Returns:
+        ``center`` (mean step of the window), ``mean``, ``sd`` (sample sd, ddof 1; NaN for fewer
+        than 2 values) and ``n`` (values pooled), each ``[num_windows]``; windows with no value
+        are dropped.
+    """
+    if int(window) < 1:
+        raise ValueError(f"window must be >= 1, got {window!r}")
+    if len(steps) != len(values):
+        raise ValueError(f"steps and values differ in length: {len(steps)} vs {len(values)}")
+    rows = []
+    for k in range(0, len(steps), window):
+        pooled = np.array([v for vs in values[k : k + window] for v in vs if v is not None],
+                          dtype=float)
+        if pooled.size == 0:
+            continue
+        sd = float(pooled.std(ddof=1)) if pooled.size > 1 else float("nan")
+        rows.append((float(np.mean(steps[k : k + window])), float(pooled.mean()), sd, pooled.size))
+    c, m, sd, n = (np.array(x) for x in zip(*rows, strict=True)) if rows else ([],) * 4
+    return {"center": np.asarray(c, dtype=float), "mean": np.asarray(m, dtype=float),
+            "sd": np.asarray(sd, dtype=float), "n": np.asarray(n, dtype=int)}
+
+
+def default_window(num_steps: int) -> int:
+    """Steps per window of the training figure: about 10 windows, at least 1 step each."""
+    return max(1, round(num_steps / 10))
+
+
+def plot_training_metric(
+    ax: Any,
+    records: list[dict[str, Any]],
+    *,
+    metric: str,
+    R_values: Sequence[int] = (2, 4, 8),
+    window: int | None = None,
+) -> Any:
+    """``metric`` against the GRPO step: per-window means with a +/- 1 sd band, per-step values
+    faint behind them. Returns ``ax``.
+
+    ``metric``: ``effective_rank_mean`` / ``top1_fraction_mean`` / ``rank_mean`` (one line per
+    ``R``; the window pools the per-group values of its steps) or a step field such as
+    ``accuracy`` (the window pools the per-step values). ``window``: steps per window (default
+    :func:`default_window`; 1 draws the per-step values with no pooling across steps).
+    """
+    steps = [r["step"] for r in records]
+    window = default_window(len(records)) if window is None else int(window)
+    if records and metric in records[0]:
+        series = [("_nolegend_", [r[metric] for r in records], [[r[metric]] for r in records])]
+    else:
+        base = metric[: -len("_mean")] if metric.endswith("_mean") else metric
+        series = []
+        for R in sorted(R_values):
+            sp = [r["spectra"].get(str(R), {}) for r in records]
+            per_step = [np.nan if x.get(metric) is None else x[metric] for x in sp]
+            series.append((f"R={R}", per_step, [x.get(f"{base}_values", []) for x in sp]))
+    for label, per_step, pooled in series:
+        y = np.array([np.nan if v is None else v for v in per_step], dtype=float)
+        (faint,) = ax.plot(steps, y, ls="none", marker=".", alpha=0.3)
+        st = window_stats(steps, pooled, window=window)
+        ax.plot(st["center"], st["mean"], marker="o", color=faint.get_color(), label=label)
+        band = np.nan_to_num(st["sd"])
+        ax.fill_between(st["center"], st["mean"] - band, st["mean"] + band,
+                        color=faint.get_color(), alpha=0.15)
+    if len(series) > 1 or series[0][0] != "_nolegend_":
+        ax.legend(fontsize=8)
+    ax.set_xlabel(f"GRPO step (means over {window}-step windows, band: +/- 1 sd)")
+    ax.set_ylabel(metric.replace("_", " "))
+    return ax
+
+
+def train_figure(path: Path, records: list[dict[str, Any]], R_values: Sequence[int]) -> None:
+    """``train.png``: effective rank and top-1 fraction per ``R``, and accuracy, against the step
+    (:func:`plot_training_metric`; the analogues of the paper's Figs. 1-3)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    if records:
+        plot_training_metric(axes[0], records, metric="effective_rank_mean", R_values=R_values)
+        plot_training_metric(axes[1], records, metric="top1_fraction_mean", R_values=R_values)
+        plot_training_metric(axes[2], records, metric="accuracy", R_values=R_values)
+    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

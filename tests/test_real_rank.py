@@ -1,0 +1,51 @@
+"""``real rank``'s parts on their own: which prompts a rerun still owes, and block sampling.
+
+Exact tier: a folder holding prompts 0 and 2 owes 1 and 3; the block sampler hands out, for
+every prompt, the group that sampling its whole block at once gives. End-to-end runs and resume
+are in ``test_real_pipeline.py`` and ``test_real_rollouts.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_real_pipeline import TOK, _tiny_loaded
+
+from real_model.config import RankConfig
+from real_model.data import load_problems
+from real_model.rank import BlockSampler, pending_prompts
+from real_model.rollouts import sample_problem_groups
+
+CFG = RankConfig(prompts=4, R_values=(2,), max_new_tokens=4, shots=1, stop_strings=("\n",),
+                 rollout_batch=3)
+
+
+def test_pending_prompts_skips_those_on_disk_and_overwrite_clears_them(tmp_path: Path) -> None:
+    out = tmp_path / "rank"
+    assert pending_prompts(out, CFG, overwrite=False) == [0, 1, 2, 3]
+    key = CFG.resume_key()
+    lines = [json.dumps({"prompt_index": i, "config": key}) for i in (0, 2)]
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    assert pending_prompts(out, CFG, overwrite=False) == [1, 3]
+    assert pending_prompts(out, CFG, overwrite=True) == [0, 1, 2, 3]
+    (out / "results.jsonl").write_text(lines[0] + "\n")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pending_prompts(out, RankConfig(**{**CFG.__dict__, "max_new_tokens": 5}),
+                        overwrite=False)
+
+
+def test_block_sampler_gives_each_prompt_its_blocks_group() -> None:
+    loaded = _tiny_loaded()
+    problem_set = load_problems(CFG, CFG.prompts)
+    blocks = BlockSampler(loaded, CFG, problem_set)
+    got = [blocks.group(i)[0] for i in (1, 0, 2, 3)]  # prompt 1 first: its block is 0..2
+    first = sample_problem_groups(loaded.model, TOK, CFG, problem_set, [0, 1, 2], R=2,
+                                  batch_prompts=3)
+    last = sample_problem_groups(loaded.model, TOK, CFG, problem_set, [3], R=2, batch_prompts=3)
+    want = [first[1], first[0], first[2], last[0]]
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.input_ids, w.input_ids) and g.texts == w.texts
+    assert blocks.sampled == {}  # every group handed out once

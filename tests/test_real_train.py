@@ -1,0 +1,117 @@
+"""``real train``'s parts on their own: the GRPO step, the step record, the checkpoints.
+
+Tiers: exact (a step's gradient norm is ``sqrt(w^T K w)`` with ``K`` the trajectory-score Gram at
+the pre-update weights; the step record of hand-checked rewards; a checkpoint restores states
+and records), and the rules for where checkpoints live. End-to-end resume of ``run_train`` is in
+``test_real_pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_real_pipeline import TOK, _tiny_loaded
+
+from real_model.checkpoint import (
+    cache_folder,
+    default_cache_dir,
+    load_checkpoint,
+    resume_from_checkpoint,
+    save_checkpoint,
+)
+from real_model.data import load_problems
+from real_model.geometry import group_gram, rollout_weights
+from real_model.outputs import train_step_record
+from real_model.rollouts import sample_problem_groups
+from real_model.train import TrainConfig, grpo_step
+
+
+def _odd_code_sum(text: str, gold: object) -> float:
+    return float(sum(map(ord, text)) % 2)
+
+
+def test_grpo_step_gradient_norm_is_sqrt_wKw_and_the_update_moves_the_weights() -> None:
+    """One group (P = 1): ||grad loss||^2 = w^T K w, w = A c of the step's rewards, K at the
+    weights the rollouts were sampled with; the AdamW step then changes the weights."""
+    cfg = TrainConfig(steps=1, prompts_per_step=1, R_values=(2, 4), max_new_tokens=6, shots=1,
+                      lr=1e-2, stop_strings=("\n",), seed=1)
+    model = _tiny_loaded(seed=3).model
+    model.eval()
+    problem_set = load_problems(cfg, 1)
+    (b,) = sample_problem_groups(model, TOK, cfg, problem_set, [0], R=4,
+                                 batch_prompts=cfg.rollout_batch)
+    r = np.array([_odd_code_sum(t, None) for t in b.texts])
+    assert 0 < r.sum() < 4, "the test needs a group with mixed rewards"
+    K = group_gram(model, b, method=cfg.gram_method)
+    w = rollout_weights(r, b.lengths, aggregation=cfg.aggregation, max_tokens=6)[1]
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    step = grpo_step(model, TOK, opt, cfg, problem_set, 0, reward=_odd_code_sum)
+
+    assert step.rewards.tolist() == [r.tolist()]
+    assert step.grad_norm**2 == pytest.approx(float(w @ K @ w), rel=1e-6)
+    assert set(step.geometry[0]) == {2, 4}
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+
+
+def test_train_step_record_hand_checked() -> None:
+    rewards = np.array([[1.0, 0.0], [1.0, 1.0]])
+    rec = train_step_record(3, rewards, [{}, {}], "grpo", grad_norm=2.0, loss=-0.5)
+    assert rec["step"] == 3 and rec["grad_norm"] == 2.0 and rec["loss"] == -0.5
+    assert rec["accuracy"] == 0.75
+    assert rec["reward_std_within"] == 0.25  # (0.5 + 0) / 2, ddof 0
+    assert rec["reward_std"] == pytest.approx(np.sqrt(3) / 4)  # std of 1, 0, 1, 1
+    assert rec["zero_adv_fraction"] == 0.5
+
+
+def _model_and_optimizer(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = _tiny_loaded(seed=seed).model
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def test_checkpoint_restores_states_and_fills_a_lost_record(tmp_path: Path) -> None:
+    model, opt = _model_and_optimizer(0)
+    recs = [{"step": 0, "x": 1}, {"step": 1, "x": 2}]
+    key = {"seed": 0}
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model, opt, steps_done=2, records=recs, config=key)
+    assert not path.with_suffix(".tmp").exists()
+    assert load_checkpoint(path)["steps_done"] == 2
+
+    other, other_opt = _model_and_optimizer(1)
+    start, kept = resume_from_checkpoint(path, other, other_opt, key=key, records=recs[:1],
+                                         jsonl=tmp_path / "steps.jsonl")
+    assert start == 2 and kept == recs  # step 1 from the checkpoint's copy
+    for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="seed"):
+        resume_from_checkpoint(path, other, other_opt, key={"seed": 1}, records=[],
+                               jsonl=tmp_path / "steps.jsonl")
+
+
+def test_no_checkpoint_resumes_at_step_zero(tmp_path: Path) -> None:
+    model, opt = _model_and_optimizer(0)
+    assert resume_from_checkpoint(tmp_path / "none.pt", model, opt, key={}, records=[],
+                                  jsonl=tmp_path / "steps.jsonl") == (0, [])
+
+
+def test_cache_folder_order_flag_then_pointer_then_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRPO_AUDIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    out.mkdir()
+    default = default_cache_dir(out)
+    assert default.parent == tmp_path / "cache" / "train" and default.name.startswith("out-")
+    assert cache_folder(out, None) == default
+    (out / "checkpoint.json").write_text(json.dumps({"cache_dir": str(tmp_path / "there")}))
+    assert cache_folder(out, None) == tmp_path / "there"
+    assert cache_folder(out, tmp_path / "flag") == tmp_path / "flag"
+    (out / "checkpoint.json").write_text("{}")
+    with pytest.raises(ValueError, match="checkpoint pointer"):
+        cache_folder(out, None)
