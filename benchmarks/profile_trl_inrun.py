@@ -2,7 +2,8 @@
 
 The offline SmolLM2 (float32, CPU) with TRL's ``add_fused_lm_head``; ``--rows`` rows of
 ``--tokens`` tokens (random ids, the last ``--completion`` scored), loss
-``sum u * log p + 0.01 * entropy`` with random ``u`` (any upstream gradient), two row blocks (two groups). Plain forward + backward and the same inside a
+``sum u * log p + 0.01 * entropy`` with random ``u`` (any upstream gradient), two row blocks
+(two groups). Plain forward + backward and the same inside a
 :class:`real_model.gram_capture.GramCapture` are interleaved ``--repeat`` times (after one warm-up
 of each); printed: the medians, their ratio, and the seconds of the last captured step spent in
 each of the capture's per-layer methods (Linear Grams, embedding, small leaf modules, the fused
