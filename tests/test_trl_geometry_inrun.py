@@ -11,9 +11,9 @@ Checks, on the tiny float64 Llama of ``test_trl_geometry`` through ``trainer.tra
 * the in-run Gram of the rows ``Kg = G G^T`` (and the score Gram ``K`` derived from it at ratio
   1) equals the second pass's to ``INRUN_RTOL`` for every TRL loss type (four families here,
   the rest in the slow tier), with and without gradient checkpointing;
-* every trainable module is counted exactly once by the capture (coverage), and a module used
-  twice in the forward makes the step's in-run capture fail with a reason naming it, while
-  training goes on;
+* every trainable module is counted exactly once by the capture (coverage), and (slow tier) a
+  module used twice in the forward makes the step's in-run capture fail with a reason naming it,
+  while training goes on;
 * groups split over micro-batches: ``auto`` measures them by the second pass (records exact
   against the same rows' explicit per-row gradients), ``in_run`` records them as skipped.
 
@@ -144,7 +144,7 @@ def test_split_groups_auto_uses_the_second_pass_in_run_skips_them(tmp_path):
     rec = auto.geometry_records[0]
     assert rec["in_run_groups"] >= 1 and rec["second_pass_groups"] >= 1, rec
     assert rec["in_run_groups"] + rec["second_pass_groups"] == rec["groups"] == 4
-    assert chk.results[0]["rel_err"] <= 1e-5 and chk.results[0]["Kg_err"] <= 1e-5
+    assert chk.results[0]["rel_err"] <= 1e-5  # rows (u of both paths) sum to TRL's gradient
     only, _, _ = _run(tmp_path, "in_run", **kw)
     rec = only.geometry_records[0]
     assert rec["in_run_groups"] == auto.geometry_records[0]["in_run_groups"]
@@ -154,7 +154,7 @@ def test_split_groups_auto_uses_the_second_pass_in_run_skips_them(tmp_path):
 
 
 def _checked(tmp_path, mode, **kw):
-    chk = RowChecker()
+    chk = RowChecker(per_row=False)
     tr = make_trainer(tmp_path / f"chk-{mode}", callbacks=[chk.callback], geometry_mode=mode,
                       max_steps=1, geometry_jsonl_path=str(tmp_path / f"chk-{mode}.jsonl"), **kw)
     chk.trainer = tr
@@ -162,6 +162,7 @@ def _checked(tmp_path, mode, **kw):
     return tr, chk
 
 
+@pytest.mark.slow
 def test_a_module_used_twice_fails_the_capture_by_name_and_training_goes_on(tmp_path):
     """Weight reuse: the capture's coverage check counts ``down_proj`` twice and says so."""
     tok = tiny_tokenizer()
@@ -219,6 +220,7 @@ def test_in_run_peft_lora_with_gradient_checkpointing(tmp_path):
         prompts=PADDED_PROMPTS, model_fn=lambda: tiny_model(len(tok), eos_logit=1.0, attn="sdpa"))
 
 
+@pytest.mark.slow
 def test_group_order_keeps_every_group_in_one_micro_batch(tmp_path):
     """geometry_group_order: TRL's shuffle permutes whole groups, so with micro-batches of 4
     rows and groups of 4 every group is captured in-run, exactly as the second pass finds."""
