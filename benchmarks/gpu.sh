@@ -17,7 +17,7 @@
 #                                triton is installed (bench_gram.py's default modes on CUDA)
 #   bench_gram_nemotron_4layer_f32  its 4-layer float32 variant (vocab 32000, R=8, 256 tokens)
 #   bench_rollouts               batched vs per-group rollouts on the offline SmolLM2, bf16
-#   bench_trl_geometry           the in-training geometry's step-time overhead on TRL, bf16
+#   bench_trl_geometry           TRL step time / peak memory: geometry off, second pass, in-run (bf16)
 # plus OUT_DIR/device.txt (GPU, driver, torch, CUDA) and OUT_DIR/summary.txt (each step's exit
 # status). The benchmarks also write their JSON and Markdown tables into OUT_DIR; the tables in
 # docs/real_model_gram.md, docs/real_model.md and docs/trl.md are copied from them with the
@@ -68,7 +68,7 @@ step bench_gram_nemotron_4layer_f32 python3 benchmarks/bench_gram.py --config ne
 step bench_rollouts python3 benchmarks/bench_rollouts.py --device cuda --dtype bfloat16 \
     --repeat 2 --json "$OUT/bench_rollouts.json"
 step bench_trl_geometry python3 benchmarks/bench_trl_geometry.py --device cuda \
-    --dtype bfloat16 --out "$OUT/trl_geometry"
+    --dtype bfloat16 --rounds 5 --out "$OUT/trl_geometry" --json "$OUT/bench_trl_geometry.json"
 
 echo "== summary (step, exit status): $OUT/summary.txt"
 cat "$OUT/summary.txt"

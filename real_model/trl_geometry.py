@@ -55,7 +55,7 @@ import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ from .geometry_metrics import aggregate_groups, cos_success_failure, group_recor
 __all__ = [
     "GeometryConfig",
     "GEOMETRY_FIELDS",
+    "GEOMETRY_MODES",
+    "whole_groups_in_chunk",
+    "group_permutation",
     "TRL_LOSS_AGGREGATION",
     "SUPPORTED_LOSS_TYPES",
     "trl_row_weights",
@@ -92,6 +95,9 @@ SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_AGGREGATION)
 
 # relative tolerance of "u_i is a multiple of the loss mask m_i" (one Gram pass instead of two)
 PROPORTIONAL_RTOL = 1e-9
+
+#: ``geometry_mode`` values (see :class:`GeometryConfig`).
+GEOMETRY_MODES = ("second_pass", "in_run", "auto")
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,27 @@ class GeometryConfig:
             ``memory_budget_mb`` allows (no ``grad_norm``).
         memory_budget_mb: memory budget of one Gram pass in MiB, whole groups per pass (needs
             ``grad_norm=False``; default None: the engine's default budget).
+        mode: where the Gram of the rows ``g_i`` comes from (default ``"second_pass"``):
+            ``"second_pass"``: one extra forward + backward over the step's rows (``K`` and
+            ``Kg`` of every group, ``grad_norm``); ``"in_run"``: captured from TRL's own forward
+            and backward of each micro-batch (:class:`real_model.gram_capture.GramCapture`), for
+            the groups whose rows are all in one micro-batch on one process (the others are
+            recorded as skipped); ``"auto"``: in-run where possible, the second pass for the other
+            groups. In-run gives ``Kg`` (the gradient matrix), and ``K`` only where every row's
+            ``u_i`` is a nonzero multiple of its loss mask; no ``grad_norm``. The default keeps
+            the score Gram ``K`` of every group and the gradient norm; ``auto`` costs a few
+            percent of a step instead of a second pass.
+        score_every: with ``mode`` ``"in_run"`` / ``"auto"``, every k-th measured step runs
+            the second pass instead (``K`` of every group, zero-weight rows included; default 0:
+            never).
+        group_order: opt-in: TRL's shuffle of the generation batch before its split into
+            micro-batches permutes whole groups instead of rows (:func:`group_permutation`), so
+            every group is in one micro-batch when the micro-batch size is a multiple of
+            ``num_generations`` (default False: TRL's own row shuffle). It changes TRL's
+            gradient of a step where the loss depends on which rows share a micro-batch
+            (``bnpo``, ``top_entropy_quantile < 1``, the entropy bonus) or, with
+            ``steps_per_generation > gradient_accumulation_steps``, which rows an optimizer step
+            holds (every loss type); see ``docs/trl.md``.
     """
 
     geometry_every: int = 1
@@ -129,8 +156,15 @@ class GeometryConfig:
     strict: bool = False
     grad_norm: bool = True
     memory_budget_mb: float | None = None
+    mode: str = "second_pass"
+    score_every: int = 0
+    group_order: bool = False
 
     def __post_init__(self) -> None:
+        if self.mode not in GEOMETRY_MODES:
+            raise ValueError(f"geometry mode must be one of {GEOMETRY_MODES}, got {self.mode!r}")
+        if int(self.score_every) < 0:
+            raise ValueError(f"score_every must be >= 0 (0: never), got {self.score_every}")
         if int(self.geometry_every) < 0:
             raise ValueError(f"geometry_every must be >= 0 (0: off), got {self.geometry_every}")
         if self.gram_method not in ("exact", "naive"):
@@ -165,6 +199,13 @@ _FIELD_HELP = {
     "grad_norm": "Form the full Gram over a process's rows in one pass (gives the gradient norm).",
     "memory_budget_mb": "Memory budget of one geometry Gram pass in MiB (needs "
                         "geometry_grad_norm=False; passes hold whole groups).",
+    "mode": "Gram of the rows from: 'second_pass' (an extra forward + backward), 'in_run' "
+            "(TRL's own backward; groups whole in one micro-batch), 'auto' (in-run, else "
+            "second pass).",
+    "score_every": "With geometry_mode in_run/auto: every k-th measured step runs the second "
+                   "pass (score Gram of every row; 0: never).",
+    "group_order": "Opt-in: shuffle whole groups (not rows) before TRL splits the generation "
+                   "batch into micro-batches (changes bnpo's and entropy-based losses' gradient).",
 }
 
 
@@ -594,9 +635,22 @@ class GeometryMixin:
         return self.geometry_meter.on_generation(super()._generate_and_score_completions(inputs))
 
     def _prepare_inputs(self, generation_batch):
-        inputs = super()._prepare_inputs(generation_batch)
+        if self.geometry.group_order and self.model.training:
+            with _group_shuffle(self):
+                inputs = super()._prepare_inputs(generation_batch)
+        else:
+            inputs = super()._prepare_inputs(generation_batch)
         self.geometry_meter.on_micro_step()
         return inputs
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        completed = False
+        try:
+            out = super().training_step(model, inputs, num_items_in_batch)
+            completed = True
+            return out
+        finally:
+            self.geometry_meter.after_micro_step(completed=completed)
 
     def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
         self.geometry_meter.add_log_fields(logs)
@@ -624,6 +678,12 @@ class _StepState:
     t0: float
     segments: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
+    mode: str = "second_pass"  # this step's geometry_mode
+    # in-run: (generation, chunk) -> {group: positions in the chunk} of whole groups
+    inrun: dict[tuple[int, int], dict[int, list[int]]] = field(default_factory=dict)
+    micro: list[_InRunMicro] = field(default_factory=list)
+    finish_at: int | None = None  # micro-step after whose backward the step is measured
+    spent: float = 0.0  # in-run modes: seconds of geometry work outside TRL's own step
 
 
 class TrlGeometryMeter:
@@ -647,6 +707,7 @@ class TrlGeometryMeter:
         self._seen_step: int | None = None
         self._micro = 0
         self._state: _StepState | None = None
+        self._live: _InRunMicro | None = None
         self._pending_reason: str | None = None
         self._jsonl_ready = False
         self._warned: set[str] = set()
@@ -687,7 +748,9 @@ class TrlGeometryMeter:
 
     def on_micro_step(self) -> None:
         """After TRL's ``_prepare_inputs``: take ``u`` where a due step (or its new batch)
-        starts; measure at the step's last segment."""
+        starts; measure at the step's last segment (second pass), or arm the in-run capture of
+        this micro-step's forward + backward (``in_run`` / ``auto``; measured after the step's
+        last backward, :meth:`after_micro_step`)."""
         tr = self.trainer
         if self.config.geometry_every == 0 or not tr.model.training:
             return
@@ -699,8 +762,18 @@ class TrlGeometryMeter:
         self._seen_step = step
         if step % self.config.geometry_every != 0 or self._gen is None:
             return
-        if not (first or regenerated):
-            return
+        t0 = time.perf_counter()
+        if first or regenerated:
+            self._start_segment(step, first, tag_error)
+        st = self._state
+        if st is not None and st.step == step and st.mode != "second_pass":
+            if st.reason is None:
+                self._arm_capture(st)
+            st.spent += time.perf_counter() - t0
+
+    def _start_segment(self, step: int, first: bool, tag_error: str | None) -> None:
+        """A due step, or a new generation batch inside it, starts: collect its segment."""
+        tr = self.trainer
         GA = int(tr.current_gradient_accumulation_steps)
         S = int(tr.args.steps_per_generation)
         gen_every = S * int(tr.num_iterations)
@@ -708,12 +781,54 @@ class TrlGeometryMeter:
         remaining = GA - self._micro
         n_micro = min(remaining, gen_every - m % gen_every)
         if first:
-            self._state = _StepState(step=step, t0=time.perf_counter())
+            self._state = _StepState(step=step, t0=time.perf_counter(),
+                                     mode=self._step_mode(step))
         if self._state is None:  # the step's first micro-step was not seen (e.g. resumed)
             return
         self._collect_segment([(m + k) % S for k in range(n_micro)], tag_error)
         if n_micro == remaining:
+            if self._state.mode == "second_pass":
+                self._finish_step()
+            else:
+                self._state.finish_at = GA - 1
+
+    def _step_mode(self, step: int) -> str:
+        """``geometry_mode`` of this step (``score_every`` turns a measured step to the second
+        pass)."""
+        cfg = self.config
+        k = int(cfg.score_every)
+        if cfg.mode != "second_pass" and k > 0 and (step // cfg.geometry_every) % k == 0:
+            return "second_pass"
+        return cfg.mode
+
+    def after_micro_step(self, *, completed: bool) -> None:
+        """After TRL's ``training_step`` (forward + backward) of a micro-batch: close its in-run
+        capture; after the step's last micro-batch, measure and record the step."""
+        t0 = time.perf_counter()
+        live, self._live = self._live, None
+        if live is not None:
+            live.close(self.trainer)
+        st = self._state
+        if st is not None:
+            st.spent += time.perf_counter() - t0
+        if (completed and st is not None and st.mode != "second_pass"
+                and st.finish_at == self._micro and self.trainer.model.training):
             self._finish_step()
+
+    def _arm_capture(self, st: _StepState) -> None:
+        """Open the in-run capture around this micro-step's forward + backward for the groups
+        whose rows are all in this micro-batch (a micro-batch used once in the step)."""
+        tr = self.trainer
+        gen = self._gen
+        assert gen is not None
+        j = int(tr._step) % int(tr.args.steps_per_generation)
+        whole = st.inrun.get((gen.index, j))
+        if not whole:
+            return
+        micro = _InRunMicro(gen=gen, chunk=j, groups=whole)
+        st.micro.append(micro)
+        micro.open(tr, tr.accelerator.unwrap_model(tr.model), config=self.config)
+        self._live = micro
 
     def add_log_fields(self, logs: dict[str, Any]) -> None:
         """Add ``geometry/skipped_reason`` to TRL's log when a step's geometry was skipped."""
@@ -772,14 +887,19 @@ class TrlGeometryMeter:
             U, err = _try(lambda: self._token_weights(prep))
             st.reason = self._agreed_reason(err)
         if st.reason is None:
+            for j, whole in prep["whole"].items():
+                st.inrun[(gen.index, j)] = whole
             st.segments.append({"chunks": chunks, "rows": prep["rows"], "token_weights": U,
                                 "generation": gen, "issues": prep["issues"]})
 
     def _prepare(self, chunks: list[int]) -> dict[str, Any]:
-        """Local checks and the log-prob values TRL's loss needs (no-grad forward, eval mode)."""
+        """Local checks, the whole groups of each micro-batch (in-run modes) and the log-prob
+        values TRL's loss needs for the micro-batches whose ``u`` the second pass needs
+        (no-grad forward, eval mode)."""
         tr = self.trainer
         gen = self._gen
-        assert gen is not None
+        st = self._state
+        assert gen is not None and st is not None
         multimodal = any(k in gen.batch for k in ("pixel_values", "image_grid_thw"))
         issues = structure_issues(tr.args, aux_loss=bool(getattr(tr, "aux_loss_enabled", False)),
                                   multimodal=multimodal)
@@ -787,14 +907,27 @@ class TrlGeometryMeter:
         if dropout:
             issues.append("dropout is active in TRL's step (" + ", ".join(dropout) + "): the "
                           "geometry is measured without dropout")
-        if issues and self.config.strict:
-            raise GeometryStrictError("geometry (strict): " + "; ".join(issues))
+        relevant = (issues if st.mode != "in_run"
+                    else [i for i in issues if not _second_pass_only(i)])
+        if relevant and self.config.strict:
+            raise GeometryStrictError("geometry (strict): " + "; ".join(relevant))
         if multimodal:
             raise ValueError("geometry: image inputs are not supported by the Gram pass")
         counts = {j: chunks.count(j) for j in sorted(set(chunks))}
-        vals = {j: self._values(tr._buffered_inputs[j]) for j in counts}
+        whole: dict[int, dict[int, list[int]]] = {}
+        if st.mode != "second_pass":
+            G = int(tr.num_generations)
+            for j, c in counts.items():
+                found = (whole_groups_in_chunk(gen.chunk_rows[j], first_row=gen.first_row,
+                                               group_size=G) if c == 1 else {})
+                whole[j] = {gen.group_offset + g: pos for g, pos in found.items()}
+        u_chunks = [j for j in counts if st.mode == "second_pass" or (
+            st.mode == "auto"
+            and sum(map(len, whole.get(j, {}).values())) < len(gen.chunk_rows[j]))]
+        vals = {j: self._values(tr._buffered_inputs[j]) for j in u_chunks}
         rows = np.concatenate([gen.chunk_rows[j] for j in counts])
-        return {"counts": counts, "values": vals, "rows": np.sort(rows), "issues": issues}
+        return {"counts": counts, "values": vals, "rows": np.sort(rows), "issues": issues,
+                "whole": whole, "u_chunks": u_chunks}
 
     def _values_needed(self, chunk: Mapping[str, Any]) -> bool:
         """Whether TRL's per-token loss gradient depends on the log-prob values themselves.
@@ -839,8 +972,11 @@ class TrlGeometryMeter:
         gen = self._gen
         assert gen is not None
         U = torch.zeros(gen.batch["completion_ids"].shape, dtype=torch.float64)
+        if not prep["u_chunks"]:  # every row is measured in-run (u from the step itself)
+            return U
         with _TrlLossState(tr):
-            for j, count in prep["counts"].items():
+            for j in prep["u_chunks"]:
+                count = prep["counts"][j]
                 chunk = tr._buffered_inputs[j]
                 lp, ent, aux = prep["values"][j]
                 leaf = lp.clone().requires_grad_(True)
@@ -848,8 +984,10 @@ class TrlGeometryMeter:
                 U[torch.as_tensor(gen.chunk_rows[j])] += count * u.double().cpu()
         return U
 
-    def _exchange(self, st: _StepState) -> tuple[GeometryRows | None, str | None]:
-        """This process's rows to measure: its own groups' rows plus those sent to it.
+    def _exchange(self, st: _StepState, done: set[tuple[int, int]]
+                  ) -> tuple[GeometryRows | None, str | None]:
+        """This process's rows to measure by the second pass: its own groups' rows plus those
+        sent to it, less the rows ``done`` (``(generation, row)`` measured in-run).
 
         A group belongs to the process holding its first row; with several processes every
         process takes part in the one exchange (an empty payload after a local failure).
@@ -863,6 +1001,7 @@ class TrlGeometryMeter:
         def split() -> None:
             for seg in st.segments:
                 gen, rows = seg["generation"], seg["rows"]
+                rows = rows[[(gen.index, int(r)) not in done for r in rows]]
                 B = gen.batch["completion_ids"].shape[0]
                 owner = (((gen.first_row + rows) // G) * G) // B
                 parts.append(_row_payload(gen, seg["token_weights"], rows[owner == pi], G,
@@ -886,8 +1025,11 @@ class TrlGeometryMeter:
         tr = self.trainer
         model = tr.accelerator.unwrap_model(tr.model)
         try:
+            # in-run modes: the second pass covers some groups only (no process gradient norm)
+            cfg = (self.config if self.config.mode == "second_pass"
+                   else replace(self.config, grad_norm=False))
             with _eval_mode(model), _without_input_require_grads(model):
-                return measure_rows(model, rows, config=self.config,
+                return measure_rows(model, rows, config=cfg,
                                     temperature=float(tr.temperature),
                                     group_size=int(tr.num_generations))
         finally:
@@ -899,6 +1041,8 @@ class TrlGeometryMeter:
         tr = self.trainer
         return {
             "step": st.step,
+            "geometry_mode": self.config.mode,
+            "step_mode": st.mode,
             "num_processes": self._world(),
             "loss_type": tr.loss_type,
             "num_generations": int(tr.num_generations),
@@ -919,37 +1063,95 @@ class TrlGeometryMeter:
         if st.reason is not None:
             self._skip(rec, st.reason)
             return
+        t_finish = time.perf_counter()
         with torch.random.fork_rng(devices=_rng_devices()):
-            rows, err = self._exchange(st)
-            meas, err = _try(lambda: self._gram(rows)) if err is None else (None, err)
+            inrun, err = _try(lambda: self._inrun_results(st))
+            done = inrun["done"] if inrun is not None else set()
+            if st.mode == "in_run":
+                meas = RowsMeasurement()
+            else:
+                rows, err2 = self._exchange(st, done)
+                err = err or err2
+                meas, err = _try(lambda: self._gram(rows)) if err is None else (None, err)
         ok = err is None
+        local = inrun if (ok and inrun is not None) else {"groups": [], "present": [],
+                                                          "failed": {}, "errors": []}
+        second = [dict(g, path="second_pass") for g in meas.groups] if ok else []
         gathered = self._agree({
-            "err": err, "groups": meas.groups if ok else [],
-            "sq": meas.local_grad_sq if ok else None, "time": time.perf_counter() - st.t0,
+            "err": err, "groups": second + local["groups"],
+            "sq": meas.local_grad_sq if ok else None,
+            # in-run modes: the geometry's work outside TRL's step (the hooks' time inside it
+            # is not separable: see benchmarks/bench_trl_geometry.py)
+            "time": (time.perf_counter() - st.t0 if st.mode == "second_pass"
+                     else st.spent + time.perf_counter() - t_finish),
             "issues": sorted({i for s in st.segments for i in s["issues"]}),
+            "present": local["present"], "failed": local["failed"], "errors": local["errors"],
         })
+
         reasons = [p["err"] for p in gathered if p["err"]]
         if reasons:
             self._skip(rec, reasons[0])
             return
         groups = [g for p in gathered for g in p["groups"]]
+        skipped = _skipped_groups(gathered, groups) if st.mode == "in_run" else []
         issues = sorted({i for p in gathered for i in p["issues"]})
+        if not any(g["path"] == "second_pass" for g in groups):
+            issues = [i for i in issues if not _second_pass_only(i)]
         sq = [p["sq"] for p in gathered]
         rec.update({
             "exact": not issues,
             "issues": issues,
-            "groups_with_gradient": sum(bool(g["has_gradient"]) for g in groups),
+            "groups_with_gradient": sum(bool(g["has_gradient"]) for g in groups) + len(skipped),
             "groups_measured": sum("grad_norm" in g for g in groups),
             "grad_norm": (math.sqrt(sq[0]) if len(sq) == 1 and sq[0] is not None else None),
             **aggregate_groups(groups),
+            "in_run_groups": sum(g["path"] == "in_run" for g in groups),
+            "second_pass_groups": sum(g["path"] == "second_pass" for g in groups),
+            "skipped_groups": skipped,
+            "in_run_errors": sorted({e for p in gathered for e in p["errors"]}),
             "geometry_time_s": float(max(p["time"] for p in gathered)),
         })
         if self.config.keep_groups:
             rec["group_records"] = groups
         self._record(rec)
         self.last = {"step": st.step, "segments": st.segments, "record": rec,
-                     "grams": meas.grams, "row_grams": meas.row_grams, "passes": meas.passes,
-                     "proportional": meas.proportional}
+                     "grams": {**meas.grams, **(local.get("grams") or {})},
+                     "row_grams": {**meas.row_grams, **(local.get("row_grams") or {})},
+                     "passes": meas.passes, "proportional": meas.proportional,
+                     "in_run": st.micro}
+
+    def _inrun_results(self, st: _StepState) -> dict[str, Any]:
+        """This process's in-run groups: records, Grams, the rows they cover (``done``), the
+        groups present and the capture failures (``in_run``: skipped; ``auto``: second pass)."""
+        tr = self.trainer
+        G = int(tr.num_generations)
+        out: dict[str, Any] = {"groups": [], "grams": {}, "row_grams": {}, "done": set(),
+                               "failed": {}, "errors": [], "present": []}
+        for seg in st.segments:
+            gen = seg["generation"]
+            out["present"] += sorted({int(g) for g in gen.group_offset
+                                      + (gen.first_row + seg["rows"]) // G})
+        score_ok = not _entropy_bonus(tr.args)
+        for micro in st.micro:
+            for seg in st.segments:  # the step's own u (records, a fallback second pass, tests)
+                if seg["generation"] is micro.gen and micro.u is not None:
+                    rows = micro.gen.chunk_rows[micro.chunk]
+                    seg["token_weights"][rows] = micro.u
+            if micro.error is not None:
+                out["errors"].append(micro.error)
+                out["failed"].update({int(g): micro.error for g in micro.groups})
+                continue
+            for g, pos in micro.groups.items():
+                rec, K, Kg = _inrun_group(micro, g, pos, config=self.config, group_size=G,
+                                          score_ok=score_ok)
+                out["groups"].append(rec)
+                if K is not None:
+                    out["grams"][g] = K
+                if Kg is not None:
+                    out["row_grams"][g] = Kg
+                rows = micro.gen.chunk_rows[micro.chunk][pos]
+                out["done"] |= {(micro.gen.index, int(r)) for r in rows}
+        return out
 
     def _skip(self, rec: dict[str, Any], reason: str) -> None:
         """Every process knows ``reason``: record it, log it; raise under ``strict``."""
@@ -998,6 +1200,225 @@ class TrlGeometryMeter:
                 rewrite_jsonl(path, keep)
             self._jsonl_ready = True
         append_jsonl(path, rec)
+
+
+def whole_groups_in_chunk(chunk_rows: Any, *, first_row: int, group_size: int
+                          ) -> dict[int, list[int]]:
+    """Groups whose ``R = group_size`` rows are all in one micro-batch of one process.
+
+    Row ``r`` of the local generation batch is global row ``first_row + r``; group ``k`` holds
+    the global rows ``k R .. k R + R - 1`` (TRL's order). Returns ``{k: positions}`` with the
+    positions of the group's rows in ``chunk_rows`` (the micro-batch's local rows, in its order).
+
+    >>> whole_groups_in_chunk([5, 0, 1, 4, 2, 3], first_row=0, group_size=4)
+    {0: [1, 2, 4, 5]}
+    """
+    rows = np.asarray(chunk_rows, dtype=np.int64).reshape(-1)
+    grp = (int(first_row) + rows) // int(group_size)
+    out = {}
+    for k in np.unique(grp):
+        pos = np.nonzero(grp == k)[0]
+        if pos.size == int(group_size):
+            out[int(k)] = [int(p) for p in pos]
+    return out
+
+
+def group_permutation(batch_size: int, *, first_row: int, group_size: int, rng: Any = None
+                      ) -> Any:
+    """A random order of the local rows ``0 .. batch_size - 1`` that keeps each group together.
+
+    Local row ``r`` belongs to group ``(first_row + r) // group_size``; the groups are put in a
+    random order (``torch.randperm``, generator ``rng``), each group's rows in their order.
+
+    >>> group_permutation(6, first_row=2, group_size=4, rng=None).shape
+    torch.Size([6])
+    """
+    import torch
+
+    label = (int(first_row) + torch.arange(int(batch_size))) // int(group_size)
+    groups = torch.unique(label)
+    order = groups[torch.randperm(groups.numel(), generator=rng)]
+    return torch.cat([torch.nonzero(label == g).reshape(-1) for g in order])
+
+
+class _group_shuffle:  # noqa: N801 - a context manager used like a function
+    """TRL's ``shuffle_sequence_dict`` replaced, for the block, by a shuffle of whole groups."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def __enter__(self) -> None:
+        import trl.trainer.grpo_trainer as host
+
+        self.host, self.original = host, host.shuffle_sequence_dict
+        host.shuffle_sequence_dict = self.shuffle
+
+    def __exit__(self, *exc: Any) -> None:
+        self.host.shuffle_sequence_dict = self.original
+
+    def shuffle(self, seq_dict: dict[str, Any]) -> dict[str, Any]:
+        """``shuffle_sequence_dict`` of TRL 1.16 with :func:`group_permutation`."""
+        import torch
+
+        tr = self.trainer
+        B = len(next(v for v in seq_dict.values() if v is not None))
+        perm = group_permutation(B, first_row=tr.accelerator.process_index * B,
+                                 group_size=int(tr.num_generations))
+
+        def permute(v: Any) -> Any:
+            if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+                return v
+            if isinstance(v, torch.Tensor):
+                return v[perm.to(v.device)]
+            return [v[int(i)] for i in perm]
+
+        return {key: permute(val) for key, val in seq_dict.items()}
+
+
+def _entropy_bonus(args: Any) -> bool:
+    """TRL's loss has an entropy bonus (a gradient outside the log-probabilities)."""
+    return (float(getattr(args, "entropy_coef", 0.0) or 0.0) != 0.0
+            or bool(getattr(args, "use_adaptive_entropy", False)))
+
+
+def _second_pass_only(issue: str) -> bool:
+    """An issue of the second pass only: in-run rows are TRL's own (its dropout masks, its
+    entropy bonus)."""
+    return issue.startswith(("dropout is active", "the entropy bonus"))
+
+
+def _skipped_groups(gathered: Sequence[Mapping[str, Any]], groups: Sequence[Mapping[str, Any]]
+                    ) -> list[dict[str, Any]]:
+    """``in_run`` mode: the groups of the step not measured in-run, with the reason."""
+    measured = {int(g["group"]) for g in groups}
+    failed = {int(k): v for p in gathered for k, v in p["failed"].items()}
+    present = sorted({int(k) for p in gathered for k in p["present"]} - measured)
+    default = ("rows not all in one micro-batch on one process (geometry_mode=auto measures "
+               "such groups by the second pass)")
+    return [{"group": k, "reason": failed.get(k, default)} for k in present]
+
+
+class _InRunMicro:
+    """The in-run capture of one micro-batch's forward + backward (TRL's own training step).
+
+    ``groups``: ``{group: positions in the micro-batch}`` of the whole groups captured;
+    ``u``: ``[n, C]`` TRL's per-token loss gradient ``dL/dlogp`` of the micro-batch, read by a
+    gradient hook on the log-probabilities of the step's own forward (the host's gradients are
+    unchanged); ``row_grams``: ``{group: Kg}`` float64 in the group's position order;
+    ``error``: why the capture failed (None when it did not).
+    """
+
+    def __init__(self, *, gen: _Generation, chunk: int, groups: dict[int, list[int]]) -> None:
+        self.gen, self.chunk, self.groups = gen, chunk, groups
+        self.capture: Any = None
+        self.u: Any = None
+        self.error: str | None = None
+        self.row_grams: dict[int, np.ndarray] = {}
+        self.coverage: dict[str, int] = {}
+        self._wrapper: Any = None
+
+    def open(self, trainer: Any, model: Any, *, config: GeometryConfig) -> None:
+        """Install the capture's hooks and the log-prob gradient hook (errors recorded)."""
+        from .gram_capture import GramCapture
+
+        def start() -> None:
+            cap = GramCapture(model, blocks=list(self.groups.values()))
+            cap.__enter__()
+            self.capture = cap
+            self._wrapper = self._logps_wrapper(trainer)
+            trainer._get_per_token_logps_and_entropies = self._wrapper
+
+        _, self.error = _try(start)
+
+    def _logps_wrapper(self, trainer: Any) -> Any:
+        """TRL's ``_get_per_token_logps_and_entropies`` until its first call with gradients:
+        hooks the gradient of the log-probabilities that call returns (``u``), then removes
+        itself."""
+        original = type(trainer)._get_per_token_logps_and_entropies
+
+        def logps(*args: Any, **kwargs: Any) -> Any:
+            out = original(trainer, *args, **kwargs)
+            lp = out[0]
+            if getattr(lp, "requires_grad", False):  # the step's own (not a no-grad call)
+                self._unwrap(trainer)
+                lp.register_hook(self._store_u)
+            return out
+
+        return logps
+
+    def _store_u(self, grad: Any) -> None:
+        import torch
+
+        self.u = grad.detach().to(torch.float64).cpu()
+
+    def _unwrap(self, trainer: Any) -> None:
+        if self._wrapper is not None and trainer.__dict__.get(
+                "_get_per_token_logps_and_entropies") is self._wrapper:
+            del trainer.__dict__["_get_per_token_logps_and_entropies"]
+        self._wrapper = None
+
+    def close(self, trainer: Any) -> None:
+        """After the micro-step's backward: remove the hooks, keep the Grams (or the reason)."""
+        self._unwrap(trainer)
+        cap, self.capture = self.capture, None
+        if cap is None:
+            return
+        _, err = _try(lambda: cap.__exit__(None, None, None))
+        self.error = self.error or err
+        if self.error is None:
+            Ks, self.error = _try(cap.result)
+            self.coverage = cap.coverage()
+            if Ks is not None:
+                self.row_grams = {g: K.detach().cpu().double().numpy()
+                                  for g, K in zip(self.groups, Ks, strict=True)}
+        if self.error is None and self.u is None:
+            self.error = ("the step's per-token loss gradient was not seen (TRL's "
+                          "_get_per_token_logps_and_entropies gave no log-probabilities "
+                          "with gradients)")
+
+
+def _inrun_group(micro: _InRunMicro, g: int, pos: list[int], *, config: GeometryConfig,
+                 group_size: int, score_ok: bool
+                 ) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None]:
+    """Record, score Gram ``K`` (or None) and row Gram ``Kg`` of one group captured in-run.
+
+    ``Kg`` is the captured Gram of the rows ``g_i`` (rows with an empty loss mask left out, as
+    in :func:`measure_rows`). ``K = diag(1/a) Kg diag(1/a)`` when every row's ``u_i = a_i m_i``
+    with ``a_i != 0`` and TRL's loss has no term outside the log-probabilities (``score_ok``);
+    else only the gradient-matrix metrics (:func:`gradient_row_metrics`).
+    """
+    import torch
+
+    from .geometry_metrics import gradient_row_metrics
+
+    gen = micro.gen
+    local = gen.chunk_rows[micro.chunk][pos]
+    order = np.argsort(local, kind="stable")
+    U = torch.zeros(gen.batch["completion_ids"].shape, dtype=torch.float64)
+    U[torch.as_tensor(gen.chunk_rows[micro.chunk])] = micro.u
+    rows = _assemble_rows([_row_payload(gen, U, local[order], group_size, local=True)])
+    Kg_all = micro.row_grams[g][np.ix_(order, order)]
+    L = rows.loss_mask.sum(dim=1).cpu().numpy()
+    rec = _group_record(rows, np.arange(L.size), L, group_size=group_size, config=config)
+    rec["path"] = "in_run"
+    rec["has_gradient"] = bool(float(rows.weights.abs().max()) > 0) if L.size else False
+    if not rec["has_gradient"]:
+        return rec, None, None
+    sel = np.nonzero(L > 0)[0]
+    Kg = Kg_all[np.ix_(sel, sel)]
+    a, prop = _row_multiples(rows.weights[sel], rows.loss_mask[sel])
+    if score_ok and prop and np.all(a != 0):
+        K = Kg / np.outer(a, a)
+        rec.update(_measured_fields(rows, sel, K, Kg, a, config=config))
+        return rec, K, Kg
+    rec.update(gradient_row_metrics(Kg, rtol=config.rtol))
+    rec["measured_rows"] = [int(x) for x in rows.row[sel]]
+    rec["row_grad_norms"] = [float(math.sqrt(max(x, 0.0))) for x in np.diag(Kg)]
+    rec["max_rank"] = int(np.count_nonzero(np.diag(Kg) > 0))
+    rec["score_geometry"] = ("not from the in-run Gram (a row's u is not a nonzero multiple of "
+                             "its loss mask, or the loss has terms outside the log-probabilities)"
+                             ": geometry_score_every > 0 measures it by the second pass")
+    return rec, None, Kg
 
 
 class GeometryStrictError(RuntimeError):
@@ -1211,7 +1632,8 @@ def _make_config_class() -> Any:
         typ = {"geometry_every": int, "jsonl_path": str | None, "gram_method": str,
                "rtol": float, "success_threshold": float, "log_prefix": str,
                "keep_groups": bool, "strict": bool, "grad_norm": bool,
-               "memory_budget_mb": float | None}[f.name]
+               "memory_budget_mb": float | None, "mode": str, "score_every": int,
+               "group_order": bool}[f.name]
         specs.append((_geometry_field_name(f.name), typ,
                       dataclasses.field(default=f.default, metadata={"help": _FIELD_HELP[f.name]})))
 

@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 RTOL = 1e-5  # see test_trl_geometry.RTOL
 
 
-def launch(out: Path, mode: str, *, timeout: int = 600) -> list[dict]:
+def launch(out: Path, mode: str, *extra: str, timeout: int = 600) -> list[dict]:
     """Run the script on 2 CPU processes; return both processes' reports."""
     launcher = shutil.which("accelerate")
     cmd = [launcher, "launch"] if launcher else [sys.executable, "-m",
@@ -35,7 +35,7 @@ def launch(out: Path, mode: str, *, timeout: int = 600) -> list[dict]:
     # (``--cpu`` alone would start ONE process unless MPI is set up)
     cmd += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1",
             "--mixed_precision", "no", "--dynamo_backend", "no",
-            str(HERE / "trl_ddp_script.py"), str(out), mode]
+            str(HERE / "trl_ddp_script.py"), str(out), mode, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -91,3 +91,16 @@ def test_failure_on_one_process_skips_the_step_on_both_and_training_finishes(tmp
         assert "skipped" not in r1 and r1["groups_measured"] == 3
         assert "injected failure" in rep["logs"][0]["geometry/skipped_reason"]
         assert "geometry/skipped_reason" not in rep["logs"][1]
+
+
+@pytest.mark.slow
+def test_ddp_auto_mode_in_run_groups_and_the_split_group_by_the_second_pass(tmp_path):
+    """geometry_mode=auto: groups 0 and 2 (whole on one process) are captured from TRL's own
+    DDP backward, the split group 1 by the second pass; all exact against the gathered rows."""
+    reports = launch(tmp_path, "check", "grpo", "auto")
+    _assert_exact(reports)
+    for rep in reports:
+        for rec in rep["records"]:
+            assert rec["geometry_mode"] == "auto"
+            assert (rec["in_run_groups"], rec["second_pass_groups"]) == (2, 1)
+            assert not rec["in_run_errors"]

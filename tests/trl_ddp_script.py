@@ -1,7 +1,8 @@
 """Run by ``tests/test_trl_ddp.py`` under ``accelerate launch`` with 2 CPU processes (gloo).
 
 Usage: ``accelerate launch --multi_gpu --num_processes 2 tests/trl_ddp_script.py OUT MODE
-[LOSS_TYPE]`` (on a machine without GPUs this runs torchrun with the gloo backend on CPU).
+[LOSS_TYPE [GEOMETRY_MODE]]`` (on a machine without GPUs this runs torchrun with the gloo
+backend on CPU).
 Trains the tiny model of ``test_trl_geometry`` for 2 steps with geometry every step; 6 rows per
 process and groups of 4, so group 1 has rows on both processes. Each process writes
 ``OUT/rank<r>.json``.
@@ -146,6 +147,7 @@ def main() -> None:
 
     out, mode = Path(sys.argv[1]), sys.argv[2]
     loss_type = sys.argv[3] if len(sys.argv) > 3 else "grpo"
+    geometry_mode = sys.argv[4] if len(sys.argv) > 4 else "second_pass"
     chk = Checker() if mode in ("check", "fsdp") else None
     model = _fsdp_model(out) if mode == "fsdp" else None
     if mode == "fail":
@@ -161,7 +163,7 @@ def main() -> None:
         out, model=model, loss_type=loss_type, max_steps=2, gradient_accumulation_steps=1,
         per_device_train_batch_size=6, learning_rate=1e-3,
         callbacks=[chk.callback] if chk else [],
-        geometry_jsonl_path=str(out / "geometry.jsonl"),
+        geometry_jsonl_path=str(out / "geometry.jsonl"), geometry_mode=geometry_mode,
     )
     if chk is not None:
         chk.trainer = trainer

@@ -1,0 +1,98 @@
+"""Where the in-run capture's time goes: one forward + backward through TRL's fused LM head.
+
+The offline SmolLM2 (float32, CPU) with TRL's ``add_fused_lm_head``; ``--rows`` rows of
+``--tokens`` tokens (random ids, the last ``--completion`` scored), loss
+``sum u * log p + 0.01 * entropy`` with random ``u`` (any upstream gradient), two row blocks
+(two groups). Plain forward + backward and the same inside a
+:class:`real_model.gram_capture.GramCapture` are interleaved ``--repeat`` times (after one warm-up
+of each); printed: the medians, their ratio, and the seconds of the last captured step spent in
+each of the capture's per-layer methods (Linear Grams, embedding, small leaf modules, the fused
+head's backward and its vocabulary tiles), timed by wrapping them in this script only.
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/profile_trl_inrun.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import subprocess
+import time
+from collections import defaultdict
+from typing import Any
+
+HOOKS = ("add_linear", "add_embedding", "add_leaf", "_fused_backward", "_head_tile")
+
+
+def _timed(spent: dict[str, float], name: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] += time.perf_counter() - t0
+
+    return wrapper
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=117)
+    ap.add_argument("--completion", type=int, default=16, help="scored (last) tokens per row")
+    ap.add_argument("--repeat", type=int, default=4)
+    a = ap.parse_args(argv)
+    import torch
+    from trl.trainer.utils import add_fused_lm_head
+
+    from real_model.gram_capture import GramCapture
+    from real_model.loading import load_model
+
+    torch.manual_seed(0)
+    model = load_model("smollm2-offline", device="cpu", dtype="float32").model
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    R, T = a.rows, a.tokens
+    ids = torch.randint(0, model.config.vocab_size, (R, T))
+    labels = ids.clone()
+    labels[:, : T - a.completion] = -100
+    u = torch.randn(R, T - 1)
+    spent: dict[str, float] = defaultdict(float)
+    for name in HOOKS:
+        setattr(GramCapture, name, _timed(spent, name, getattr(GramCapture, name)))
+
+    def step(capture: bool) -> float:
+        model.zero_grad(set_to_none=True)
+        half = R // 2
+        cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))])
+        t0 = time.perf_counter()
+        if capture:
+            cap.__enter__()
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
+                    fused_lm_head=True)
+        ((out.log_probs * u).sum() + 0.01 * out.entropy.sum()).backward()
+        if capture:
+            cap.__exit__(None, None, None)
+            cap.result()
+        return time.perf_counter() - t0
+
+    step(False)
+    step(True)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(a.repeat):
+        for capture in (False, True):
+            spent.clear()
+            times[capture].append(step(capture))
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(f"SmolLM2 float32 CPU, {R} rows x {T} tokens, TRL fused head; {load}")
+    print(f"forward+backward median of {a.repeat}: plain {off:.2f} s, captured {on:.2f} s, "
+          f"ratio {on / off:.3f}")
+    print("last captured step, seconds in the capture's methods: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
