@@ -274,11 +274,8 @@ def trajectory_gram(
             on a non-CUDA device without ``TRITON_INTERPRET=1``.
         ImportError: ``linear_method="triton"`` (exact mode) without triton installed.
     """
-    if method not in ("exact", "naive"):
-        raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
+    _check_method(method, naive_stored)
     _check_options(linear_method, gram_precision, chunk_size)
-    if naive_stored is not None and int(naive_stored) < 1:
-        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
     w = _check_inputs(input_ids, attention_mask, completion_mask)
     if method == "exact" and linear_method == "triton":
         _gram_triton.require(input_ids.device)  # before the forward: clear, early errors
@@ -292,11 +289,24 @@ def trajectory_gram(
         return (K, lp) if return_logprobs else K
     chunk = gm.default_chunk_size(input_ids.device) if chunk_size is None else int(chunk_size)
     K, lp = _naive_gram(model, input_ids, attention_mask, w, chunk, position_ids, naive_stored)
+    K = _finite_symmetric(K)
+    return (K, lp) if return_logprobs else K
+
+
+def _check_method(method: str, naive_stored: int | None) -> None:
+    if method not in ("exact", "naive"):
+        raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
+    if naive_stored is not None and int(naive_stored) < 1:
+        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
+
+
+def _finite_symmetric(K: torch.Tensor) -> torch.Tensor:
+    """``(K + K^T) / 2``; ValueError if it holds a non-finite value (overflowed gradients)."""
     K = 0.5 * (K + K.T)
     if not bool(torch.isfinite(K).all()):
         raise ValueError("the Gram matrix holds non-finite values: the model's log-probabilities "
                          "or gradients overflowed (try float32 or float64)")
-    return (K, lp) if return_logprobs else K
+    return K
 
 
 def _check_options(linear_method: str, gram_precision: str, chunk_size: int | None) -> None:
