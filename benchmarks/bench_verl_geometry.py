@@ -108,8 +108,8 @@ class KindTimers:
     """Wall time of the core's per-module contributions, by kind, while ``active``."""
 
     def __init__(self) -> None:
-        from real_model import _gram_modules as gm
         from real_model import gram_capture as gc
+        from real_model import gram_layers as gm
 
         self.active = False
         self.seconds: dict[str, float] = {}

@@ -60,8 +60,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from real_model import _gram_modules as gm
-from real_model import _gram_triton
+from real_model import gram_layers as gm
+from real_model import gram_triton
 from real_model.gram_capture import GramCapture, validate_blocks
 from real_model.gram_head import head_logprobs, head_transform
 
@@ -254,7 +254,7 @@ def trajectory_gram(
             are within a factor 4; fastest, but the choice may differ between processes),
             ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only), or
             ``"triton"``: every Linear weight by the fused Triton kernel of
-            ``real_model._gram_triton`` (opt-in; needs ``pip install triton`` and a CUDA device,
+            ``real_model.gram_triton`` (opt-in; needs ``pip install triton`` and a CUDA device,
             or ``TRITON_INTERPRET=1`` to run it on CPU for correctness checks; not yet
             measured on a GPU, see ``docs/real_model_gram.md``).
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
@@ -278,7 +278,7 @@ def trajectory_gram(
     _check_options(linear_method, gram_precision, chunk_size)
     w = _check_inputs(input_ids, attention_mask, completion_mask)
     if method == "exact" and linear_method == "triton":
-        _gram_triton.require(input_ids.device)  # before the forward: clear, early errors
+        gram_triton.require(input_ids.device)  # before the forward: clear, early errors
     if not trainable_parameters(model):
         raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
     if method == "exact":

@@ -1217,7 +1217,7 @@ class TrlGeometryMeter:
         self.records.append(rec)
         if not self.trainer.accelerator.is_main_process:
             return
-        from ._io import append_jsonl, read_jsonl, rewrite_jsonl
+        from .run_io import append_jsonl, read_jsonl, rewrite_jsonl
 
         path = self.jsonl_path
         if not self._jsonl_ready:

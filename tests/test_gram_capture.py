@@ -24,7 +24,7 @@ pytest.importorskip("transformers")
 
 from test_real_gram import V, batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 
-from real_model import _gram_modules as gm  # noqa: E402
+from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
 from real_model.gram_capture import (  # noqa: E402
     GramCapture,
@@ -416,7 +416,7 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
 
 
 def test_the_module_plan_is_reused_until_the_parameters_change():
-    from real_model._gram_plan import plan_of
+    from real_model.gram_plan import plan_of
 
     model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2))
     assert plan_of(model) is plan_of(model)

@@ -332,7 +332,7 @@ def _norm_cases():
 
 @pytest.mark.parametrize("idx", [0, 1, 2])
 def test_closed_form_norm_gradients_equal_per_sample_vjp(idx):
-    from real_model._gram_modules import fast_leaf_grads, generic_per_sample_grads
+    from real_model.gram_layers import fast_leaf_grads, generic_per_sample_grads
 
     norm = _norm_cases()[idx].double()
     g = torch.Generator().manual_seed(idx)

@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 from test_real_gram_precision import BF16_LAYER_RTOL, _layer, _truth  # noqa: E402
 
-from real_model import _gram_modules as gm  # noqa: E402
+from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import trajectory_gram  # noqa: E402
 
 DEV = torch.device("cuda")

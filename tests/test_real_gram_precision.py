@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 
-from real_model import _gram_modules as gm  # noqa: E402
+from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import trajectory_gram  # noqa: E402
 
 BF16_LAYER_RTOL = 2e-3

@@ -1,4 +1,4 @@
-"""The fused Triton kernel for Linear weight Grams (``real_model._gram_triton``,
+"""The fused Triton kernel for Linear weight Grams (``real_model.gram_triton``,
 ``linear_method="triton"``).
 
 Tiers: exact (the kernel against the float64 Gram of explicit per-sample gradients of the same,
@@ -32,7 +32,7 @@ import pytest
 import torch
 from test_real_gram_precision import _layer, _truth
 
-from real_model import _gram_triton as gt
+from real_model import gram_triton as gt
 
 HAS_TRITON = gt.available()
 needs_triton = pytest.mark.skipif(

@@ -329,7 +329,7 @@ def test_summarize_rank_averages_mixed_groups_only() -> None:
 
 
 def test_jsonl_reader_drops_truncated_tail_and_strict_json(tmp_path: Path) -> None:
-    from real_model._io import append_jsonl, read_jsonl
+    from real_model.run_io import append_jsonl, read_jsonl
 
     p = tmp_path / "r.jsonl"
     append_jsonl(p, {"a": 1, "x": float("nan"), "v": np.arange(2)})

@@ -1,4 +1,4 @@
-"""Fused Triton kernel for the Gram of per-sample Linear weight gradients (private, opt-in).
+"""Fused Triton kernel for the Gram of per-sample Linear weight gradients (opt-in).
 
 For one ``nn.Linear`` with captured inputs ``a`` ``[R, T, d_in]`` and output gradients ``delta``
 ``[R, T, d_out]`` (masked rows are zero), rollout ``r``'s weight gradient is
