@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import torch.distributed as dist
-from test_real_gram import batch, llama, rel_err
+from real_gram_helpers import batch, llama, rel_err
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 

@@ -22,7 +22,7 @@ from torch import nn
 
 pytest.importorskip("transformers")
 
-from test_real_gram import V, batch, llama, nemotron, qwen2, rel_err  # noqa: E402
+from real_gram_helpers import V, batch, llama, nemotron, per_row_gram, qwen2, rel_err  # noqa: E402
 
 from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
@@ -34,19 +34,6 @@ from real_model.gram_capture import (  # noqa: E402
 )
 
 RTOL = 1e-10
-
-
-def per_row_gram(model: nn.Module, terms) -> torch.Tensor:
-    """``G G^T`` (float64) of ``g_i = d terms()[i] / d theta`` from ONE batched forward."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    t = terms()
-    rows = []
-    for i in range(t.shape[0]):
-        gs = torch.autograd.grad(t[i], params, retain_graph=True, allow_unused=True)
-        rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double()
-                               for g, p in zip(gs, params, strict=True)]))
-    G = torch.stack(rows)
-    return G @ G.T
 
 
 def weighted_terms(model, ids, am, cm):

@@ -17,8 +17,12 @@ import torch
 pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-from test_gram_capture import per_row_gram  # noqa: E402
-from test_real_gram import batch, llama, rel_err  # noqa: E402
+from real_gram_helpers import (  # noqa: E402
+    batch,
+    llama,
+    per_row_gram,  # noqa: E402
+    rel_err,
+)
 
 from real_model.gram import rows_gram, token_logprobs, trajectory_gram  # noqa: E402
 from real_model.gram_capture import GramCapture, active_dropout_modules  # noqa: E402
