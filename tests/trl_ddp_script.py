@@ -1,4 +1,4 @@
-"""Run by ``tests/test_trl_ddp.py`` under ``accelerate launch`` with 2 CPU processes (gloo).
+"""Run by ``tests/test_real_trl_ddp.py`` under ``accelerate launch`` with 2 CPU processes (gloo).
 
 Usage: ``accelerate launch --multi_gpu --num_processes 2 tests/trl_ddp_script.py OUT MODE
 [LOSS_TYPE [GEOMETRY_MODE]]`` (on a machine without GPUs this runs torchrun with the gloo

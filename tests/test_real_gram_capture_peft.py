@@ -2,7 +2,7 @@
 
 The rows ``g_i`` are the gradients over the trainable parameters only: the adapters' ``lora_A`` /
 ``lora_B`` Linear layers (frozen base weights are not rows' parameters). Reference: explicit
-per-row autograd of the same batched forward (``test_gram_capture.per_row_gram``), 1e-10 relative.
+per-row autograd of the same batched forward (``real_gram_helpers.per_row_gram``), 1e-10 relative.
 With LoRA dropout in training mode the capture measures the rows of the loss actually
 backpropagated, with its own dropout masks: the reference replays the same masks (same seed).
 """
@@ -20,7 +20,7 @@ peft = pytest.importorskip("peft")
 from real_gram_helpers import (  # noqa: E402
     batch,
     llama,
-    per_row_gram,  # noqa: E402
+    per_row_gram,
     rel_err,
 )
 

@@ -25,7 +25,7 @@ import trl.trainer.utils as trl_utils  # noqa: E402
 from real_gram_helpers import (  # noqa: E402
     batch,
     llama,
-    per_row_gram,  # noqa: E402
+    per_row_gram,
     rel_err,
 )
 
