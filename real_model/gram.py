@@ -499,6 +499,13 @@ def _fsdp_roots(model: nn.Module) -> list[nn.Module]:
     return [m for _, m in roots]
 
 
+def fsdp_sharded(model: nn.Module) -> bool:
+    """Whether ``model`` holds FSDP2 modules (parameters sharded across processes): then every
+    forward of a Gram pass is collective (an all-gather per module), and all processes must run
+    the same passes."""
+    return bool(_fsdp_roots(model))
+
+
 @contextlib.contextmanager
 def _fsdp_unsharded_roots(model: nn.Module) -> Iterator[None]:
     """FSDP2: the outermost FSDP modules' own parameters (the embedding, final norm and LM head

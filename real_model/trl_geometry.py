@@ -82,6 +82,7 @@ __all__ = [
     "GeometryRows",
     "RowsMeasurement",
     "measure_rows",
+    "second_pass_shape",
     "group_records",
     "aggregate_groups",
     "cos_success_failure",
@@ -507,10 +508,7 @@ def measure_rows(
     """
     out = RowsMeasurement()
     L = rows.loss_mask.sum(dim=1).cpu().numpy()
-    wmax = rows.weights.abs().amax(dim=1).cpu().numpy()
-    active = sorted({int(g) for g in np.unique(rows.group) if np.any(wmax[rows.group == g] > 0)})
-    sel = np.nonzero(np.isin(rows.group, active) & (L > 0))[0]
-    blocks = [np.nonzero(rows.group[sel] == g)[0].tolist() for g in active]
+    active, sel, blocks = _rows_with_gradient(rows)
     full = bool(config.grad_norm)
     kw = {"temperature": temperature, "config": config}
     if sel.size:
@@ -543,6 +541,34 @@ def measure_rows(
             out.grams[int(g)], out.row_grams[int(g)] = Kb, Kgb
         out.groups.append(rec)
     return out
+
+
+def _rows_with_gradient(rows: GeometryRows) -> tuple[list[int], np.ndarray, list[list[int]]]:
+    """The groups with a nonzero weight (``active``), their rows with a nonempty loss mask
+    (``sel``), and each active group's positions in ``sel`` (``blocks``)."""
+    L = rows.loss_mask.sum(dim=1).cpu().numpy()
+    wmax = rows.weights.abs().amax(dim=1).cpu().numpy()
+    active = sorted({int(g) for g in np.unique(rows.group) if np.any(wmax[rows.group == g] > 0)})
+    sel = np.nonzero(np.isin(rows.group, active) & (L > 0))[0]
+    blocks = [np.nonzero(rows.group[sel] == g)[0].tolist() for g in active]
+    return active, sel, blocks
+
+
+def second_pass_shape(rows: GeometryRows | None, *, grad_norm: bool) -> tuple[int, int] | None:
+    """What decides how many forwards :func:`measure_rows` runs with one group per pass: the
+    number of Gram passes over the rows (0, 1 or 2) and the number of forwards per pass (one per
+    group with a gradient; 1 when ``grad_norm`` forms the full Gram). ``None`` for no rows.
+
+    Under FSDP2 with several processes every forward is collective: the processes compare these
+    before the second pass and run it only when all agree (else every process skips the step).
+    """
+    if rows is None:
+        return None
+    _, sel, blocks = _rows_with_gradient(rows)
+    if not sel.size:
+        return (0, 0)
+    _, prop = _row_multiples(rows.weights[sel], rows.loss_mask[sel])
+    return (1 if prop else 2, 1 if grad_norm else len(blocks))
 
 
 def _group_record(rows: GeometryRows, mine: np.ndarray, L: np.ndarray, *, group_size: int,
@@ -1049,13 +1075,45 @@ class TrlGeometryMeter:
             return None, err
         return _try(lambda: _assemble_rows(parts))
 
-    def _gram(self, rows: GeometryRows) -> RowsMeasurement:
+    def _agree_collective_pass(self, rows: GeometryRows | None, err: str | None
+                               ) -> tuple[str | None, bool]:
+        """FSDP2 with several processes: a forward of the second pass is collective (an
+        all-gather per module), so every process runs the same forwards or none. The processes
+        exchange their errors and :func:`second_pass_shape`; unless all agree, every process skips
+        the step with one reason. Returns ``(error, collective)``; collective passes measure one
+        group per forward (their count then depends only on the agreed shape, not on each
+        process's memory or row lengths)."""
+        if self._world() == 1:
+            return err, False
+        from .gram import fsdp_sharded
+
+        tr = self.trainer
+        if not fsdp_sharded(tr.accelerator.unwrap_model(tr.model)):
+            return err, False
+        grad_norm = self.config.mode == "second_pass" and bool(self.config.grad_norm)
+        shape, err2 = (None, err) if err is not None else _try(
+            lambda: second_pass_shape(rows, grad_norm=grad_norm))
+        gathered = self._agree({"err": err2, "shape": shape})
+        errors = [p["err"] for p in gathered if p["err"]]
+        if errors:
+            return errors[0], True
+        shapes = [tuple(p["shape"]) for p in gathered]
+        if len(set(shapes)) > 1:
+            return ("FSDP2: the processes would run different second-pass forwards "
+                    f"(passes, forwards per pass by process: {shapes}); a sharded forward is "
+                    "collective, so no process measured this step"), True
+        return None, True
+
+    def _gram(self, rows: GeometryRows, *, one_group_per_pass: bool = False
+              ) -> RowsMeasurement:
         tr = self.trainer
         model = tr.accelerator.unwrap_model(tr.model)
         try:
             # in-run modes: the second pass covers some groups only (no process gradient norm)
             cfg = (self.config if self.config.mode == "second_pass"
                    else replace(self.config, grad_norm=False))
+            if one_group_per_pass and not cfg.grad_norm:
+                cfg = replace(cfg, memory_budget_mb=2.0**-20)  # 1 byte: one group per forward
             with _eval_mode(model), _without_input_require_grads(model):
                 return measure_rows(model, rows, config=cfg,
                                     temperature=float(tr.temperature),
@@ -1099,8 +1157,9 @@ class TrlGeometryMeter:
                 meas = RowsMeasurement()
             else:
                 rows, err2 = self._exchange(st, done)
-                err = err or err2
-                meas, err = _try(lambda: self._gram(rows)) if err is None else (None, err)
+                err, collective = self._agree_collective_pass(rows, err or err2)
+                meas, err = (_try(lambda: self._gram(rows, one_group_per_pass=collective))
+                             if err is None else (None, err))
         ok = err is None
         local = inrun if (ok and inrun is not None) else {"groups": [], "present": [],
                                                           "failed": {}, "errors": []}
