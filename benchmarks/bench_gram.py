@@ -11,7 +11,7 @@ On the SAME batch (seeded random token ids; the first quarter of each row is the
   Grams);
 * (c) ``naive``: ``trajectory_gram(..., method="naive")`` (R backward passes, stored gradients);
 * (b') ``exact-triton``: ``trajectory_gram(..., linear_method="triton")`` (every Linear weight by
-  the fused Triton kernel of ``real_model._gram_triton``); in the default ``--modes`` only when
+  the fused Triton kernel of ``real_model.gram_triton``); in the default ``--modes`` only when
   triton is installed and ``--device`` is CUDA.
 
 It prints the ratios (b)/(a), (c)/(a) and the relative error ``max|K_b - K_c| / max|K_c|``, and
@@ -158,8 +158,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from real_model import _gram_modules as gm
-    from real_model import _gram_triton as gt
+    from real_model import gram_layers as gm
+    from real_model import gram_triton as gt
     from real_model.gram import token_logprobs, trajectory_gram
     from real_model.gram_capture import GramCapture
 
@@ -405,10 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad := [m for m in modes if m not in MODES]:
         raise SystemExit(f"unknown modes {bad}; choose from {MODES}")
     if "exact-triton" in modes or args.linear_method == "triton":
-        from real_model import _gram_triton
+        from real_model import gram_triton
 
         try:
-            _gram_triton.require(__import__("torch").device(args.device))
+            gram_triton.require(__import__("torch").device(args.device))
         except (ImportError, ValueError) as exc:
             raise SystemExit(f"the Triton mode cannot run here: {exc}") from exc
     results: dict[str, dict[str, Any]] = {}

@@ -1,8 +1,8 @@
 """Step-time overhead of the verl geometry (``GeometryFSDPEngine``) on verl's own CPU training step.
 
 The step is verl's ``engine.train_batch`` (micro-batched forward + backward + optimizer step,
-FSDP2, float32, gloo) on a tiny random Llama, as in ``tests/test_verl_geometry.py``: a GRPO batch
-of ``--groups`` x ``--rollouts`` rows, ``--micro-batch`` rows per micro-batch (a multiple of
+FSDP2, float32, gloo) on a tiny random Llama, as in ``tests/test_real_verl_geometry.py``: a GRPO
+batch of ``--groups`` x ``--rollouts`` rows, ``--micro-batch`` rows per micro-batch (a multiple of
 ``--rollouts``: every group in one micro-batch, the in-run path). Modes, run in rotation (one step
 of each per round, so that load changes hit all modes alike), median step time per mode:
 
@@ -108,8 +108,8 @@ class KindTimers:
     """Wall time of the core's per-module contributions, by kind, while ``active``."""
 
     def __init__(self) -> None:
-        from real_model import _gram_modules as gm
         from real_model import gram_capture as gc
+        from real_model import gram_layers as gm
 
         self.active = False
         self.seconds: dict[str, float] = {}

@@ -63,7 +63,7 @@ def __getattr__(name: str) -> Any:  # lazy: keep `import paper_checks` cheap (no
 
         return getattr(tables, name)
     if name == "effective_rank_range":
-        from ._spectra import effective_rank_range
+        from .spectra import effective_rank_range
 
         return effective_rank_range
     raise AttributeError(f"module 'paper_checks' has no attribute {name!r}")

@@ -149,7 +149,7 @@ def table1_toy(*, seed: int = 0, quick: bool = True, p: float = 0.5) -> AuditTab
     groups (with SE for sampled worlds), the paper's printed row, and the effective-rank range
     that the definitions allow for the PRINTED top-1 range with rank R.
     """
-    from ._spectra import effective_rank_range, expected_metric
+    from .spectra import effective_rank_range, expected_metric
 
     rng = np.random.default_rng([seed, 101])
     n = 200 if quick else 2000

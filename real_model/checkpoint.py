@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._io import check_record_configs, jsonable
+from .run_io import check_record_configs, jsonable
 
 __all__ = [
     "CHECKPOINT_KEYS",

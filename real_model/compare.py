@@ -35,7 +35,7 @@ from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
 from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
-from ._io import write_json
+from .run_io import write_json
 
 __all__ = ["TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
 
@@ -207,7 +207,7 @@ def run_compare(
     """
     import matplotlib.pyplot as plt
 
-    from ._io import environment
+    from .run_io import environment
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

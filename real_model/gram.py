@@ -60,8 +60,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from real_model import _gram_modules as gm
-from real_model import _gram_triton
+from real_model import gram_layers as gm
+from real_model import gram_triton
 from real_model.gram_capture import GramCapture, validate_blocks
 from real_model.gram_head import head_logprobs, head_transform
 
@@ -254,7 +254,7 @@ def trajectory_gram(
             are within a factor 4; fastest, but the choice may differ between processes),
             ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only), or
             ``"triton"``: every Linear weight by the fused Triton kernel of
-            ``real_model._gram_triton`` (opt-in; needs ``pip install triton`` and a CUDA device,
+            ``real_model.gram_triton`` (opt-in; needs ``pip install triton`` and a CUDA device,
             or ``TRITON_INTERPRET=1`` to run it on CPU for correctness checks; not yet
             measured on a GPU, see ``docs/real_model_gram.md``).
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
@@ -274,14 +274,11 @@ def trajectory_gram(
             on a non-CUDA device without ``TRITON_INTERPRET=1``.
         ImportError: ``linear_method="triton"`` (exact mode) without triton installed.
     """
-    if method not in ("exact", "naive"):
-        raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
+    _check_method(method, naive_stored)
     _check_options(linear_method, gram_precision, chunk_size)
-    if naive_stored is not None and int(naive_stored) < 1:
-        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
     w = _check_inputs(input_ids, attention_mask, completion_mask)
     if method == "exact" and linear_method == "triton":
-        _gram_triton.require(input_ids.device)  # before the forward: clear, early errors
+        gram_triton.require(input_ids.device)  # before the forward: clear, early errors
     if not trainable_parameters(model):
         raise ValueError("model has no parameter with requires_grad=True: psi would be empty")
     if method == "exact":
@@ -292,11 +289,24 @@ def trajectory_gram(
         return (K, lp) if return_logprobs else K
     chunk = gm.default_chunk_size(input_ids.device) if chunk_size is None else int(chunk_size)
     K, lp = _naive_gram(model, input_ids, attention_mask, w, chunk, position_ids, naive_stored)
+    K = _finite_symmetric(K)
+    return (K, lp) if return_logprobs else K
+
+
+def _check_method(method: str, naive_stored: int | None) -> None:
+    if method not in ("exact", "naive"):
+        raise ValueError(f"method must be 'exact' or 'naive', got {method!r}")
+    if naive_stored is not None and int(naive_stored) < 1:
+        raise ValueError(f"naive_stored must be a positive integer or None, got {naive_stored!r}")
+
+
+def _finite_symmetric(K: torch.Tensor) -> torch.Tensor:
+    """``(K + K^T) / 2``; ValueError if it holds a non-finite value (overflowed gradients)."""
     K = 0.5 * (K + K.T)
     if not bool(torch.isfinite(K).all()):
         raise ValueError("the Gram matrix holds non-finite values: the model's log-probabilities "
                          "or gradients overflowed (try float32 or float64)")
-    return (K, lp) if return_logprobs else K
+    return K
 
 
 def _check_options(linear_method: str, gram_precision: str, chunk_size: int | None) -> None:

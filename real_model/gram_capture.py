@@ -53,10 +53,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from real_model import _gram_modules as gm
-from real_model import _gram_triton
-from real_model._gram_plan import plan_of
+from real_model import gram_layers as gm
+from real_model import gram_triton
 from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_tiles
+from real_model.gram_plan import plan_of
 
 __all__ = [
     "GramCapture",
@@ -343,7 +343,7 @@ class GramCapture:
         self.strict = bool(strict)
         dev = next(p for p in model.parameters() if p.requires_grad).device
         if linear_method == "triton":
-            _gram_triton.require(dev)  # clear, early errors (no triton; CPU without interpreter)
+            gram_triton.require(dev)  # clear, early errors (no triton; CPU without interpreter)
         self.anchor = torch.zeros((), device=dev, requires_grad=True)
         self.n: int | None = None
         self.acc: _Blocks | None = None

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._io import environment, write_json
+from .run_io import environment, write_json
 
 if TYPE_CHECKING:
     from .config import RankConfig
@@ -58,7 +58,7 @@ __all__ = [
 def run_header(experiment: str, cfg: RankConfig, loaded: Any) -> dict[str, Any]:
     """The head of every ``results.json``: ``experiment``, ``config`` (every option of the
     dataclass ``cfg``), ``model`` (``loaded.describe()``, if it has one) and ``environment``
-    (library versions and device, :func:`real_model._io.environment`)."""
+    (library versions and device, :func:`real_model.run_io.environment`)."""
     return {
         "experiment": experiment,
         "config": asdict(cfg),

@@ -37,17 +37,17 @@ import numpy as np
 
 from grpo_io import locks_out_dir
 
-from ._io import (
+from .config import RankConfig
+from .data import Problem, ProblemSet, binary_reward, load_problems
+from .outputs import write_rank_results
+from .rollouts import RolloutBatch, sample_problem_groups
+from .run_io import (
     append_jsonl,
     check_config,
     check_record_configs,
     read_jsonl,
     rewrite_jsonl,
 )
-from .config import RankConfig
-from .data import Problem, ProblemSet, binary_reward, load_problems
-from .outputs import write_rank_results
-from .rollouts import RolloutBatch, sample_problem_groups
 
 # RankConfig is real_model.config's, importable from here too (real rank's configuration)
 __all__ = ["run_rank", "RankConfig", "pending_prompts", "BlockSampler", "rank_record"]

@@ -51,15 +51,6 @@ import numpy as np
 
 from grpo_io import lock_out_dir
 
-from ._io import (
-    append_jsonl,
-    check_config,
-    check_record_configs,
-    jsonable,
-    read_jsonl,
-    rewrite_jsonl,
-    write_json,
-)
 from .checkpoint import (
     CHECKPOINT_KEYS,
     cache_folder,
@@ -72,6 +63,15 @@ from .config import RankConfig
 from .data import ProblemSet, binary_reward, load_problems
 from .outputs import train_step_record, write_train_results
 from .rollouts import sample_problem_groups
+from .run_io import (
+    append_jsonl,
+    check_config,
+    check_record_configs,
+    jsonable,
+    read_jsonl,
+    rewrite_jsonl,
+    write_json,
+)
 
 # CHECKPOINT_KEYS, default_cache_dir and load_checkpoint are real_model.checkpoint's, importable
 # from here too (real train's checkpoint API)

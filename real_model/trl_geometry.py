@@ -255,6 +255,22 @@ def trl_row_weights(
     ...                 gradient_accumulation_steps=1, num_processes=1).tolist()
     [0.25, 0.125]
     """
+    L, k, (GA, W, S) = _check_row_weight_inputs(
+        lengths, chunk_index, loss_type=loss_type,
+        counts=(gradient_accumulation_steps, num_processes, num_chunks))
+    mode, scope = TRL_LOSS_AGGREGATION[loss_type]
+    if scope == "generation_batch":
+        return _generation_batch_weights(L, loss_type=loss_type, S=S, GA=GA,
+                                         num_items_in_batch=num_items_in_batch,
+                                         epsilon_high=epsilon_high)
+    return _micro_batch_weights(L, k, mode=mode, S=S, GA=GA, W=W,
+                                max_completion_length=max_completion_length)
+
+
+def _check_row_weight_inputs(
+    lengths: Any, chunk_index: Any, *, loss_type: str, counts: tuple[int, int, int]
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]]:
+    """Checked ``L`` ``[B]`` float64, ``k`` ``[B]``, ``(GA, W, S)`` of :func:`trl_row_weights`."""
     if loss_type not in TRL_LOSS_AGGREGATION:
         raise ValueError(
             f"loss_type {loss_type!r} is not supported; TRL 1.16 loss types handled: "
@@ -264,23 +280,35 @@ def trl_row_weights(
     k = np.asarray(chunk_index).reshape(-1)
     if L.shape != k.shape:
         raise ValueError(f"lengths {L.shape} and chunk_index {k.shape} must have the same shape")
-    GA, W, S = int(gradient_accumulation_steps), int(num_processes), int(num_chunks)
+    GA, W, S = (int(x) for x in counts)
     if min(GA, W, S) < 1:
         raise ValueError("num_chunks, gradient_accumulation_steps, num_processes must be >= 1")
     if k.size and (k.min() < 0 or k.max() >= S):
         raise ValueError(f"chunk_index must lie in [0, {S}), got {k.min()}..{k.max()}")
-    mode, scope = TRL_LOSS_AGGREGATION[loss_type]
+    return L, k, (GA, W, S)
+
+
+def _generation_batch_weights(L: np.ndarray, *, loss_type: str, S: int, GA: int,
+                              num_items_in_batch: float | None,
+                              epsilon_high: float | None) -> np.ndarray:
+    """``c_i = S / (GA N)`` (dapo, vespo), times ``min(1, eps_high)`` for cispo: ``[B]`` float64."""
     c = np.zeros_like(L)
-    if scope == "generation_batch":
-        if num_items_in_batch is None or not num_items_in_batch > 0:
-            if num_items_in_batch is not None and L.sum() == 0:
-                return c
-            raise ValueError(f"loss_type {loss_type!r} needs num_items_in_batch > 0")
-        c[:] = S / (GA * float(num_items_in_batch))
-        if loss_type == "cispo":
-            eh = 1.0 if epsilon_high is None else float(epsilon_high)
-            c *= min(1.0, eh)
-        return c
+    if num_items_in_batch is None or not num_items_in_batch > 0:
+        if num_items_in_batch is not None and L.sum() == 0:
+            return c
+        raise ValueError(f"loss_type {loss_type!r} needs num_items_in_batch > 0")
+    c[:] = S / (GA * float(num_items_in_batch))
+    if loss_type == "cispo":
+        eh = 1.0 if epsilon_high is None else float(epsilon_high)
+        c *= min(1.0, eh)
+    return c
+
+
+def _micro_batch_weights(L: np.ndarray, k: np.ndarray, *, mode: str, S: int, GA: int, W: int,
+                         max_completion_length: int | None) -> np.ndarray:
+    """``c_i = w_i / (GA W)`` with ``w`` the aggregation weights of row ``i``'s micro-batch
+    (``aggregation_weights`` over the rows ``k == j``): ``[B]`` float64."""
+    c = np.zeros_like(L)
     for j in range(S):
         rows = np.nonzero(k == j)[0]
         if rows.size == 0:
@@ -1248,7 +1276,7 @@ class TrlGeometryMeter:
         self.records.append(rec)
         if not self.trainer.accelerator.is_main_process:
             return
-        from ._io import append_jsonl, read_jsonl, rewrite_jsonl
+        from .run_io import append_jsonl, read_jsonl, rewrite_jsonl
 
         path = self.jsonl_path
         if not self._jsonl_ready:

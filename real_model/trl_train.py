@@ -49,7 +49,6 @@ import numpy as np
 
 from grpo_io import locks_out_dir
 
-from ._io import append_jsonl, read_jsonl, write_json
 from .config import RankConfig
 from .data import binary_reward, load_problems
 from .outputs import (
@@ -59,6 +58,7 @@ from .outputs import (
     train_figure,
     train_table_markdown,
 )
+from .run_io import append_jsonl, read_jsonl, write_json
 
 __all__ = [
     "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",

@@ -30,6 +30,16 @@ def record_audit_verdict(config: pytest.Config, paper: str, claim_id: str, verdi
 
 
 @pytest.fixture
+def user_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user cache (``GRPO_AUDIT_CACHE``, where checkpoints go by default) under ``tmp_path``,
+    and matplotlib's Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setenv("GRPO_AUDIT_CACHE", str(tmp_path / "user-cache"))
+
+
+@pytest.fixture
 def audit_record(request: pytest.FixtureRequest):
     """``audit_record(paper, claim_id, verdict)``: record a verdict for the summary."""
 

@@ -1,4 +1,4 @@
-"""``torchrun`` worker of ``tests/test_gram_fsdp.py``: the core's second pass on an FSDP2 model.
+"""``torchrun`` worker of ``tests/test_real_gram_fsdp.py``: the core's second pass on FSDP2.
 
 Usage: ``torchrun --nproc_per_node W tests/gram_fsdp_script.py OUT_DIR``. A tiny Llama (tied and
 untied head) wrapped as verl and Accelerate wrap it (``fully_shard`` per decoder layer, then the
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import torch.distributed as dist
-from test_real_gram import batch, llama, rel_err
+from real_gram_helpers import batch, llama, rel_err
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 

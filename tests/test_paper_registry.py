@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paper_checks._spectra import effective_rank_range
 from paper_checks.registry import (
     REGISTRY,
     CheckContext,
@@ -24,6 +23,7 @@ from paper_checks.registry import (
     run_claim,
     verdict_from,
 )
+from paper_checks.spectra import effective_rank_range
 from paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
 
 
@@ -226,7 +226,11 @@ def test_audit_without_out_is_a_clear_error(capsys):
 @pytest.mark.parametrize("estimator,opts", [("grpo", {}), ("grpo_std", {"ddof": 1, "eps": 0.0}),
                                             ("rloo", {})])
 def test_brute_force_expected_gradient_matches_sims_conditioning(estimator, opts):
-    from paper_checks._exact import bandit_world, brute_force_expected_gradient, expected_gradient
+    from paper_checks.enumeration import (
+        bandit_world,
+        brute_force_expected_gradient,
+        expected_gradient,
+    )
 
     w = bandit_world([0.3, -0.4, 0.1], [0.7, 0.2, 0.5])
     bf = brute_force_expected_gradient(w, estimator, R=3, **opts)
@@ -256,8 +260,8 @@ def test_quick_audit_end_to_end_under_two_minutes(tmp_path):
 def test_expected_gradient_is_scalar_multiple_of_grad_j_in_a_bandit(logits, data, R, est):
     """One prompt, binary rewards: E[g_hat] = c grad J with c = E_k[A(S | k+1) - A(F | k)],
     k ~ Bin(R-1, J) (the scale used by eq15/sec6 checks), against sims' exact E[g_hat]."""
-    from paper_checks._common import scale_factor
-    from paper_checks._exact import bandit_world, expected_gradient
+    from paper_checks.claim_support import scale_factor
+    from paper_checks.enumeration import bandit_world, expected_gradient
 
     succ = data.draw(st.lists(st.floats(0.0, 1.0), min_size=len(logits), max_size=len(logits)))
     w = bandit_world(logits, succ)
@@ -483,7 +487,7 @@ def test_every_refuted_or_conditional_claim_writes_a_short_form_that_is_never_cu
 # --- Sec. 7.1 metric ranges -------------------------------------------------------------------
 @pytest.mark.parametrize("R", [2, 4, 8])
 def test_top1_range_inverts_the_effective_rank_range(R):
-    from paper_checks._spectra import top1_range
+    from paper_checks.spectra import top1_range
 
     lo, hi = top1_range(2.0, R)
     assert 1 / R <= lo <= hi <= 1
@@ -492,7 +496,7 @@ def test_top1_range_inverts_the_effective_rank_range(R):
 
 
 def test_top1_range_hand_checked_cases():
-    from paper_checks._spectra import top1_range
+    from paper_checks.spectra import top1_range
 
     assert top1_range(2.0, 2) == pytest.approx((0.5, 0.5), abs=1e-9)  # rank 2: flat only
     assert top1_range(1.0, 5) == pytest.approx((1.0, 1.0), abs=1e-9)
@@ -503,7 +507,7 @@ def test_top1_range_hand_checked_cases():
 
 
 def test_group_estimator_moments_grpo_is_scaled_rloo():
-    from paper_checks._exact import bandit_world, group_estimator_moments
+    from paper_checks.enumeration import bandit_world, group_estimator_moments
 
     w = bandit_world([0.2, -0.1], [0.7, 0.2])
     m = group_estimator_moments(w, 3, {"grpo": "grpo", "rloo": "rloo", "v": w.J})
@@ -553,7 +557,7 @@ def test_audit_only_rejects_another_papers_claim(capsys):
 def test_scale_factor_is_finite_at_a_subnormal_solve_rate():
     """Hypothesis once drew J = 1.1e-308, where scipy's binom.pmf overflowed: the scale uses the
     one binomial pmf of grpo_theory. grpo: c = E_k[(1 - (k+1)/R) + k/R] = (R-1)/R for every J."""
-    from paper_checks._common import scale_factor
+    from paper_checks.claim_support import scale_factor
 
     for J in (1.1e-308, 5e-324, 0.3, 1.0):
         assert scale_factor("grpo", 4, J) == pytest.approx(0.75, abs=1e-15)
@@ -611,7 +615,7 @@ def test_the_papers_printed_values_have_one_import_path():
 
 # --- the exact helpers' limits -------------------------------------------------------------------
 def test_paper_checks_grid_sup_tail_states_its_limit() -> None:
-    from paper_checks._exact import sup_baseline_tail
+    from paper_checks.enumeration import sup_baseline_tail
 
     with pytest.raises(ValueError, match="R <= 2000.*sup_baseline_tail_bernoulli"):
         sup_baseline_tail(R=10_000, eps=0.3)

@@ -198,3 +198,12 @@ def test_load_problems_reads_the_run_configuration(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="asked for 9 prompts but the source has only 4"):
         load_problems(RankConfig(source="gsm8k", data_path=str(data)), 9)
 
+
+@pytest.mark.usefixtures("user_cache")
+def test_gsm8k_without_data_names_the_data_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from real_model.data import load_gsm8k
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import fails
+    with pytest.raises(FileNotFoundError, match=r"pass --data PATH") as e:
+        load_gsm8k(None, limit=1)
+    assert "--gsm8k" not in str(e.value)

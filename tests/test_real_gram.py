@@ -15,77 +15,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 pytest.importorskip("transformers")
-from transformers import (  # noqa: E402
-    LlamaConfig,
-    LlamaForCausalLM,
-    NemotronConfig,
-    NemotronForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+from real_gram_helpers import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 
 from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
 
 RTOL = 1e-9
-V = 40
-
-
-def _jitter(model: nn.Module, seed: int) -> nn.Module:
-    """float64, eval mode, and every parameter perturbed (norm weights are 1 / 0 at init)."""
-    g = torch.Generator().manual_seed(seed)
-    model = model.to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return model
-
-
-def llama(*, tied: bool, bias: bool = False, kv_heads: int = 2, pad: int | None = None,
-          seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=kv_heads, attention_bias=bias,
-                      mlp_bias=bias, tie_word_embeddings=tied, max_position_embeddings=64,
-                      pad_token_id=pad)
-    return _jitter(LlamaForCausalLM(cfg), seed)
-
-
-def qwen2(seed: int = 1) -> nn.Module:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-                      max_position_embeddings=64)
-    return _jitter(Qwen2ForCausalLM(cfg), seed)
-
-
-def nemotron(seed: int = 2) -> nn.Module:
-    torch.manual_seed(seed)
-    cfg = NemotronConfig(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=4,
-                         partial_rotary_factor=0.5, max_position_embeddings=64)
-    return _jitter(NemotronForCausalLM(cfg), seed)
-
-
-def batch(R: int = 3, T: int = 9, *, side: str = "left", seed: int = 0, floats: bool = True):
-    """Rollouts of different lengths: prompt of 3 tokens, completion weights after it."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, V, (R, T), generator=g)  # 0 = padding_idx of one model
-    am = torch.ones(R, T, dtype=torch.long)
-    cm = torch.zeros(R, T, dtype=torch.float64)
-    for i in range(R):
-        n = T - (i % 3)  # real length of row i
-        real = slice(T - n, T) if side == "left" else slice(0, n)
-        pad = slice(0, T - n) if side == "left" else slice(n, T)
-        am[i, pad] = 0
-        ids[i, pad] = 0
-        w = torch.rand(n, generator=g, dtype=torch.float64) + 0.5 if floats else torch.ones(n)
-        w[:3] = 0.0  # prompt
-        cm[i, real] = w
-    return ids, am, cm
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max())
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +266,7 @@ def _norm_cases():
 
 @pytest.mark.parametrize("idx", [0, 1, 2])
 def test_closed_form_norm_gradients_equal_per_sample_vjp(idx):
-    from real_model._gram_modules import fast_leaf_grads, generic_per_sample_grads
+    from real_model.gram_layers import fast_leaf_grads, generic_per_sample_grads
 
     norm = _norm_cases()[idx].double()
     g = torch.Generator().manual_seed(idx)

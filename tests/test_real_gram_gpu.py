@@ -19,10 +19,18 @@ if not torch.cuda.is_available():  # before the heavier imports below
 
 pytest.importorskip("transformers")
 
-from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
-from test_real_gram_precision import BF16_LAYER_RTOL, _layer, _truth  # noqa: E402
+from real_gram_helpers import (  # noqa: E402
+    BF16_LAYER_RTOL,
+    batch,
+    layer_gram_truth,
+    llama,
+    nemotron,
+    qwen2,
+    random_layer,
+    rel_err,
+)
 
-from real_model import _gram_modules as gm  # noqa: E402
+from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import trajectory_gram  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -49,13 +57,13 @@ def test_gram_f32_of_bf16_rows_uses_float32_output_on_cuda():
 @pytest.mark.parametrize("contiguous", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_per_sample_layouts_on_cuda(contiguous, dtype):
-    a, d = _layer(4, 33, 64, 48, dtype, seed=1)
+    a, d = random_layer(4, 33, 64, 48, dtype, seed=1)
     K = torch.zeros(4, 4, dtype=torch.float64, device=DEV)
     prod = torch.float32 if dtype == torch.bfloat16 else torch.float64
     gm.linear_weight_gram_per_sample(K, *_on(DEV, a, d), chunk_size=1000, contiguous=contiguous,
                                      product_dtype=prod)
     tol = BF16_LAYER_RTOL if dtype == torch.bfloat16 else 1e-6
-    assert rel_err(K.cpu(), _truth(a, d)) <= tol
+    assert rel_err(K.cpu(), layer_gram_truth(a, d)) <= tol
 
 
 def test_default_chunk_size_on_cuda_is_within_its_bounds():

@@ -20,25 +20,19 @@ import torch
 
 pytest.importorskip("transformers")
 
-from test_real_gram import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
+from real_gram_helpers import (  # noqa: E402
+    BF16_LAYER_RTOL,
+    batch,
+    layer_gram_truth,
+    llama,
+    nemotron,
+    qwen2,
+    random_layer,
+    rel_err,
+)
 
-from real_model import _gram_modules as gm  # noqa: E402
+from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import trajectory_gram  # noqa: E402
-
-BF16_LAYER_RTOL = 2e-3
-
-
-def _layer(R: int, T: int, d_in: int, d_out: int, dtype: torch.dtype, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(R, T, d_in, generator=g, dtype=torch.float64)
-    d = torch.randn(R, T, d_out, generator=g, dtype=torch.float64)
-    return a.to(dtype), d.to(dtype)
-
-
-def _truth(a: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """float64 ``<dW_i, dW_j>`` from explicit per-sample gradients of the same (rounded) inputs."""
-    dW = torch.einsum("rto,rti->roi", d.double(), a.double()).reshape(a.shape[0], -1)
-    return dW @ dW.T
 
 
 def test_gram_f32_of_bf16_rows_matches_float64_products_to_float32_rounding():
@@ -62,21 +56,21 @@ def test_gram_f32_falls_back_when_out_dtype_is_unsupported(monkeypatch):
 
 @pytest.mark.parametrize("method", ["identity", "per_sample"])
 def test_bf16_layer_gram_is_within_bf16_rounding_of_float64(method):
-    a, d = _layer(4, 12, 48, 40, torch.bfloat16)
+    a, d = random_layer(4, 12, 48, 40, torch.bfloat16)
     K = torch.zeros(4, 4, dtype=torch.float64)
     gm.linear_weight_gram(K, a, d, method=method, chunk_size=1 << 12,
                           product_dtype=torch.float32)
-    assert rel_err(K, _truth(a, d)) <= BF16_LAYER_RTOL
+    assert rel_err(K, layer_gram_truth(a, d)) <= BF16_LAYER_RTOL
 
 
 @pytest.mark.parametrize("contiguous", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_per_sample_layouts_give_the_same_gram(contiguous, dtype):
     """The CUDA layout (``delta`` transposed once, contiguous) equals the strided one."""
-    a, d = _layer(3, 7, 10, 9, dtype, seed=3)
+    a, d = random_layer(3, 7, 10, 9, dtype, seed=3)
     K = torch.zeros(3, 3, dtype=torch.float64)
     gm.linear_weight_gram_per_sample(K, a, d, chunk_size=25, contiguous=contiguous)
-    assert rel_err(K, _truth(a, d)) <= (1e-13 if dtype == torch.float64 else 1e-6)
+    assert rel_err(K, layer_gram_truth(a, d)) <= (1e-13 if dtype == torch.float64 else 1e-6)
 
 
 def test_measured_linear_choice_is_cached_and_exact(monkeypatch):
@@ -84,12 +78,12 @@ def test_measured_linear_choice_is_cached_and_exact(monkeypatch):
     result and caches the verdict; later layers of that shape reuse it without timing."""
     monkeypatch.setattr(gm, "_CALIBRATED", {})
     monkeypatch.setattr(gm, "CALIBRATION_BAND", float("inf"))  # every shape is "ambiguous"
-    a, d = _layer(3, 5, 6, 7, torch.float64, seed=4)
+    a, d = random_layer(3, 5, 6, 7, torch.float64, seed=4)
     K = torch.zeros(3, 3, dtype=torch.float64)
     used = gm.linear_weight_gram(K, a, d, method="measured", chunk_size=1 << 10)
     assert used in ("identity", "per_sample")
     assert list(gm._CALIBRATED.values()) == [used]
-    assert rel_err(K, _truth(a, d)) <= 1e-13
+    assert rel_err(K, layer_gram_truth(a, d)) <= 1e-13
     calls: list[str] = []
     monkeypatch.setattr(gm.time, "perf_counter", lambda: calls.append("t") or 0.0)
     K2 = torch.zeros(3, 3, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""The fused Triton kernel for Linear weight Grams (``real_model._gram_triton``,
+"""The fused Triton kernel for Linear weight Grams (``real_model.gram_triton``,
 ``linear_method="triton"``).
 
 Tiers: exact (the kernel against the float64 Gram of explicit per-sample gradients of the same,
@@ -30,9 +30,9 @@ import sys
 
 import pytest
 import torch
-from test_real_gram_precision import _layer, _truth
+from real_gram_helpers import layer_gram_truth, random_layer
 
-from real_model import _gram_triton as gt
+from real_model import gram_triton as gt
 
 HAS_TRITON = gt.available()
 needs_triton = pytest.mark.skipif(
@@ -66,26 +66,26 @@ def test_hand_checked_single_row_gram_is_the_squared_frobenius_norm(interpret):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_kernel_matches_float64_gram_of_the_rounded_inputs(interpret, dtype, R, splits):
     # T=20, d_in=40, d_out=36 against 16-wide tiles: ragged tiles on every axis
-    a, d = _layer(R, 20, 40, 36, dtype, seed=R)
+    a, d = random_layer(R, 20, 40, 36, dtype, seed=R)
     G = gt.per_sample_weight_gram(a, d, block_o=16, block_k=16, block_t=16, splits=splits)
     assert G.shape == (R, R)
-    assert _rel(G, _truth(a, d)) <= 1e-6
+    assert _rel(G, layer_gram_truth(a, d)) <= 1e-6
 
 
 @needs_triton
 def test_kernel_in_float64_is_exact_to_float64_rounding(interpret):
-    a, d = _layer(3, 19, 33, 17, torch.float64, seed=4)
+    a, d = random_layer(3, 19, 33, 17, torch.float64, seed=4)
     G = gt.per_sample_weight_gram(a, d, block_o=16, block_k=16, block_t=16, splits=3)
-    assert _rel(G, _truth(a, d)) <= 1e-12
+    assert _rel(G, layer_gram_truth(a, d)) <= 1e-12
 
 
 @needs_triton
 @pytest.mark.parametrize("R,max_rows", [(5, 4), (7, 6), (9, 4)])
 def test_row_block_pairs_give_the_whole_gram(interpret, R, max_rows):
     """More rows than one launch takes: pairs of row blocks; ragged last block."""
-    a, d = _layer(R, 9, 20, 18, torch.float64, seed=R)
+    a, d = random_layer(R, 9, 20, 18, torch.float64, seed=R)
     G = gt.per_sample_weight_gram(a, d, max_rows=max_rows)
-    assert _rel(G, _truth(a, d)) <= 1e-12
+    assert _rel(G, layer_gram_truth(a, d)) <= 1e-12
 
 
 @needs_triton
@@ -97,7 +97,7 @@ def test_kernel_reads_strided_inputs_and_default_tiles(interpret):
     d = torch.randn(36, 20, 3, generator=g, dtype=torch.float64).permute(2, 1, 0)
     assert not a.is_contiguous() and not d.is_contiguous()
     G = gt.per_sample_weight_gram(a, d)
-    assert _rel(G, _truth(a, d.float())) <= 1e-6
+    assert _rel(G, layer_gram_truth(a, d.float())) <= 1e-6
 
 
 def test_default_tiles_shrink_as_rows_grow_and_stay_tensor_core_sized():
@@ -116,7 +116,7 @@ def test_default_tiles_shrink_as_rows_grow_and_stay_tensor_core_sized():
 @needs_triton
 def test_trajectory_gram_triton_equals_naive_on_a_tiny_llama(interpret):
     pytest.importorskip("transformers")
-    from test_real_gram import batch, llama
+    from real_gram_helpers import batch, llama
 
     from real_model.gram import trajectory_gram
 
@@ -174,7 +174,7 @@ def test_kernel_compiles_for_an_h100_without_a_gpu(monkeypatch, dtype, n_rows):
 @needs_triton
 def test_triton_path_on_cpu_without_interpreter_says_what_it_needs(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    a, d = _layer(2, 4, 16, 16, torch.float32)
+    a, d = random_layer(2, 4, 16, 16, torch.float32)
     with pytest.raises(ValueError, match="CUDA device or Triton's CPU interpreter"):
         gt.per_sample_weight_gram(a, d)
 
@@ -182,7 +182,7 @@ def test_triton_path_on_cpu_without_interpreter_says_what_it_needs(monkeypatch):
 def test_triton_missing_gives_the_install_command(monkeypatch):
     """Runs with or without triton installed: hide it, then ask for the Triton path."""
     pytest.importorskip("transformers")
-    from test_real_gram import batch, llama
+    from real_gram_helpers import batch, llama
 
     from real_model.gram import trajectory_gram
 
@@ -204,14 +204,14 @@ def test_triton_missing_gives_the_install_command(monkeypatch):
     ({"max_rows": 33}, "max_rows must be an integer in"),
 ])
 def test_bad_options_are_rejected_before_any_launch(kw, match):
-    a, d = _layer(2, 4, 16, 16, torch.float32)
+    a, d = random_layer(2, 4, 16, 16, torch.float32)
     with pytest.raises(ValueError, match=match):
         gt.per_sample_weight_gram(a, d, **kw)
 
 
 def test_mismatched_shapes_are_rejected():
-    a, _ = _layer(2, 4, 16, 16, torch.float32)
-    _, d = _layer(3, 4, 16, 16, torch.float32)
+    a, _ = random_layer(2, 4, 16, 16, torch.float32)
+    _, d = random_layer(3, 4, 16, 16, torch.float32)
     with pytest.raises(ValueError, match="must share"):
         gt.per_sample_weight_gram(a, d)
     with pytest.raises(ValueError, match="3-D tensor"):
@@ -225,12 +225,12 @@ def test_mismatched_shapes_are_rejected():
 @pytest.mark.parametrize("R", [1, 3, 8, 16, 32, 40])
 def test_compiled_kernel_on_cuda_matches_float64_and_is_deterministic(monkeypatch, dtype, R):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    a, d = _layer(R, 100, 200, 150, dtype, seed=R)
+    a, d = random_layer(R, 100, 200, 150, dtype, seed=R)
     dev = torch.device("cuda")
     a_c, d_c = a.to(dev), d.to(dev)
     G = gt.per_sample_weight_gram(a_c, d_c)
     tol = 1e-6 if dtype == torch.float32 else 2e-3  # tf32 tile Grams for bf16: <= 2^-10
-    assert _rel(G, _truth(a, d)) <= tol
+    assert _rel(G, layer_gram_truth(a, d)) <= tol
     assert torch.equal(G, gt.per_sample_weight_gram(a_c, d_c))  # no atomics: same bits
 
 
@@ -239,7 +239,7 @@ def test_compiled_kernel_on_cuda_matches_float64_and_is_deterministic(monkeypatc
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_trajectory_gram_triton_equals_naive_on_cuda(monkeypatch):
     pytest.importorskip("transformers")
-    from test_real_gram import batch, llama, nemotron
+    from real_gram_helpers import batch, llama, nemotron
 
     from real_model.gram import trajectory_gram
 

@@ -1,4 +1,8 @@
-"""real_model: loading errors, rollouts, geometry, rank/train/compare on tiny models (fast tier)."""
+"""real_model: loading errors, rollouts, geometry, rank/train/compare on tiny models (fast tier).
+
+Also: options are checked before the model loads (one-line CLI error), unreadable files are named
+in the error, and ``progress=False`` silences the loading bars.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,23 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from real_pipeline_helpers import SMALL_RUN, TOK, ScriptedLM, odd_reward, tiny_loaded
 
 from grpo_theory.spectral import isotropic_effective_rank_binary, spectral_metrics_from_matrix
 from real_model.geometry import group_geometry, nested_group_geometry, score_geometry
 from real_model.loading import (
-    CharTokenizer,
-    LoadedModel,
     ModelNotAvailableError,
-    ModelSpec,
     resolve_model,
     tiny_random_model,
 )
 from real_model.rollouts import sample_group
 
 torch.set_num_threads(1)
-TOK = CharTokenizer()
 
 
 # --- loading ---
@@ -54,22 +54,6 @@ def test_resolve_model_gguf_and_folders(tmp_path: Path) -> None:
 
 
 # --- rollouts ---
-class ScriptedLM(torch.nn.Module):
-    """Emits a fixed token script greedily (logit 50 on the scripted token), with a fake cache."""
-
-    def __init__(self, script: list[int], vocab: int) -> None:
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(1))
-        self.script, self.vocab = script, vocab
-
-    def forward(self, input_ids: torch.Tensor, past_key_values: Any = None, **_: Any) -> Any:
-        done = 0 if past_key_values is None else past_key_values
-        logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], self.vocab)
-        k = min(done, len(self.script) - 1)
-        logits[:, -1, self.script[k]] = 50.0
-        return SimpleNamespace(logits=logits, past_key_values=done + 1)
-
-
 def test_sample_group_stops_at_stop_string_and_masks_after() -> None:
     script = TOK.encode("ab\n\ncd")
     lm = ScriptedLM(script, TOK.vocab_size)
@@ -180,15 +164,6 @@ def test_grpo_loss_gradient_norm_equals_wKw_on_tiny_model() -> None:
 
 
 # --- experiments on a tiny model ---
-def _tiny_loaded(seed: int = 0) -> LoadedModel:
-    m = tiny_random_model(vocab_size=TOK.vocab_size, seed=seed)
-    return LoadedModel(m, TOK, ModelSpec("tiny", "-"), "cpu", "float32")
-
-
-def _odd_reward(text: str, gold: Any) -> float:
-    return float(sum(map(ord, text)) % 2)
-
-
 def test_run_rank_tiny_end_to_end_and_resume(tmp_path: Path) -> None:
     import matplotlib
 
@@ -197,10 +172,10 @@ def test_run_rank_tiny_end_to_end_and_resume(tmp_path: Path) -> None:
 
     cfg = RankConfig(prompts=2, R_values=(2, 4), max_new_tokens=6, shots=1, stop_strings=("\n",))
     out = tmp_path / "rank"
-    run_rank(out, cfg, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
+    run_rank(out, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
     first = (out / "results.jsonl").read_text().splitlines()
     cfg3 = RankConfig(prompts=3, R_values=(2, 4), max_new_tokens=6, shots=1, stop_strings=("\n",))
-    res = run_rank(out, cfg3, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
+    res = run_rank(out, cfg3, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
     lines = (out / "results.jsonl").read_text().splitlines()
     assert lines[:2] == first and len(lines) == 3 and res["num_groups"] == 3
     for name in ("results.json", "table.md", "rank.png", "config.json"):
@@ -209,7 +184,7 @@ def test_run_rank_tiny_end_to_end_and_resume(tmp_path: Path) -> None:
     assert "| R | max rank |" in (out / "table.md").read_text()
     with pytest.raises(ValueError, match="different configuration"):
         run_rank(out, RankConfig(prompts=3, R_values=(2,), max_new_tokens=6, shots=1),
-                 loaded=_tiny_loaded(), progress=False)
+                 loaded=tiny_loaded(), progress=False)
 
 
 def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> None:
@@ -221,12 +196,12 @@ def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> N
     kw = dict(R_values=(2, 4), max_new_tokens=5, shots=1, prompts_per_step=2, lr=1e-2,
               stop_strings=("\n",))
     a, b = tmp_path / "a", tmp_path / "b"
-    run_train(a, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
-              reward_fn=_odd_reward, cache_dir=tmp_path / "cache_a")
-    run_train(b, TrainConfig(steps=1, **kw), loaded=_tiny_loaded(), progress=False,
-              reward_fn=_odd_reward, cache_dir=tmp_path / "cache_b")
-    res = run_train(b, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
-                    reward_fn=_odd_reward)  # the cache folder is found through b/checkpoint.json
+    run_train(a, TrainConfig(steps=2, **kw), loaded=tiny_loaded(), progress=False,
+              reward_fn=odd_reward, cache_dir=tmp_path / "cache_a")
+    run_train(b, TrainConfig(steps=1, **kw), loaded=tiny_loaded(), progress=False,
+              reward_fn=odd_reward, cache_dir=tmp_path / "cache_b")
+    res = run_train(b, TrainConfig(steps=2, **kw), loaded=tiny_loaded(), progress=False,
+                    reward_fn=odd_reward)  # the cache folder is found through b/checkpoint.json
     ra = [json.loads(x) for x in (a / "steps.jsonl").read_text().splitlines()]
     rb = [json.loads(x) for x in (b / "steps.jsonl").read_text().splitlines()]
     assert res["steps_done"] == 2 and [r["step"] for r in rb] == [0, 1]
@@ -250,13 +225,13 @@ def test_run_train_rerun_with_fewer_steps_reports_them_and_leaves_later_steps_on
     kw = dict(R_values=(2,), max_new_tokens=3, shots=1, prompts_per_step=1, lr=1e-2,
               stop_strings=("\n",))
     out, cache = tmp_path / "out", tmp_path / "cache"
-    full = run_train(out, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
-                     reward_fn=_odd_reward, cache_dir=cache)
+    full = run_train(out, TrainConfig(steps=2, **kw), loaded=tiny_loaded(), progress=False,
+                     reward_fn=odd_reward, cache_dir=cache)
     jsonl = (out / "steps.jsonl").read_bytes()
     ckpt = hashlib.sha256((cache / "checkpoint.pt").read_bytes()).hexdigest()
 
-    res = run_train(out, TrainConfig(steps=1, **kw), loaded=_tiny_loaded(), progress=False,
-                    reward_fn=_odd_reward)
+    res = run_train(out, TrainConfig(steps=1, **kw), loaded=tiny_loaded(), progress=False,
+                    reward_fn=odd_reward)
     assert res["steps_done"] == 1 and [r["step"] for r in res["steps"]] == [0]
     assert res["steps"][0] == full["steps"][0]
     assert res["steps_on_disk"] == 2 and res["checkpoint_steps_done"] == 2
@@ -269,8 +244,8 @@ def test_run_train_rerun_with_fewer_steps_reports_them_and_leaves_later_steps_on
     assert (out / "steps.jsonl").read_bytes() == jsonl
     assert hashlib.sha256((cache / "checkpoint.pt").read_bytes()).hexdigest() == ckpt
 
-    again = run_train(out, TrainConfig(steps=2, **kw), loaded=_tiny_loaded(), progress=False,
-                      reward_fn=_odd_reward)
+    again = run_train(out, TrainConfig(steps=2, **kw), loaded=tiny_loaded(), progress=False,
+                      reward_fn=odd_reward)
     assert again["steps"] == full["steps"] and again["note"] is None  # the records as written
     assert again["steps_on_disk"] == 2
 
@@ -329,7 +304,7 @@ def test_summarize_rank_averages_mixed_groups_only() -> None:
 
 
 def test_jsonl_reader_drops_truncated_tail_and_strict_json(tmp_path: Path) -> None:
-    from real_model._io import append_jsonl, read_jsonl
+    from real_model.run_io import append_jsonl, read_jsonl
 
     p = tmp_path / "r.jsonl"
     append_jsonl(p, {"a": 1, "x": float("nan"), "v": np.arange(2)})
@@ -350,3 +325,89 @@ def test_rollout_weights_aggregation_modes_relative_weights(mode: str) -> None:
     rel = w / adv  # the aggregation factor c_i, up to one constant
     expected = 1.0 / L if mode == "sequence_mean" else np.ones(4)
     assert rel / rel[0] == pytest.approx(expected / expected[0])
+
+
+@pytest.mark.usefixtures("user_cache")
+@pytest.mark.parametrize("which", ["rank", "train"])
+def test_bogus_estimator_refused_before_model_load_and_config_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    import real_model.loading as loading
+    from real_model.rank import RankConfig, run_rank
+    from real_model.train import TrainConfig, run_train
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(loading, "load_model", boom)
+    out = tmp_path / which
+    with pytest.raises(ValueError, match="estimator 'bogus'"):
+        if which == "rank":
+            run_rank(out, RankConfig(estimators=("bogus",), **SMALL_RUN), progress=False)
+        else:
+            run_train(out, TrainConfig(estimators=("bogus",), **SMALL_RUN), progress=False)
+    assert not (out / "config.json").exists()
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_cli_bogus_estimator_one_line_exit_2(tmp_path: Path, capsys: Any) -> None:
+    from grpo_audit.cli import main
+
+    code = main(["real", "rank", "--out", str(tmp_path / "o"), "--estimators", "bogus"])
+    err = capsys.readouterr().err
+    assert code == 2 and "estimator 'bogus'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "config.json").exists()
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_compare_non_json_real_file_error_names_the_file(tmp_path: Path) -> None:
+    from real_model.compare import run_compare
+
+    bad = tmp_path / "results.json"
+    bad.write_text("not json at all")
+    with pytest.raises(ValueError, match="is not valid JSON") as e:
+        run_compare(tmp_path / "c", real=bad, R_values=(2,))
+    assert str(bad) in str(e.value)
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="is not a `real rank` or `real trl-train` results.json"):
+        run_compare(tmp_path / "c", real=bad, R_values=(2,))
+
+
+def _tiny_hf_folder(path: Path) -> Path:
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tiny_random_model(vocab_size=TOK.vocab_size).save_pretrained(path)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate("abc")}}
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+    )
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_no_progress_silences_transformers_loading_bars(tmp_path: Path, capfd: Any) -> None:
+    from real_model.loading import load_model
+
+    folder = _tiny_hf_folder(tmp_path / "m")
+    capfd.readouterr()
+    load_model(str(folder), device="cpu", progress=False)
+    quiet = capfd.readouterr()
+    assert "Loading weights" not in quiet.err + quiet.out
+    load_model(str(folder), device="cpu", progress=True)
+    assert "Loading weights" in capfd.readouterr().err  # the bar the option hides
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_quiet_loading_also_silences_the_gguf_dequantisation_bar(capfd: Any) -> None:
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from real_model.loading import quiet_loading
+
+    with quiet_loading(True):
+        list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "de-quantizing" not in capfd.readouterr().err
+    list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "de-quantizing" in capfd.readouterr().err  # restored afterwards

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_real_pipeline import ScriptedLM, _odd_reward, _tiny_loaded
+from real_pipeline_helpers import ScriptedLM, odd_reward, tiny_loaded
 
 from real_model.config import RankConfig
 from real_model.loading import CharTokenizer, tiny_random_model
@@ -162,11 +162,11 @@ def test_rank_resume_inside_a_batched_block_is_bit_identical(tmp_path: Path):
     cfg = RankConfig(prompts=3, R_values=(2, 4), max_new_tokens=6, shots=1, stop_strings=("\n",),
                      rollout_batch=3)
     a, b = tmp_path / "a", tmp_path / "b"
-    run_rank(a, cfg, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
-    run_rank(b, cfg, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
+    run_rank(a, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    run_rank(b, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
     lines_b = (b / "results.jsonl").read_text().splitlines()
     (b / "results.jsonl").write_text(lines_b[0] + "\n")  # "interrupted" after one record
-    run_rank(b, cfg, loaded=_tiny_loaded(), progress=False, reward_fn=_odd_reward)
+    run_rank(b, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
 
     def strip(path: Path) -> list[dict]:
         recs = [json.loads(x) for x in path.read_text().splitlines()]

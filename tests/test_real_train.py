@@ -3,18 +3,21 @@
 Tiers: exact (a step's gradient norm is ``sqrt(w^T K w)`` with ``K`` the trajectory-score Gram at
 the pre-update weights; the step record of hand-checked rewards; a checkpoint restores states
 and records), and the rules for where checkpoints live. End-to-end resume of ``run_train`` is in
-``test_real_pipeline.py``.
+``test_real_pipeline.py``. Resume safety: a truncated last ``steps.jsonl`` line with a later
+checkpoint keeps every step; checkpoints live outside ``--out`` by default; a checkpoint carrying a
+pickled callable is refused by name and never run; an old or foreign one says how to proceed.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from test_real_pipeline import TOK, _tiny_loaded
+from real_pipeline_helpers import SMALL_RUN, TOK, odd_reward, tiny_loaded
 
 from real_model.checkpoint import (
     cache_folder,
@@ -39,7 +42,7 @@ def test_grpo_step_gradient_norm_is_sqrt_wKw_and_the_update_moves_the_weights() 
     weights the rollouts were sampled with; the AdamW step then changes the weights."""
     cfg = TrainConfig(steps=1, prompts_per_step=1, R_values=(2, 4), max_new_tokens=6, shots=1,
                       lr=1e-2, stop_strings=("\n",), seed=1)
-    model = _tiny_loaded(seed=3).model
+    model = tiny_loaded(seed=3).model
     model.eval()
     problem_set = load_problems(cfg, 1)
     (b,) = sample_problem_groups(model, TOK, cfg, problem_set, [0], R=4,
@@ -70,7 +73,7 @@ def test_train_step_record_hand_checked() -> None:
 
 
 def _model_and_optimizer(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    model = _tiny_loaded(seed=seed).model
+    model = tiny_loaded(seed=seed).model
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 
@@ -115,3 +118,98 @@ def test_cache_folder_order_flag_then_pointer_then_default(
     (out / "checkpoint.json").write_text("{}")
     with pytest.raises(ValueError, match="checkpoint pointer"):
         cache_folder(out, None)
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_train_truncated_last_line_with_a_later_checkpoint_keeps_every_step(
+    tmp_path: Path,
+) -> None:
+    from real_model.train import TrainConfig, run_train
+
+    cfg = TrainConfig(steps=2, prompts_per_step=1, lr=1e-2, **SMALL_RUN)
+    out = tmp_path / "t"
+    run_train(out, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    lines = (out / "steps.jsonl").read_text().splitlines()
+    full = [json.loads(x) for x in lines]
+    (out / "steps.jsonl").write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
+    res = run_train(out, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    assert res["steps_done"] == 2
+    again = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert again == full
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_train_checkpoint_is_kept_outside_out_by_default(tmp_path: Path) -> None:
+    from real_model.train import TrainConfig, default_cache_dir, run_train
+
+    out = tmp_path / "repo" / "runs" / "train"
+    cfg = TrainConfig(steps=1, prompts_per_step=1, **SMALL_RUN)
+    res = run_train(out, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    ckpt = default_cache_dir(out) / "checkpoint.pt"
+    assert ckpt.is_file() and res["checkpoint"] == str(ckpt)
+    assert str(ckpt).startswith(str(tmp_path / "user-cache"))
+    assert not any(p.suffix == ".pt" for p in out.rglob("*"))
+    assert not (out / "cache").exists()
+    assert json.loads((out / "checkpoint.json").read_text())["cache_dir"] == str(ckpt.parent)
+
+
+class _Payload:
+    """Unpickling this runs ``touch MARKER`` (what a tampered checkpoint could carry)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _trained_once(tmp_path: Path) -> tuple[Path, Any, Path]:
+    from real_model.train import TrainConfig, default_cache_dir, run_train
+
+    out = tmp_path / "t"
+    cfg = TrainConfig(steps=1, prompts_per_step=1, lr=1e-2, **SMALL_RUN)
+    run_train(out, cfg, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    ckpt = default_cache_dir(out) / "checkpoint.pt"
+    assert ckpt.is_file()
+    return out, TrainConfig(steps=2, prompts_per_step=1, lr=1e-2, **SMALL_RUN), ckpt
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_train_checkpoint_with_a_pickled_callable_is_refused_by_name_and_never_run(
+    tmp_path: Path,
+) -> None:
+    from real_model.train import run_train
+
+    out, cfg2, ckpt = _trained_once(tmp_path)
+    good = torch.load(ckpt, weights_only=True)  # what run_train writes loads as weights only
+    marker = tmp_path / "payload-ran"
+    torch.save({**good, "model": _Payload(marker)}, ckpt)
+    with pytest.raises(ValueError) as ei:
+        run_train(out, cfg2, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    msg = str(ei.value)
+    assert str(ckpt) in msg and "weights_only=True refused it" in msg
+    assert "system" in msg and "nothing in it was run" in msg and "new --out" in msg
+    assert not marker.exists()
+    assert len((out / "steps.jsonl").read_text().splitlines()) == 1  # nothing rewritten
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_train_old_or_foreign_checkpoint_says_how_to_proceed(tmp_path: Path) -> None:
+    import numpy as np
+
+    from real_model.train import load_checkpoint, run_train
+
+    out, cfg2, ckpt = _trained_once(tmp_path)
+    good = torch.load(ckpt, weights_only=True)
+    torch.save({**good, "rng": np.random.default_rng(0).random(3)}, ckpt)  # a numpy array
+    with pytest.raises(ValueError, match=r"numpy.*new --out \(or pass --overwrite"):
+        load_checkpoint(ckpt)
+    torch.save({k: v for k, v in good.items() if k != "records"}, ckpt)  # an older layout
+    with pytest.raises(ValueError, match=r"lacks \['records'\] .*new --out"):
+        run_train(out, cfg2, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+    torch.save(good, ckpt)
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])  # cut short (a full disk, a killed copy)
+    with pytest.raises(ValueError, match="is not a readable torch checkpoint"):
+        load_checkpoint(ckpt)

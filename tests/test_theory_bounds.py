@@ -234,7 +234,7 @@ def test_baseline_tail_at_breakpoints_R4_eps025_by_hand() -> None:
 def test_every_caller_uses_the_one_tail_at_all_breakpoints() -> None:
     # the sims and paper_checks routes are the library function (980 breakpoint cases used to
     # disagree between them): R <= 20, 8 eps values, every float breakpoint k/R +- eps in [0, 1]
-    from paper_checks._exact import baseline_tail
+    from paper_checks.enumeration import baseline_tail
     from sims.checks import sampled_baseline_tail_event
 
     for R in range(1, 21):

@@ -24,7 +24,7 @@ from grpo_theory.conventions import TRL_LOSS_TYPES
 
 # (our mode, framework, framework mode): TRL's loss types with PPO's clipped ratio from the one
 # table (grpo_theory.conventions.TRL_LOSS_TYPES; the policy losses are checked against TRL's own
-# code in tests/test_frameworks_code.py), verl's loss_agg_mode values here
+# code in tests/test_framework_checks_equivalence.py), verl's loss_agg_mode values here
 LOSS_MAP = [
     *((lt.aggregation, "trl", name) for name, lt in TRL_LOSS_TYPES.items() if lt.aggregation),
     ("token_mean", "verl", "token-mean"),

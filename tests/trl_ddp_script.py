@@ -1,9 +1,9 @@
-"""Run by ``tests/test_trl_ddp.py`` under ``accelerate launch`` with 2 CPU processes (gloo).
+"""Run by ``tests/test_real_trl_ddp.py`` under ``accelerate launch`` with 2 CPU processes (gloo).
 
 Usage: ``accelerate launch --multi_gpu --num_processes 2 tests/trl_ddp_script.py OUT MODE
 [LOSS_TYPE [GEOMETRY_MODE]]`` (on a machine without GPUs this runs torchrun with the gloo
 backend on CPU).
-Trains the tiny model of ``test_trl_geometry`` for 2 steps with geometry every step; 6 rows per
+Trains the tiny model of ``trl_geometry_helpers`` for 2 steps with geometry every step; 6 rows per
 process and groups of 4, so group 1 has rows on both processes. Each process writes
 ``OUT/rank<r>.json``.
 
@@ -48,8 +48,8 @@ class Checker:
 
     def _replica(self):
         """A plain copy of the model at the current (full) weights, TRL's fused head added."""
-        from test_trl_geometry import tiny_model
         from trl.trainer.utils import add_fused_lm_head
+        from trl_geometry_helpers import tiny_model
 
         tr = self.trainer
         full = {n: _full(p.detach()).clone() for n, p in tr.model.named_parameters()}
@@ -122,9 +122,9 @@ def _fsdp_model(out: Path):
     ``DistributedConfig``; accelerate's own FSDP plugin needs GPUs: on CPU it falls back to DDP)."""
     import torch
     import torch.distributed as dist
-    from test_trl_geometry import tiny_model, tiny_tokenizer
     from transformers import LlamaForCausalLM
     from transformers.distributed import DistributedConfig
+    from trl_geometry_helpers import tiny_model, tiny_tokenizer
 
     if not dist.is_initialized():
         dist.init_process_group("gloo")
@@ -141,7 +141,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_trl_geometry import make_trainer
+    from trl_geometry_helpers import make_trainer
 
     from real_model import trl_geometry as tg
 

@@ -1,4 +1,4 @@
-"""``torchrun`` worker of tests/test_verl_distributed.py (1 or 2 processes, gloo, CPU, FSDP2).
+"""``torchrun`` worker of tests/test_real_verl_distributed.py (1 or 2 processes, gloo, CPU, FSDP2).
 
 Usage: ``torchrun --nproc_per_node W tests/verl_dist_script.py MODEL_DIR OUT_DIR``. Writes
 ``OUT_DIR/rank<r>.json`` with, per configuration, the reference comparison of

@@ -13,8 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from paper_checks._common import training_run
-from paper_checks._exact import (
+from paper_checks.claim_support import training_run
+from paper_checks.enumeration import (
     OutcomeWorld,
     bandit_world,
     expected_gradient,

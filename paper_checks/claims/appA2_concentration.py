@@ -16,7 +16,7 @@ import sympy as sp
 from grpo_theory import compute_advantages
 from grpo_theory.bounds import hoeffding_bound
 from grpo_theory.bounds import sup_baseline_tail_bernoulli as _sup_lib
-from paper_checks._exact import baseline_tail, sup_baseline_tail
+from paper_checks.enumeration import baseline_tail, sup_baseline_tail
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 from paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE
 

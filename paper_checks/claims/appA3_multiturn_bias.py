@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from paper_checks._common import multiturn_bias_rows, multiturn_mdp
+from paper_checks.claim_support import multiturn_bias_rows, multiturn_mdp
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
 SECTION = "A.3 Multi-turn bias derivation"

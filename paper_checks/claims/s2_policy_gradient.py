@@ -3,9 +3,9 @@ on clipping and the KL penalty.
 
 Worlds: a tabular softmax token MDP (Sec. 2.1: deterministic concatenation, output-only binary
 reward, gamma = 1) and softmax bandits, both solved exactly by enumeration
-(:mod:`paper_checks._exact`); finite differences of ``J(theta)`` give an independent ``grad J``;
-exact ``E[g_hat]`` from :mod:`sims.exact`, cross-checked by brute-force enumeration of whole
-groups, and a seeded Monte Carlo (``|estimate - exact| <= 4 SE``) for Eq. (15).
+(:mod:`paper_checks.enumeration`); finite differences of ``J(theta)`` give an independent
+``grad J``; exact ``E[g_hat]`` from :mod:`sims.exact`, cross-checked by brute-force enumeration
+of whole groups, and a seeded Monte Carlo (``|estimate - exact| <= 4 SE``) for Eq. (15).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom
 
-from paper_checks._common import ratio, scale_factor, token_mdp
-from paper_checks._exact import (
+from paper_checks.claim_support import ratio, scale_factor, token_mdp
+from paper_checks.enumeration import (
     TokenMDPView,
     bandit_world,
     brute_force_expected_gradient,

@@ -2,10 +2,10 @@
 curriculum remark, each as stated (mean-centred GRPO) and as practised (std-normalised GRPO).
 
 Exact tier: Binomial enumeration of binary-reward groups by two routes (:mod:`grpo_theory.bernoulli`
-conditions on rollout 1; :func:`paper_checks._exact.group_moments` enumerates the whole group) and
-sympy with symbolic ``R``; the paper's mean-centred GRPO and the std-normalised GRPO practitioners
-run (ddof=1, eps=0). Statistical tier: :func:`sims.checks.check_theorem41` in a softmax bandit,
-``|estimate - exact| <= 4 SE``.
+conditions on rollout 1; :func:`paper_checks.enumeration.group_moments` enumerates the whole group)
+and sympy with symbolic ``R``; the paper's mean-centred GRPO and the std-normalised GRPO
+practitioners run (ddof=1, eps=0). Statistical tier: :func:`sims.checks.check_theorem41` in a
+softmax bandit, ``|estimate - exact| <= 4 SE``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from grpo_theory import compute_advantages
 from grpo_theory import symbolic as sym
 from grpo_theory.bernoulli import exact_advantage_moments
 from grpo_theory.bounds import chebyshev_bound, exact_advantage_tail_bernoulli
-from paper_checks._common import K_SE, P_GRID, STD, mc_evidence, mc_theorem41, training_run
-from paper_checks._exact import advantage_tail, advantage_values, group_moments
+from paper_checks.claim_support import K_SE, P_GRID, STD, mc_evidence, mc_theorem41, training_run
+from paper_checks.enumeration import advantage_tail, advantage_values, group_moments
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
 SECTION = "4. Structural constraints on advantages"

@@ -11,10 +11,10 @@ import numpy as np
 from scipy.stats import binom
 
 from grpo_theory import compute_advantages, spectral_metrics
-from paper_checks._common import STD
-from paper_checks._exact import advantage_values
-from paper_checks._spectra import expected_metric
+from paper_checks.claim_support import STD
+from paper_checks.enumeration import advantage_values
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
+from paper_checks.spectra import expected_metric
 
 SECTION = "5. Sparse gradient updates and rank collapse"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
-from paper_checks._common import multiturn_bias_rows, multiturn_mdp
-from paper_checks._exact import (
+from paper_checks.claim_support import multiturn_bias_rows, multiturn_mdp
+from paper_checks.enumeration import (
     advantage_values,
     bandit_world,
 )

@@ -18,9 +18,9 @@ import numpy as np
 
 from grpo_theory import compute_advantages, spectral_metrics
 from grpo_theory.spectral import effective_rank, spectral_metrics_from_matrix, top1_fraction
-from paper_checks._common import STD
-from paper_checks._spectra import PSI_MODELS, effective_rank_range, expected_metric, top1_range
+from paper_checks.claim_support import STD
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
+from paper_checks.spectra import PSI_MODELS, effective_rank_range, expected_metric, top1_range
 from paper_values import PAPER_TABLE1
 
 SECTION = "7. Experiments and Table 1"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_theory import compute_advantages, spectral_metrics
-from paper_checks._common import STD, training_run
-from paper_checks._spectra import expected_metric
+from paper_checks.claim_support import STD, training_run
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
+from paper_checks.spectra import expected_metric
 
 SECTION = "8. Discussion and future work"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from paper_checks._common import ratio, token_mdp
-from paper_checks._exact import (
+from paper_checks.claim_support import ratio, token_mdp
+from paper_checks.enumeration import (
     expected_gradient,
 )
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from

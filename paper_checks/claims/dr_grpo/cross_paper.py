@@ -29,7 +29,7 @@ def group_mean_factor_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo") 
     """The factor of ``estimator``'s expected update by four routes vs the registered linear
     weight; the seed audit's Eq. (15) check and Dr. GRPO's Eq. (6) check run side by side."""
     from grpo_theory.question_weights import group_mean_factor, question_weight
-    from paper_checks._common import scale_factor
+    from paper_checks.claim_support import scale_factor
     from paper_checks.registry import run_claim
     from sims.length_dynamics import LossSpec, expected_update, true_gradient
 
@@ -87,7 +87,7 @@ def std_convention_outcome(ctx: CheckContext, *, options: dict[str, Any] | None 
     """The registered grpo_std with ``options`` (default: the authors') vs the authors' formula
     ``(R - mean) / (std_Bessel + 1e-8)``; the seed audit's convention and the population std."""
     from grpo_theory import compute_advantages
-    from paper_checks._common import STD
+    from paper_checks.claim_support import STD
     from sims.length_dynamics import AUTHORS_STD, LOSSES
 
     opts = dict(options) if options is not None else dict(AUTHORS_STD)

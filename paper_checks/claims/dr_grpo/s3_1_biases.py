@@ -102,7 +102,7 @@ def length_bias_bandit_outcome(ctx: CheckContext, *,
     """Sign of the drift of P(long | incorrect) and P(long | correct) under the ``biased``
     losses, and ties under the ``unbiased`` ones and the exact gradient."""
     from grpo_theory.length_bias import brute_force_aggregated_gradient
-    from paper_checks._common import mc_evidence
+    from paper_checks.claim_support import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, flow
 
     b = response_bandit()
@@ -198,7 +198,7 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
     """Exact expected-step paths of the per-answer mean lengths; the shared-stop control; the
     closed form of the stop-logit gradient; a Monte Carlo projection."""
     from grpo_theory.bernoulli import exact_advantage_moments
-    from paper_checks._common import mc_evidence
+    from paper_checks.claim_support import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, flow
 
     from .worlds import finite_difference
@@ -345,7 +345,7 @@ def _question_mix_evidence(ctx: CheckContext, estimator: str, options: dict[str,
     against ``sum_q c(p_q) grad p_q``, and a Monte Carlo projection (written into ``ev``);
     True when the Monte Carlo agrees."""
     from grpo_theory.question_weights import question_weight
-    from paper_checks._common import mc_evidence
+    from paper_checks.claim_support import mc_evidence
     from sims.length_dynamics import LossSpec, expected_update, true_gradient
 
     q = question_mix(ctx)

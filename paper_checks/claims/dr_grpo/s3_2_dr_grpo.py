@@ -100,7 +100,7 @@ def unbiased_outcome(ctx: CheckContext, *, loss: str = "dr_grpo",
     """``E[g] = c grad J`` in every world and ``G``? The scale ``c`` against ``(G-1)/(G MAX)``;
     GRPO's residual as the contrast; a Monte Carlo of the off-gradient component."""
     from grpo_theory.question_weights import group_mean_factor
-    from paper_checks._common import mc_evidence
+    from paper_checks.claim_support import mc_evidence
     from sims.length_dynamics import LOSSES, expected_update, true_gradient
 
     worlds = {"response_bandit": response_bandit(), "answer_mdp": answer_mdp(ctx),

@@ -109,7 +109,7 @@ def mc_projection_check(world: Any, loss: Any, *, G: int, direction: np.ndarray,
     """Seeded Monte Carlo of ``E[g . u]`` over sampled groups vs the exact
     :func:`sims.length_dynamics.expected_update` (a :class:`sims.results.CheckResult`,
     ``|estimate - exact| <= K_SE SE``)."""
-    from paper_checks._common import K_SE
+    from paper_checks.claim_support import K_SE
     from sims.length_dynamics import expected_update, sampled_gradients
     from sims.results import make_check
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from grpo_theory.success_dynamics import orbit_kinds, pos_trajectory
-from paper_checks._common import K_SE
+from paper_checks.claim_support import K_SE
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
 from . import printed_formulas as P

@@ -12,7 +12,7 @@ import numpy as np
 
 from grpo_theory.success_dynamics import fixed_points
 from grpo_theory.tilted_policies import grpo_policy_iterates, total_variation
-from paper_checks._common import K_SE
+from paper_checks.claim_support import K_SE
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
 from . import printed_formulas as P

@@ -20,7 +20,7 @@ import numpy as np
 from grpo_theory import compute_advantages
 from grpo_theory.bernoulli import exact_advantage_moments
 from grpo_theory.mass import expected_mass_bernoulli
-from paper_checks._common import K_SE, STD
+from paper_checks.claim_support import K_SE, STD
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
 SECTION = "Abstract"

@@ -49,7 +49,7 @@ def smollm2():
 @pytest.mark.slow
 @needs_smollm2
 def test_smollm2_rows_sum_to_trl_gradient_and_grad_norm_matches(tmp_path, smollm2):
-    from test_trl_geometry import RowChecker, make_trainer
+    from trl_geometry_helpers import RowChecker, make_trainer
 
     prompts = ["Question: Tom has 3 apples and buys 4 more. How many apples does he have?\n"
                "Answer:"] * 8

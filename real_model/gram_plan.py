@@ -1,4 +1,4 @@
-"""Which modules own which trainable parameters, and how the exact Gram handles each (private).
+"""Which modules own which trainable parameters, and how the exact Gram handles each.
 
 Kinds: ``"linear"`` (``nn.Linear``), ``"embedding"`` (``nn.Embedding`` without max_norm or
 scale_grad_by_freq) and ``"generic"`` (a leaf module with at most ``GENERIC_MAX_PARAMS``

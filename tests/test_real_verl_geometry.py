@@ -1,7 +1,7 @@
 """verl adapter (real_model/verl_geometry.py) in one process: verl 0.9.1's own FSDP2 engine on CPU.
 
 Needs the ``verl`` extra (its own environment: ``.ci/run`` builds it); skipped without verl. The
-two-process tests are in ``tests/test_verl_distributed.py``.
+two-process tests are in ``tests/test_real_verl_distributed.py``.
 """
 
 from __future__ import annotations

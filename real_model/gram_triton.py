@@ -1,4 +1,4 @@
-"""Fused Triton kernel for the Gram of per-sample Linear weight gradients (private, opt-in).
+"""Fused Triton kernel for the Gram of per-sample Linear weight gradients (opt-in).
 
 For one ``nn.Linear`` with captured inputs ``a`` ``[R, T, d_in]`` and output gradients ``delta``
 ``[R, T, d_out]`` (masked rows are zero), rollout ``r``'s weight gradient is
@@ -307,6 +307,27 @@ def per_sample_weight_gram(
     Raises:
         ImportError / ValueError: see :func:`require`; ValueError for malformed inputs.
     """
+    _check_inputs(a, delta, precision=precision, blocks=(block_o, block_k, block_t),
+                  splits=splits, max_rows=max_rows)
+    require(a.device)
+    delta = delta.to(a.dtype)
+    R = a.shape[0]
+    if R == 0 or a.shape[1] == 0 or a.shape[2] == 0 or delta.shape[2] == 0:
+        return torch.zeros(R, R, dtype=torch.float64, device=a.device)
+    low = a.dtype in (torch.bfloat16, torch.float16)
+    kw: dict[str, Any] = dict(block_o=block_o, block_k=block_k, block_t=block_t, splits=splits,
+                              precision=precision or "ieee",
+                              gram_precision=precision or ("tf32" if low else "ieee"))
+    idx = torch.arange(R, dtype=torch.int32, device=a.device)
+    if R <= int(max_rows):
+        return _launch(a, delta, idx, **kw)
+    return _gram_by_row_block_pairs(a, delta, idx, size=int(max_rows) // 2, **kw)
+
+
+def _check_inputs(a: torch.Tensor, delta: torch.Tensor, *, precision: Precision | None,
+                  blocks: tuple[int | None, int | None, int | None], splits: int | None,
+                  max_rows: int) -> None:
+    """ValueError naming the problem for malformed inputs of :func:`per_sample_weight_gram`."""
     for name, x in (("a", a), ("delta", delta)):
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(f"{name} must be a 3-D tensor [R, T, features], got "
@@ -319,30 +340,24 @@ def per_sample_weight_gram(
         raise ValueError(f"unsupported dtype {a.dtype}: expected one of {_DTYPES}")
     if precision is not None and precision not in _PRECISIONS:
         raise ValueError(f"precision must be one of {_PRECISIONS} or None, got {precision!r}")
-    for name, v in (("block_o", block_o), ("block_k", block_k), ("block_t", block_t)):
+    for name, v in zip(("block_o", "block_k", "block_t"), blocks, strict=True):
         _check_block(name, v)
     if splits is not None and (isinstance(splits, bool) or int(splits) < 1):
         raise ValueError(f"splits must be a positive integer or None, got {splits!r}")
     if isinstance(max_rows, bool) or not 2 <= int(max_rows) <= MAX_ROWS:
         raise ValueError(f"max_rows must be an integer in [2, {MAX_ROWS}], got {max_rows!r}")
-    require(a.device)
-    delta = delta.to(a.dtype)
-    R = a.shape[0]
+
+
+def _gram_by_row_block_pairs(a: torch.Tensor, delta: torch.Tensor, idx: torch.Tensor, *,
+                             size: int, **kw: Any) -> torch.Tensor:
+    """``G`` ``[R, R]`` float64 from launches on pairs of row blocks of ``size`` rows.
+
+    The launch on the union of blocks ``i < j`` gives their cross blocks ``G[i, j]``, ``G[j, i]``;
+    each diagonal block is taken once (block ``i`` from the pair ``(i, i+1)``, the last block from
+    ``(n-2, n-1)``).
+    """
+    R = idx.numel()
     K = torch.zeros(R, R, dtype=torch.float64, device=a.device)
-    if R == 0 or a.shape[1] == 0 or a.shape[2] == 0 or delta.shape[2] == 0:
-        return K
-    low = a.dtype in (torch.bfloat16, torch.float16)
-    prec = precision or "ieee"
-    gram_prec = precision or ("tf32" if low else "ieee")
-    kw: dict[str, Any] = dict(block_o=block_o, block_k=block_k, block_t=block_t, splits=splits,
-                              precision=prec, gram_precision=gram_prec)
-    idx = torch.arange(R, dtype=torch.int32, device=a.device)
-    max_rows = int(max_rows)
-    if R <= max_rows:
-        return _launch(a, delta, idx, **kw)
-    # pairs of row blocks: each launch on the union of two blocks gives their cross block; the
-    # diagonal blocks are taken once each (block i from pair (i, i+1), the last from (n-2, n-1))
-    size = max_rows // 2
     blocks = [idx[i : i + size] for i in range(0, R, size)]
     nb = len(blocks)
     for i in range(nb):

@@ -4,7 +4,7 @@
 per-row Gram of the groups whose rows are all in that micro-batch; ``"auto"`` measures the other
 groups by the second pass; ``"second_pass"`` (default) is the extra forward + backward.
 
-Checks, on the tiny float64 Llama of ``test_trl_geometry`` through ``trainer.train()``:
+Checks, on the tiny float64 Llama of ``trl_geometry_helpers`` through ``trainer.train()``:
 
 * TRL's gradient (``.grad`` before the optimizer step) is bit-identical with the geometry off,
   by the second pass and in-run (the capture never changes the host's gradient);
@@ -30,7 +30,7 @@ import pytest
 trl = pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from test_trl_geometry import (  # noqa: E402
+from trl_geometry_helpers import (  # noqa: E402
     LOSSES,
     PADDED_PROMPTS,
     RowChecker,

@@ -2,7 +2,7 @@
 
 The rows ``g_i`` are the gradients over the trainable parameters only: the adapters' ``lora_A`` /
 ``lora_B`` Linear layers (frozen base weights are not rows' parameters). Reference: explicit
-per-row autograd of the same batched forward (``test_gram_capture.per_row_gram``), 1e-10 relative.
+per-row autograd of the same batched forward (``real_gram_helpers.per_row_gram``), 1e-10 relative.
 With LoRA dropout in training mode the capture measures the rows of the loss actually
 backpropagated, with its own dropout masks: the reference replays the same masks (same seed).
 """
@@ -17,8 +17,12 @@ import torch
 pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-from test_gram_capture import per_row_gram  # noqa: E402
-from test_real_gram import batch, llama, rel_err  # noqa: E402
+from real_gram_helpers import (  # noqa: E402
+    batch,
+    llama,
+    per_row_gram,
+    rel_err,
+)
 
 from real_model.gram import rows_gram, token_logprobs, trajectory_gram  # noqa: E402
 from real_model.gram_capture import GramCapture, active_dropout_modules  # noqa: E402

@@ -23,7 +23,7 @@ pytest.importorskip("trl")
 pytest.importorskip("accelerate")
 
 HERE = Path(__file__).resolve().parent
-RTOL = 1e-5  # see test_trl_geometry.RTOL
+RTOL = 1e-5  # see test_real_trl_geometry.RTOL
 
 
 def launch(out: Path, mode: str, *extra: str, timeout: int = 600) -> list[dict]:

@@ -22,8 +22,12 @@ pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
 import trl.trainer.utils as trl_utils  # noqa: E402
-from test_gram_capture import per_row_gram  # noqa: E402
-from test_real_gram import batch, llama, rel_err  # noqa: E402
+from real_gram_helpers import (  # noqa: E402
+    batch,
+    llama,
+    per_row_gram,
+    rel_err,
+)
 
 from real_model.gram_capture import GramCapture  # noqa: E402
 
@@ -110,7 +114,7 @@ def test_trl_fused_head_with_peft_adapters():
 def test_capture_around_trl_fused_head_creates_no_rows_by_tokens_by_vocab_tensor(monkeypatch):
     """With TRL's vocabulary chunk below V, neither TRL nor the capture's head tiles form the
     full logits: every tensor of the forward + backward has fewer than rows (T-1) V entries."""
-    from test_gram_head import _Shapes
+    from real_gram_helpers import TensorSizeRecorder
     from transformers import LlamaConfig, LlamaForCausalLM
 
     V = 3000
@@ -124,7 +128,7 @@ def test_capture_around_trl_fused_head_creates_no_rows_by_tokens_by_vocab_tensor
     ids = torch.randint(0, V, (R, T), generator=torch.Generator().manual_seed(1))
     labels = ids.clone()
     labels[:, :4] = -100
-    with _Shapes() as mode, GramCapture(model) as cap:
+    with TensorSizeRecorder() as mode, GramCapture(model) as cap:
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
                     fused_lm_head=True)
         out.log_probs.sum().backward()

@@ -13,12 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("transformers")
 
-from test_gram_capture import per_row_gram  # noqa: E402
-from test_real_gram import batch, llama, rel_err  # noqa: E402
+from real_gram_helpers import TensorSizeRecorder, batch, llama, per_row_gram, rel_err  # noqa: E402
 
 from real_model import gram as gram_mod  # noqa: E402
 from real_model.gram import (  # noqa: E402
@@ -179,21 +177,6 @@ def test_rows_gram_rejects_bad_input():
         rows_gram(model, ids, am, cm, memory_budget_bytes=0)
 
 
-class _Shapes(TorchDispatchMode):
-    """Records the number of entries of every tensor an op returns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 def test_no_rows_by_tokens_by_vocab_tensor_in_a_pass():
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -207,10 +190,10 @@ def test_no_rows_by_tokens_by_vocab_tensor_in_a_pass():
     am = torch.ones(R, T, dtype=torch.long)
     cm = torch.zeros(R, T, dtype=torch.float64)
     cm[:, 4:] = 1.0
-    with _Shapes() as mode:
+    with TensorSizeRecorder() as mode:
         K = rows_gram(model, ids, am, cm, vocab_tile=256, chunk_size=1 << 12)
     assert mode.largest < R * (T - 1) * V  # the full logits would be R (T - 1) V entries
-    with _Shapes() as full:
+    with TensorSizeRecorder() as full:
         token_logprobs(model, ids, am)
     assert full.largest >= R * (T - 1) * V  # the recorder sees the full-logits route's tensor
     assert rel_err(K, trajectory_gram(model, ids, am, cm, method="naive")) <= RTOL

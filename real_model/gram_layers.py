@@ -1,4 +1,4 @@
-"""Per-module Gram contributions for :mod:`real_model.gram` (private helpers).
+"""Per-module Gram contributions for :mod:`real_model.gram` and :mod:`real_model.gram_capture`.
 
 Every function adds, in place, one parameter tensor's contribution ``<g_i, g_j>`` to an ``[R, R]``
 float64 accumulator ``K``, where ``g_i`` is rollout ``i``'s gradient of that parameter. The inputs
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from real_model import _gram_triton
+from real_model import gram_triton
 
 __all__ = [
     "Scratch",
@@ -292,7 +292,7 @@ def linear_weight_gram(
       only by rounding, but a timing can differ between processes: runs that must resume
       bit-identically use ``"auto"`` or pin the method.
     * ``"identity"`` / ``"per_sample"``: that method.
-    * ``"triton"``: the fused Triton kernel (:mod:`real_model._gram_triton`; CUDA, or the CPU
+    * ``"triton"``: the fused Triton kernel (:mod:`real_model.gram_triton`; CUDA, or the CPU
       interpreter with ``TRITON_INTERPRET=1``): per-sample gradient tiles and their Gram formed
       in registers, never written to memory; ``product_dtype`` does not apply (tile Grams in
       float32, float64 for float64 inputs; summed over tiles in float64).
@@ -324,7 +324,7 @@ def linear_weight_gram(
         linear_weight_gram_per_sample(K, a, delta, chunk_size=chunk_size, scratch=scratch,
                                       product_dtype=product_dtype)
     elif method == "triton":
-        _gram_triton.linear_weight_gram_triton(K, a, delta)
+        gram_triton.linear_weight_gram_triton(K, a, delta)
     else:
         raise ValueError(f"linear method must be one of {LINEAR_METHODS}, got {method!r}")
     return method

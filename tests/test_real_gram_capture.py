@@ -22,9 +22,9 @@ from torch import nn
 
 pytest.importorskip("transformers")
 
-from test_real_gram import V, batch, llama, nemotron, qwen2, rel_err  # noqa: E402
+from real_gram_helpers import V, batch, llama, nemotron, per_row_gram, qwen2, rel_err  # noqa: E402
 
-from real_model import _gram_modules as gm  # noqa: E402
+from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
 from real_model.gram_capture import (  # noqa: E402
     GramCapture,
@@ -34,19 +34,6 @@ from real_model.gram_capture import (  # noqa: E402
 )
 
 RTOL = 1e-10
-
-
-def per_row_gram(model: nn.Module, terms) -> torch.Tensor:
-    """``G G^T`` (float64) of ``g_i = d terms()[i] / d theta`` from ONE batched forward."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    t = terms()
-    rows = []
-    for i in range(t.shape[0]):
-        gs = torch.autograd.grad(t[i], params, retain_graph=True, allow_unused=True)
-        rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double()
-                               for g, p in zip(gs, params, strict=True)]))
-    G = torch.stack(rows)
-    return G @ G.T
 
 
 def weighted_terms(model, ids, am, cm):
@@ -416,7 +403,7 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
 
 
 def test_the_module_plan_is_reused_until_the_parameters_change():
-    from real_model._gram_plan import plan_of
+    from real_model.gram_plan import plan_of
 
     model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2))
     assert plan_of(model) is plan_of(model)

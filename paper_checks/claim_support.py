@@ -12,7 +12,7 @@ import numpy as np
 
 from sims._stats import Z_THRESHOLD
 
-from ._exact import TokenMDPView, advantage_values
+from .enumeration import TokenMDPView, advantage_values
 from .registry import CheckContext
 
 __all__ = ["K_SE", "STD", "P_GRID", "mc_evidence", "mc_theorem41", "training_run", "token_mdp",
