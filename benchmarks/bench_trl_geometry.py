@@ -11,8 +11,11 @@ Robust to a loaded machine: ONE trainer, ONE process; the conditions are interle
 (rounds of ``off``, ``second_pass``, ``in_run`` in a rotating order, the geometry settings switched
 before each step), after one warm-up step that is not counted. Per condition: the median step
 time, its ratio to ``off``, and the peak resident memory of its steps (the kernel's high-water
-mark ``VmHWM``, reset before every step through ``/proc/self/clear_refs``), ratio to ``off``.
-The load (``uptime``) is printed before and after.
+mark ``VmHWM``, reset before every step through ``/proc/self/clear_refs``), ratio to ``off``;
+and the overhead with the geometry every 10 steps, amortised from the same medians (one
+measured step and nine plain ones per ten: ``1 + (ratio - 1) / 10``; a step the geometry does
+not measure runs no geometry code but a step-number check). The load (``uptime``) is printed
+before and after.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/bench_trl_geometry.py --rounds 3
 
@@ -126,6 +129,8 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
                 "mixed_groups": rec.get("mixed_groups"), "in_run_groups": rec.get("in_run_groups"),
                 "second_pass_groups": rec.get("second_pass_groups"),
                 "skipped": rec.get("skipped_reason"),
+                "errors": sorted({*rec.get("in_run_errors", []),
+                                  *(g["reason"] for g in rec.get("skipped_groups", []))}),
             })
 
     reward = functools.partial(all_mixed_reward, group_size=R)
@@ -177,6 +182,16 @@ def summarize(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def every_k(ratio: float, k: int) -> float:
+    """Overhead (fraction of a plain step) of measuring every ``k``-th step, from the per-step
+    ``ratio`` of a measured step to a plain one: ``(ratio - 1) / k``.
+
+    >>> round(every_k(1.5, 10), 6)
+    0.05
+    """
+    return (ratio - 1.0) / k
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the three conditions")
@@ -202,13 +217,21 @@ def main(argv: list[str] | None = None) -> int:
               f" MB  in-run groups {s['in_run_groups']}, second-pass groups "
               f"{s['second_pass_groups']}, mixed {s['mixed_groups']}"
               + (f"  SKIPPED: {s['skipped']}" if s["skipped"] else "")
+              + (f"  ERRORS: {s['errors']}" if s.get("errors") else "")
               + ("  (warm-up, not counted)" if i == 0 else ""))
     rows = summarize(res["steps"])
+    bad = [i for i, s in enumerate(res["steps"]) if s.get("errors") or s["skipped"]]
+    if bad:
+        print(f"WARNING: steps {bad} did not measure every group (see above): their times are "
+              "not the geometry's cost; the medians below include them")
     print("\n| geometry | steps | median step (s) | time vs off | peak RSS (MB) | memory vs off |"
           "\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['condition']} | {r['steps']} | {r['median_s']:.2f} | {r['time_ratio']:.3f}x "
               f"| {r['peak_rss_mb']:.0f} | {r['memory_ratio']:.3f}x |")
+    for r in rows[1:]:
+        print(f"{r['condition']}: every step {100 * (r['time_ratio'] - 1):+.1f}%, every 10 steps "
+              f"{100 * every_k(r['time_ratio'], 10):+.1f}% (amortised from the medians)")
     if any(r.get("gpu_memory_ratio") for r in rows):
         for r in rows:
             print(f"peak GPU memory {r['condition']}: {r['peak_gpu_mb']:.0f} MB "

@@ -22,7 +22,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-HOOKS = ("add_linear", "add_embedding", "add_leaf", "_fused_backward", "_head_tile")
+HOOKS = ("add_linear", "_rows_grad", "add_embedding", "add_leaf", "_fused_backward",
+         "_head_tile")
 
 
 def _timed(spent: dict[str, float], name: str, fn: Any) -> Any:
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=117)
     ap.add_argument("--completion", type=int, default=16, help="scored (last) tokens per row")
     ap.add_argument("--repeat", type=int, default=4)
+    ap.add_argument("--weight-grads", choices=("host", "rows"), default="rows",
+                    help="GramCapture(weight_grads=...): 'rows' (the TRL/verl in-run default) "
+                         "takes each Linear's dW from the per-row gradients")
     a = ap.parse_args(argv)
     import torch
     from trl.trainer.utils import add_fused_lm_head
@@ -65,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     def step(capture: bool) -> float:
         model.zero_grad(set_to_none=True)
         half = R // 2
-        cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))])
+        cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))],
+                          weight_grads=a.weight_grads)
         t0 = time.perf_counter()
         if capture:
             cap.__enter__()
@@ -86,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             times[capture].append(step(capture))
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     off, on = statistics.median(times[False]), statistics.median(times[True])
-    print(f"SmolLM2 float32 CPU, {R} rows x {T} tokens, TRL fused head; {load}")
+    print(f"SmolLM2 float32 CPU, {R} rows x {T} tokens, TRL fused head, weight_grads="
+          f"{a.weight_grads}; {load}")
     print(f"forward+backward median of {a.repeat}: plain {off:.2f} s, captured {on:.2f} s, "
           f"ratio {on / off:.3f}")
     print("last captured step, seconds in the capture's methods: "

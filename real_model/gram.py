@@ -260,7 +260,9 @@ def trajectory_gram(
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
             (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
             float64, except float32 when every trainable parameter is bfloat16/float16, whose
-            gradients carry ~3 significant digits), ``"float64"`` or ``"float32"``.
+            gradients carry ~3 significant digits, or float32 on CPU, summed over slabs of
+            2^14 columns in float64: ~2e-8 relative, below the rows' float32 rounding;
+            :func:`real_model.gram_capture.product_dtype`), ``"float64"`` or ``"float32"``.
         naive_stored: naive mode only: at most this many flat gradients ``psi_i`` held at once
             (default ``None``: all ``R``); fewer trade memory for recomputation, about
             ``R + R^2 / (2 naive_stored)`` single-rollout backward passes.

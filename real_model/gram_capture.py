@@ -67,9 +67,12 @@ __all__ = [
     "product_dtype",
     "validate_blocks",
     "LINEAR_METHODS",
+    "WEIGHT_GRADS",
 ]
 
 LINEAR_METHODS = gm.LINEAR_METHODS
+WEIGHT_GRADS = ("host", "rows")
+"""``weight_grads`` values of :class:`GramCapture`."""
 
 
 NORM_CLOSED_FORM_CHECKED: dict[type, bool] = {}
@@ -90,15 +93,23 @@ class GramCaptureError(ValueError):
 
 
 def product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
-    """Dtype of the per-chunk products: ``float64``, or ``float32`` for ``"float32"`` and for
-    ``"auto"`` when every trainable parameter is bfloat16/float16 (~3 significant digits)."""
+    """Dtype of the per-chunk products: ``float64``, or ``float32`` for ``"float32"`` and, under
+    ``"auto"``, when every trainable parameter is bfloat16/float16 (~3 significant digits) or
+    float32 on CPU (``gm.flat_gram`` then sums float32 products over slabs of
+    ``gm.CPU_F32_SLAB`` columns in float64: error ~2e-8 relative, below the float32 rounding of
+    the rows, at a fifth of the float64 cost)."""
     if gram_precision not in ("auto", "float64", "float32"):
         raise ValueError(f"gram_precision must be auto, float64 or float32, got {gram_precision!r}")
     if gram_precision != "auto":
         return torch.float64 if gram_precision == "float64" else torch.float32
-    low = {torch.bfloat16, torch.float16}
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.float32 if params and all(p.dtype in low for p in params) else torch.float64
+    if not params:
+        return torch.float64
+    low = {torch.bfloat16, torch.float16}
+    if all(p.dtype in low for p in params):
+        return torch.float32
+    cpu32 = all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
+    return torch.float32 if cpu32 else torch.float64
 
 
 def checkpointing_enabled(model: nn.Module) -> bool:
@@ -163,6 +174,38 @@ class _InputTap(torch.autograd.Function):
             (x,) = ctx.saved_tensors
             cap.complete(ctx.call, x)
         return None, grad, None, None
+
+
+class _LinearFromRows(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` whose backward takes ``dW`` from the per-row gradients.
+
+    The backward forms ``dx = grad W`` and ``db`` as autograd's linear does, and asks the capture
+    for ``dW``: :meth:`GramCapture.weight_grad_from_rows` forms the per-row gradients the Gram
+    needs anyway and returns their sum, so the host's own ``grad^T x`` product is not formed a
+    second time. If the capture has failed, ``dW`` is that product (the host's step never
+    depends on the capture).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                bias: torch.Tensor | None, call: _Call, capture: GramCapture) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.call, ctx.capture, ctx.has_bias = call, capture, bias is not None
+        return nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        flat = grad.reshape(-1, grad.shape[-1])
+        dx = grad.matmul(weight) if need_x else None
+        db = flat.sum(dim=0) if ctx.has_bias and need_b else None
+        dw = None
+        if need_w:
+            dw = ctx.capture.weight_grad_from_rows(ctx.call, x, grad)
+            if dw is None:
+                dw = flat.T.mm(x.reshape(-1, x.shape[-1]))
+        return dx, dw, db, None, None
 
 
 class _Blocks:
@@ -307,6 +350,17 @@ class GramCapture:
             ``[0, l_0, l_0 + l_1, ..., N]`` (``cu_seqlens``) of ``n`` rows packed into one
             sequence; modules then take ``[1, N(+pad), ...]`` inputs (:class:`PackedRows`).
             ``blocks`` index these ``n`` rows. Default ``None``: batch-first rows.
+        weight_grads: who forms the weight gradient of an ``nn.Linear`` (default ``"host"``).
+            ``"host"``: the host's backward, as without the capture. ``"rows"``: for plain
+            ``nn.Linear`` modules (``forward`` not overridden, not a tied LM head) with float32
+            or float64 weights, outside autocast, whose per-sample method is chosen
+            (``linear_method`` ``"auto"`` by count, or ``"per_sample"``), the capture runs the
+            module's ``F.linear`` in an autograd function whose backward forms the per-row
+            gradients once (:func:`real_model.gram_layers.linear_weight_grad_and_gram`) and
+            hands their sum to autograd as ``dW``: the Gram then costs the row sums and the
+            Gram products, not a second ``grad^T x`` product. ``.grad`` equals the host's up
+            to float rounding (the rows are summed in another order), not bit for bit.
+            :attr:`from_rows` names the modules that took this path.
 
     Usage: enter, run ONE forward + backward over ``n`` rows (batch-first inputs), exit; then
     :meth:`result` (float64 ``[n, n]``, or one matrix per block), :meth:`coverage` and
@@ -325,7 +379,10 @@ class GramCapture:
         strict: bool = False,
         segments: Any = None,
         input_taps: bool | None = True,
+        weight_grads: str = "host",
     ) -> None:
+        if weight_grads not in WEIGHT_GRADS:
+            raise ValueError(f"weight_grads must be one of {WEIGHT_GRADS}, got {weight_grads!r}")
         if linear_method not in LINEAR_METHODS:
             raise ValueError(
                 f"linear_method must be one of {LINEAR_METHODS}, got {linear_method!r}"
@@ -360,6 +417,10 @@ class GramCapture:
         self.tied_values: dict[str, list[torch.Tensor]] = {}
         self.norm_closed_form_ok = NORM_CLOSED_FORM_CHECKED  # per process (see add_leaf)
         self._open: dict[str, list[_Call]] = defaultdict(list)
+        self.weight_grads = weight_grads
+        self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
+        self._pending: dict[str, _Call] = {}  # rows calls opened by the pre-hook
+        self.from_rows: set[str] = set()  # modules whose dW came from the rows (weight_grads)
         self._handles: list[Any] = []
         self._trl: tuple[Any, Any] | None = None
         self._busy = False
@@ -378,7 +439,19 @@ class GramCapture:
                 functools.partial(self._pre, name), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(
                 functools.partial(self._post, name), with_kwargs=True))
+            if self._rows_module(name):
+                mod.forward = functools.partial(self._linear_forward, name, mod)
+                self._rows_modules[name] = mod
         return self
+
+    def _rows_module(self, name: str) -> bool:
+        """Whether ``weight_grads="rows"`` applies to module ``name`` (see the class doc)."""
+        mod, kind, names = self.plan.modules[name]
+        return (self.weight_grads == "rows" and kind == "linear"
+                and self.linear_method in ("auto", "per_sample")
+                and type(mod).forward is nn.Linear.forward and "forward" not in vars(mod)
+                and "weight" in names and name not in self.embedding_of_head
+                and mod.weight.dtype in (torch.float32, torch.float64))
 
     def __exit__(self, *exc: Any) -> None:
         """Restore TRL's function; remove the hooks once no tapped graph is alive.
@@ -403,6 +476,10 @@ class GramCapture:
             h.remove()
         self._handles = []
         self._open.clear()
+        for mod in self._rows_modules.values():
+            vars(mod).pop("forward", None)
+        self._rows_modules = {}
+        self._pending.clear()
 
     def _release(self) -> None:
         """Finalizer of one tapped call: its graph is gone."""
@@ -519,6 +596,13 @@ class GramCapture:
         call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
         if call is None:
             return None
+        if name in self._rows_modules and self._rows_call(name, args[call.slot]):
+            call.kind = "rows"
+            self._pending[name] = call  # the module's capture forward takes it
+            if self.input_taps:  # hooks stay while the graph may still be recomputed
+                self._live += 1
+                weakref.finalize(call, self._release)
+            return None
         if kind == "embedding" or not self.input_taps:
             if kind != "embedding":
                 call.x = args[call.slot]
@@ -530,6 +614,62 @@ class GramCapture:
         self._live += 1
         weakref.finalize(call, self._release)
         return (*args[: call.slot], tapped, *args[call.slot + 1:]), kwargs
+
+    def _rows_call(self, name: str, x: torch.Tensor) -> bool:
+        """Whether this call of a ``weight_grads="rows"`` Linear takes that path: input in the
+        weight's dtype, no autocast, and (``linear_method="auto"``) per-sample chosen by count."""
+        mod = self._rows_modules[name]
+        if x.dtype != mod.weight.dtype or torch.is_autocast_enabled(x.device.type):
+            return False
+        if self.linear_method == "per_sample":
+            return True
+        assert self.n is not None
+        packed = self.packed is not None and self.packed.is_packed(x)
+        T = self.packed.T if packed else x.numel() // max(1, self.n * x.shape[-1])
+        d_out, d_in = mod.weight.shape
+        return gm.choose_linear_method(R=self.n, T=T, d_in=d_in, d_out=d_out) == "per_sample"
+
+    def _linear_forward(self, name: str, mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """The capture's ``forward`` of a ``weight_grads="rows"`` Linear: :class:`_LinearFromRows`
+        for a call the pre-hook opened, ``nn.Linear.forward`` otherwise."""
+        call = self._pending.pop(name, None)
+        if call is None:
+            return nn.Linear.forward(mod, x)  # type: ignore[arg-type]
+        return _LinearFromRows.apply(x, mod.weight, mod.bias, call, self)
+
+    def weight_grad_from_rows(self, call: _Call, x: torch.Tensor,
+                              grad: torch.Tensor) -> torch.Tensor | None:
+        """Backward of :class:`_LinearFromRows`: add the call's Grams, return ``dW`` (``None``
+        when the capture has failed: the caller then forms the host's own product)."""
+        if self.failed:
+            return None
+        self.counts[call.name] += 1
+        self._busy = True
+        try:
+            mod = self._rows_modules.get(call.name) or self.plan.modules[call.name][0]
+            dW = self._guard(f"module {call.name!r} ({type(mod).__name__})",
+                             functools.partial(self._rows_grad, call.name, x, grad))
+            if dW is not None:
+                self.from_rows.add(call.name)
+            return dW
+        finally:
+            self._busy = False
+
+    def _rows_grad(self, name: str, x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        assert self.acc is not None and self.n is not None
+        if self.packed is not None and self.packed.is_packed(grad):
+            a, g = self.packed.unpack_shared(x.detach()), self.packed.unpack(grad)
+        else:
+            a = x.detach().reshape(self.n, -1, x.shape[-1])
+            g = grad.reshape(self.n, -1, grad.shape[-1])
+        blocks = list(zip(self.acc.K, self.acc.index, strict=True))
+        dW = gm.linear_weight_grad_and_gram(blocks, a, g.to(a.dtype), chunk_size=self.chunk,
+                                            scratch=self.scratch,
+                                            product_dtype=self.product_dtype)
+        if "bias" in self.plan.modules[name][2]:
+            for _, K, sel in self.acc.each():
+                gm.bias_gram(K, sel(g))
+        return dW
 
     def _open_call(self, name: str, kind: str, args: tuple, kwargs: dict) -> _Call:
         mod = self.plan.modules[name][0]
@@ -869,34 +1009,69 @@ class GramCapture:
         if g_lp is None and g_ent is None:
             return None
         cd = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-        h = hidden.to(cd)
         wd = weight.detach()
         bd = None if bias is None else bias.detach()
 
-        def rows(t: torch.Tensor) -> torch.Tensor:
-            if rr is None:
-                return t.reshape(*shape, t.shape[-1])
-            out = t.new_zeros(*shape, t.shape[-1])
-            out[rr, cc] = t
-            return out
-
         def run() -> None:
-            tgt = targets.long()
+            keep, rows = self._fused_token_layout(shape, rr, cc, g_lp, g_ent, hidden.shape[0])
+            h = hidden[keep].to(cd)
+            tgt = targets[keep].long()
             zt = transform.apply((h * wd[tgt].to(cd)).sum(-1) + (0 if bd is None else bd[tgt]))
-            log_z = zt.double() - logp.double()  # TRL's own normaliser: z_target - log p
+            log_z = zt.double() - logp[keep].double()  # TRL's own normaliser: z_target - log p
             st = self.head_begin(weight, bias, rows(h))
             if st is None:
                 return
-            tiles = logit_grad_tiles(h, wd, bd, tgt, log_z, transform=transform,
-                                     tile=min(tile, default_vocab_tile(h.shape[0],
-                                                                       wd.shape[0])),
-                                     grad_logprobs=g_lp, grad_entropy=g_ent, entropy=ent)
+            tiles = logit_grad_tiles(
+                h, wd, bd, tgt, log_z, transform=transform,
+                tile=min(tile, default_vocab_tile(h.shape[0], wd.shape[0])),
+                grad_logprobs=None if g_lp is None else g_lp.reshape(-1)[keep],
+                grad_entropy=None if g_ent is None else g_ent.reshape(-1)[keep],
+                entropy=None if ent is None else ent.reshape(-1)[keep])
             for v0, v1, dy in tiles:
                 self.head_tile(st, v0, v1, rows(dy))
             self.head_end(st)
 
         self._guard("TRL fused head", run)
         return None
+
+    def _fused_token_layout(
+        self, shape: tuple, rr: torch.Tensor | None, cc: torch.Tensor | None,
+        g_lp: torch.Tensor | None, g_ent: torch.Tensor | None, N: int,
+    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+        """The scored tokens whose log-prob or entropy receives a nonzero gradient (``keep``,
+        indices into TRL's ``N`` tokens) and ``rows(t)``: ``t [len(keep), k]`` laid out per row,
+        ``[n, L, k]``, row ``i``'s kept tokens first (``L`` the most any row keeps), zeros after.
+
+        Tokens with a zero upstream gradient have a zero logits gradient, so dropping them
+        changes no row's gradient; TRL scores every position on CPU (prompt and padding too),
+        so this skips the head's recomputation at the ~80-90% of positions outside the
+        completions. Packed rows (``segments``) keep every position in TRL's layout.
+        """
+        n, Tp = shape
+        dev = (g_lp if g_lp is not None else g_ent).device  # type: ignore[union-attr]
+        active = torch.zeros(N, dtype=torch.bool, device=dev)
+        for g in (g_lp, g_ent):
+            if g is not None:
+                active |= g.reshape(-1) != 0
+        if self.packed is not None:
+            active[:] = True
+        keep = active.nonzero().squeeze(1)
+        if rr is None:
+            r, c = keep // Tp, keep % Tp
+        else:
+            r, c = rr.to(dev)[keep], cc.to(dev)[keep]  # type: ignore[union-attr]
+        if self.packed is None:  # compact: row i's kept tokens at columns 0, 1, ...
+            counts = torch.bincount(r, minlength=n)
+            starts = torch.cumsum(counts, 0) - counts
+            c = torch.arange(keep.numel(), device=dev) - starts[r]
+            Tp = max(1, int(counts.max())) if keep.numel() else 1
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_zeros(n, Tp, t.shape[-1])
+            out[r, c] = t
+            return out
+
+        return keep, rows
 
 
 class _TrlFusedHead:

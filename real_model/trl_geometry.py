@@ -145,6 +145,12 @@ class GeometryConfig:
             (``bnpo``, ``top_entropy_quantile < 1``, the entropy bonus) or, with
             ``steps_per_generation > gradient_accumulation_steps``, which rows an optimizer step
             holds (every loss type); see ``docs/trl.md``.
+        weight_grads: in-run only: who forms each Linear's weight gradient in TRL's backward
+            (:class:`real_model.gram_capture.GramCapture`): ``"rows"`` (default) the capture,
+            as the sum of the per-row gradients its Gram needs anyway (no second product; TRL's
+            gradient equal up to float rounding, ~1e-7 relative in float32), or ``"host"``:
+            TRL's own backward (gradient bit-identical with the geometry off; the Linear Grams
+            then cost one more product per layer).
     """
 
     geometry_every: int = 1
@@ -160,8 +166,14 @@ class GeometryConfig:
     mode: str = "second_pass"
     score_every: int = 0
     group_order: bool = False
+    weight_grads: str = "rows"
 
     def __post_init__(self) -> None:
+        from .gram_capture import WEIGHT_GRADS  # torch only when a config is made
+
+        if self.weight_grads not in WEIGHT_GRADS:
+            raise ValueError(f"weight_grads must be one of {WEIGHT_GRADS}, got "
+                             f"{self.weight_grads!r}")
         if self.mode not in GEOMETRY_MODES:
             raise ValueError(f"geometry mode must be one of {GEOMETRY_MODES}, got {self.mode!r}")
         if int(self.score_every) < 0:
@@ -207,6 +219,9 @@ _FIELD_HELP = {
                    "pass (score Gram of every row; 0: never).",
     "group_order": "Opt-in: shuffle whole groups (not rows) before TRL splits the generation "
                    "batch into micro-batches (changes bnpo's and entropy-based losses' gradient).",
+    "weight_grads": "In-run: 'rows' (each Linear's weight gradient as the sum of the per-row "
+                    "gradients; equal to TRL's up to float rounding) or 'host' (TRL's own, "
+                    "bit-identical; slower).",
 }
 
 
@@ -1129,6 +1144,7 @@ class TrlGeometryMeter:
             "step": st.step,
             "geometry_mode": self.config.mode,
             "step_mode": st.mode,
+            "weight_grads": "host" if st.mode == "second_pass" else self.config.weight_grads,
             "num_processes": self._world(),
             "loss_type": tr.loss_type,
             "num_generations": int(tr.num_generations),
@@ -1402,6 +1418,7 @@ class _InRunMicro:
         self.error: str | None = None
         self.row_grams: dict[int, np.ndarray] = {}
         self.coverage: dict[str, int] = {}
+        self.from_rows: list[str] = []  # Linear modules whose dW the capture formed
         self._wrapper: Any = None
 
     def open(self, trainer: Any, model: Any, *, config: GeometryConfig) -> None:
@@ -1409,7 +1426,8 @@ class _InRunMicro:
         from .gram_capture import GramCapture
 
         def start() -> None:
-            cap = GramCapture(model, blocks=list(self.groups.values()))
+            cap = GramCapture(model, blocks=list(self.groups.values()),
+                              weight_grads=config.weight_grads)
             cap.__enter__()
             self.capture = cap
             self._wrapper = self._logps_wrapper(trainer)
@@ -1455,6 +1473,7 @@ class _InRunMicro:
         if self.error is None:
             Ks, self.error = _try(cap.result)
             self.coverage = cap.coverage()
+            self.from_rows = sorted(cap.from_rows)
             if Ks is not None:
                 self.row_grams = {g: K.detach().cpu().double().numpy()
                                   for g, K in zip(self.groups, Ks, strict=True)}
@@ -1720,7 +1739,7 @@ def _make_config_class() -> Any:
                "rtol": float, "success_threshold": float, "log_prefix": str,
                "keep_groups": bool, "strict": bool, "grad_norm": bool,
                "memory_budget_mb": float | None, "mode": str, "score_every": int,
-               "group_order": bool}[f.name]
+               "group_order": bool, "weight_grads": str}[f.name]
         specs.append((_geometry_field_name(f.name), typ,
                       dataclasses.field(default=f.default, metadata={"help": _FIELD_HELP[f.name]})))
 

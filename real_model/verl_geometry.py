@@ -76,7 +76,7 @@ from grpo_theory.spectral import DEFAULT_RTOL
 
 from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
 from .gram import reshard_fsdp, trajectory_gram
-from .gram_capture import GramCapture
+from .gram_capture import WEIGHT_GRADS, GramCapture
 from .trl_geometry import TemperatureScaled
 
 __all__ = [
@@ -112,6 +112,11 @@ class GeometryConfig:
         store_grams: write each group's Gram matrices into the JSONL (default True).
         linear_method, gram_precision: the core's per-Linear identity and product dtype
             (:class:`real_model.gram_capture.GramCapture`; defaults ``"auto"``).
+        weight_grads: who forms each Linear's weight gradient in verl's backward on measured
+            steps (``GramCapture(weight_grads=...)``): ``"rows"`` (default) the capture, as the
+            sum of the per-row gradients its Gram forms anyway (verl's gradient equal up to
+            float rounding), or ``"host"``: verl's own (bit-identical; one more product per
+            Linear).
     """
 
     every: int = 1
@@ -124,8 +129,12 @@ class GeometryConfig:
     store_grams: bool = True
     linear_method: str = "auto"
     gram_precision: str = "auto"
+    weight_grads: str = "rows"
 
     def __post_init__(self) -> None:
+        if self.weight_grads not in WEIGHT_GRADS:
+            raise ValueError(f"weight_grads must be one of {WEIGHT_GRADS}, got "
+                             f"{self.weight_grads!r}")
         if int(self.every) < 1:
             raise ValueError(f"every must be a positive integer, got {self.every!r}")
         if self.score_every is not None and int(self.score_every) < 0:
@@ -324,7 +333,8 @@ class VerlGeometry:
         self.micro.append(mb)
         mb.capture = self.capture_factory(module, rows=len(keys),
                                           segments=offsets if packed else None,
-                                          blocks=list(blocks.values()), **self.options)
+                                          blocks=list(blocks.values()), **self.options,
+                                          weight_grads=self.config.weight_grads)
         mb.capture.__enter__()
 
     def close_micro_batch(self) -> None:

@@ -467,3 +467,138 @@ def test_input_taps_none_follows_gradient_checkpointing():
     assert checkpointing_enabled(model)
     assert GramCapture(model, input_taps=None).input_taps is True
     assert GramCapture(model).input_taps is True  # the default: taps
+
+
+# ------------------------------------------------------------------ weight_grads="rows"
+def rows_step(model, ids, am, cm, **capture):
+    """``.grad`` of the plain backward, then ``(capture, .grad)`` with a capture around it."""
+    model.zero_grad(set_to_none=True)
+    (token_logprobs(model, ids, am) * cm.to(model.dtype)).sum().backward()
+    plain = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    with GramCapture(model, **capture) as cap:
+        (token_logprobs(model, ids, am) * cm.to(model.dtype)).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return plain, cap, grads
+
+
+def linear_names(model):
+    return {n for n, m in model.named_modules() if type(m) is nn.Linear}
+
+
+@pytest.mark.parametrize(("taps", "blocks"), [(True, [[0, 2], [1, 3]]),
+                                              (False, [[0, 1], [3, 2]])])
+@pytest.mark.parametrize("which", ["tied", "untied"])
+def test_rows_weight_grads_give_the_reference_gram_and_the_host_gradient(request, which, taps,
+                                                                         blocks):
+    """Blocks by index, and one of consecutive rows beside one by index (both layouts of
+    ``linear_weight_grad_and_gram``'s full-Gram path); with and without input taps."""
+    model = request.getfixturevalue(which)
+    ids, am, cm = batch(R=4, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    plain, cap, grads = rows_step(model, ids, am, cm, blocks=blocks, weight_grads="rows",
+                                  linear_method="per_sample", input_taps=taps)
+    assert cap.ok and set(cap.coverage().values()) == {1}
+    heads = {"lm_head"} if which == "tied" else set()  # a tied head keeps the host's product
+    assert cap.from_rows == linear_names(model) - heads and cap.from_rows
+    for b, K in zip(blocks, cap.result(), strict=True):
+        assert rel_err(K, K_ref[b][:, b]) <= RTOL
+    for g, h in zip(plain, grads, strict=True):
+        assert rel_err(h, g) <= RTOL
+    assert not any("forward" in vars(m) for m in model.modules())  # forwards restored
+
+
+def test_rows_weight_grads_in_float32_match_the_host_to_float32_rounding():
+    model = llama(tied=False, bias=True, kv_heads=2, seed=5).float()
+    ids, am, cm = batch(R=3, T=9)
+    K_ref = trajectory_gram(model.double(), ids, am, cm, method="naive")
+    model.float()
+    plain, cap, grads = rows_step(model, ids, am, cm, weight_grads="rows",
+                                  linear_method="per_sample")
+    assert cap.from_rows == linear_names(model)
+    assert rel_err(cap.result(), K_ref) <= 1e-5
+    for g, h in zip(plain, grads, strict=True):
+        assert rel_err(h.double(), g.double()) <= 1e-6
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_rows_weight_grads_under_gradient_checkpointing_count_each_module_once(reentrant):
+    model = llama(tied=False, bias=True, kv_heads=2, seed=6)
+    ids, am, cm = batch(R=4, T=9)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain, cap, grads = rows_step(model, ids, am, cm, weight_grads="rows",
+                                      linear_method="per_sample")
+    assert set(cap.coverage().values()) == {1}
+    assert cap.from_rows == linear_names(model)
+    assert rel_err(cap.result(), K_ref) <= RTOL
+    for g, h in zip(plain, grads, strict=True):
+        assert rel_err(h, g) <= RTOL
+
+
+def test_rows_weight_grads_of_packed_rows_equal_the_per_row_reference(untied):
+    cu, ids, pos, u = packed_batch([5, 3, 7, 4], seed=3)
+    terms = packed_terms(untied, ids, pos, u, cu)
+    K_ref = per_row_gram(untied, terms)
+    untied.zero_grad(set_to_none=True)
+    terms().sum().backward()
+    plain = [p.grad.clone() for p in untied.parameters()]
+    untied.zero_grad(set_to_none=True)
+    with GramCapture(untied, segments=cu, weight_grads="rows", linear_method="per_sample") as cap:
+        terms().sum().backward()
+    assert cap.from_rows == linear_names(untied)
+    assert rel_err(cap.result(), K_ref) <= RTOL
+    for g, p in zip(plain, untied.parameters(), strict=True):
+        assert rel_err(p.grad, g) <= RTOL
+    untied.zero_grad(set_to_none=True)
+
+
+def test_rows_weight_grads_fall_back_to_the_host_product_on_failure(monkeypatch, untied):
+    ids, am, cm = batch(R=3)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected rows failure")
+
+    monkeypatch.setattr(gm, "linear_weight_grad_and_gram", broken)
+    plain, cap, grads = rows_step(untied, ids, am, cm, weight_grads="rows",
+                                  linear_method="per_sample")
+    assert any("injected rows failure" in e for e in cap.errors) and not cap.from_rows
+    for g, h in zip(plain, grads, strict=True):
+        assert rel_err(h, g) <= RTOL
+    with pytest.raises(GramCaptureError, match="injected rows failure"):
+        cap.result()
+
+
+def test_rows_weight_grads_leave_autocast_and_other_methods_to_the_host():
+    model = llama(tied=False, seed=7).float()
+    ids, am, cm = batch(R=2, T=6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, cap, _ = rows_step(model, ids, am, cm, weight_grads="rows")
+    assert cap.ok and not cap.from_rows
+    _, cap, _ = rows_step(model, ids, am, cm, weight_grads="rows", linear_method="identity")
+    assert cap.ok and not cap.from_rows
+    with pytest.raises(ValueError, match="weight_grads"):
+        GramCapture(model, weight_grads="fast")
+
+
+def test_linear_weight_grad_and_gram_by_hand():
+    """Two rows, one token each: ``dW_i = delta_i^T a_i``; ``dW = dW_0 + dW_1``; block Grams."""
+    a = torch.tensor([[[1.0, 2.0]], [[0.0, 1.0]]], dtype=torch.float64)  # [2, 1, 2]
+    d = torch.tensor([[[3.0]], [[-1.0]]], dtype=torch.float64)  # [2, 1, 1]
+    K = torch.zeros(2, 2, dtype=torch.float64)
+    dW = gm.linear_weight_grad_and_gram([(K, slice(0, 2))], a, d, chunk_size=1)
+    assert dW.tolist() == [[3.0, 5.0]]  # [3, 6] + [0, -1]
+    assert K.tolist() == [[45.0, -6.0], [-6.0, 1.0]]  # <[3,6],[3,6]>, <[3,6],[0,-1]>, ...
+    # rows given by index (not consecutive): the entries of the full Gram, in the block's order
+    K10 = torch.zeros(2, 2, dtype=torch.float64)
+    gm.linear_weight_grad_and_gram([(K10, torch.tensor([1, 0]))], a, d, chunk_size=1)
+    assert K10.tolist() == [[1.0, -6.0], [-6.0, 45.0]]
+    # one block of consecutive rows beside one by index: both from the full Gram
+    K0, K1 = (torch.zeros(1, 1, dtype=torch.float64) for _ in range(2))
+    gm.linear_weight_grad_and_gram([(K0, slice(0, 1)), (K1, torch.tensor([1]))], a, d,
+                                   chunk_size=1)
+    assert (K0.item(), K1.item()) == (45.0, 1.0)
