@@ -90,12 +90,12 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     from real_model.loading import load_model
     from real_model.rollouts import build_prompt
     from real_model.trl_geometry import GeometryGRPOConfig, GeometryGRPOTrainer
-    from real_model.trl_train import TRLTrainConfig
+    from real_model.trl_train import TRLTrainConfig, lora_config
 
     plan = schedule(a.rounds)
     cfg = TRLTrainConfig(steps=len(plan), prompts_per_step=a.prompts_per_step,
                          num_generations=a.num_generations, max_new_tokens=a.max_new_tokens,
-                         shots=a.shots, loss_type=a.loss_type, lr=1e-6)
+                         shots=a.shots, loss_type=a.loss_type, lr=1e-6, lora_r=a.lora_r)
     loaded = load_model(cfg.model, device=a.device, dtype=a.dtype)
     torch.manual_seed(cfg.seed)
     P, R = cfg.prompts_per_step, cfg.num_generations
@@ -146,7 +146,7 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     )
     tr = GeometryGRPOTrainer(model=loaded.model, reward_funcs=reward, args=args,
                              train_dataset=ds, processing_class=loaded.tokenizer,
-                             callbacks=[Interleave()])
+                             callbacks=[Interleave()], peft_config=lora_config(cfg))
     tr.train()
     return {"steps": steps}
 
@@ -203,9 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/bench_trl_geometry")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--lora-r", type=int, default=0,
+                    help="> 0: TRL's PEFT path, LoRA adapters of this rank on every projection "
+                         "(as `real trl-train --lora-r`); 0: full-parameter training")
     ap.add_argument("--json", default=None, help="also write the per-step figures here")
     a = ap.parse_args(argv)
-    print(f"SmolLM2-135M {a.dtype} on {a.device}, loss_type={a.loss_type}, "
+    print(f"SmolLM2-135M {a.dtype} on {a.device}"
+          + (f", LoRA r={a.lora_r}" if a.lora_r else ", full parameters")
+          + f", loss_type={a.loss_type}, "
           f"{a.prompts_per_step} groups x R={a.num_generations} per step, {a.max_new_tokens} "
           f"new tokens (fixed), {a.shots} shot(s); every group mixed (benchmark reward); "
           f"{a.rounds} interleaved rounds after 1 warm-up step")

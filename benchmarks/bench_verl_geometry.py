@@ -119,6 +119,9 @@ class KindTimers:
                    lambda *a, **k: "  of which Linear identity")
         self._wrap(gm, "linear_weight_gram_per_sample",
                    lambda *a, **k: "  of which Linear per-sample")
+        # weight_grads="rows": the Linear's dW and Grams from its per-row gradients (the
+        # batched products replace verl's own dW product, so this is not all overhead)
+        self._wrap(gc.GramCapture, "_rows_grad", lambda *a, **k: "linear layers (rows, dW)")
 
     @staticmethod
     def _kind_of_call(cap: Any, call: Any, *args: Any, **kwargs: Any) -> str:

@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=117)
     ap.add_argument("--completion", type=int, default=16, help="scored (last) tokens per row")
     ap.add_argument("--repeat", type=int, default=4)
+    ap.add_argument("--lora-r", type=int, default=0,
+                    help="> 0: LoRA adapters of this rank on every projection (PEFT, as "
+                         "`real trl-train --lora-r`); the rows are the adapters' gradients")
     ap.add_argument("--weight-grads", choices=("host", "rows"), default="rows",
                     help="GramCapture(weight_grads=...): 'rows' (the TRL/verl in-run default) "
                          "takes each Linear's dW from the per-row gradients")
@@ -57,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = load_model("smollm2-offline", device="cpu", dtype="float32").model
     add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    if a.lora_r:
+        import peft
+
+        from real_model.trl_train import TRLTrainConfig, lora_config
+
+        model = peft.get_peft_model(model, lora_config(TRLTrainConfig(lora_r=a.lora_r)))
     R, T = a.rows, a.tokens
     ids = torch.randint(0, model.config.vocab_size, (R, T))
     labels = ids.clone()
@@ -91,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             times[capture].append(step(capture))
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     off, on = statistics.median(times[False]), statistics.median(times[True])
-    print(f"SmolLM2 float32 CPU, {R} rows x {T} tokens, TRL fused head, weight_grads="
+    print(f"SmolLM2 float32 CPU{f', LoRA r={a.lora_r}' if a.lora_r else ''}, {R} rows x {T} "
+          f"tokens, TRL fused head, weight_grads="
           f"{a.weight_grads}; {load}")
     print(f"forward+backward median of {a.repeat}: plain {off:.2f} s, captured {on:.2f} s, "
           f"ratio {on / off:.3f}")

@@ -258,6 +258,7 @@ class PackedRows:
         row = torch.repeat_interleave(torch.arange(self.n), lengths)
         col = torch.arange(self.tokens) - torch.repeat_interleave(seg[:-1], lengths)
         self.index = (row * self.T + col).to(device)  # packed position -> padded [n, T] position
+        self.bounds = [(int(a), int(b)) for a, b in zip(seg[:-1], seg[1:], strict=True)]
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def is_packed(self, x: torch.Tensor) -> bool:
@@ -657,16 +658,22 @@ class GramCapture:
 
     def _rows_grad(self, name: str, x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         assert self.acc is not None and self.n is not None
+        segments = None
         if self.packed is not None and self.packed.is_packed(grad):
-            a, g = self.packed.unpack_shared(x.detach()), self.packed.unpack(grad)
+            # the rows' own tokens of the packed sequence: no padded copy
+            a = x.detach()[0, : self.packed.tokens]
+            g = grad[0, : self.packed.tokens]
+            segments = self.packed.bounds
         else:
             a = x.detach().reshape(self.n, -1, x.shape[-1])
             g = grad.reshape(self.n, -1, grad.shape[-1])
         blocks = list(zip(self.acc.K, self.acc.index, strict=True))
         dW = gm.linear_weight_grad_and_gram(blocks, a, g.to(a.dtype), chunk_size=self.chunk,
                                             scratch=self.scratch,
-                                            product_dtype=self.product_dtype)
+                                            product_dtype=self.product_dtype, segments=segments)
         if "bias" in self.plan.modules[name][2]:
+            if segments is not None:
+                g = torch.stack([g[t0:t1].sum(dim=0) for t0, t1 in segments])[:, None]
             for _, K, sel in self.acc.each():
                 gm.bias_gram(K, sel(g))
         return dW

@@ -266,6 +266,7 @@ def linear_weight_grad_and_gram(
     chunk_size: int,
     scratch: Scratch | None = None,
     product_dtype: torch.dtype = torch.float64,
+    segments: list[tuple[int, int]] | None = None,
 ) -> torch.Tensor:
     """The weight gradient ``dW = sum_i delta_i^T a_i`` from the per-row gradients, and their Grams.
 
@@ -287,23 +288,30 @@ def linear_weight_grad_and_gram(
             dtype as ``a``).
         chunk_size: bound on the entries of one chunk ``[R, c, d_in]`` (at least one row ``c``).
         scratch, product_dtype: as :func:`linear_weight_gram_per_sample`.
+        segments: packed rows: ``a`` ``[N, d_in]`` and ``delta`` ``[N, d_out]`` hold row ``i``
+            at positions ``start_i:end_i`` of ``segments``; each row's product then runs on
+            its own tokens (no padded ``[R, T_max, ...]`` copy, no products of padding).
 
     Returns:
         ``dW`` ``[d_out, d_in]`` in ``a``'s dtype.
     """
-    R, T, d_in = a.shape
-    d_out = delta.shape[-1]
+    R = a.shape[0] if segments is None else len(segments)
+    d_in, d_out = a.shape[-1], delta.shape[-1]
     rows = min(d_out, max(1, chunk_size // max(1, R * d_in)))
     scratch = scratch if scratch is not None else Scratch()
     buf = scratch.get("rows", R * rows * d_in, a.dtype, a.device)
     dW = torch.empty(d_out, d_in, dtype=a.dtype, device=a.device)
-    gt = delta.transpose(1, 2)  # [R, d_out, T], strided (CPU BLAS takes it as is)
+    gt = delta.transpose(-2, -1)  # [R, d_out, T] or [d_out, N], strided (CPU BLAS takes it)
     views = all(isinstance(idx, slice) for _, idx in blocks)
     full = None if views else torch.zeros(R, R, dtype=torch.float64, device=a.device)
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
         blk = buf[: R * c * d_in].view(R, c, d_in)
-        torch.bmm(gt[:, o0 : o0 + c], a, out=blk)
+        if segments is None:
+            torch.bmm(gt[:, o0 : o0 + c], a, out=blk)
+        else:
+            for i, (t0, t1) in enumerate(segments):
+                torch.mm(gt[o0 : o0 + c, t0:t1], a[t0:t1], out=blk[i])
         torch.sum(blk, dim=0, out=dW[o0 : o0 + c])
         if full is not None:
             flat_gram(full, blk.view(R, -1), scratch, product_dtype=product_dtype)

@@ -1426,7 +1426,9 @@ class _InRunMicro:
         from .gram_capture import GramCapture
 
         def start() -> None:
-            cap = GramCapture(model, blocks=list(self.groups.values()),
+            # input taps only under gradient checkpointing (TRL backpropagates with
+            # accelerator.backward: the hooks alone see every module; fewer autograd nodes)
+            cap = GramCapture(model, blocks=list(self.groups.values()), input_taps=None,
                               weight_grads=config.weight_grads)
             cap.__enter__()
             self.capture = cap

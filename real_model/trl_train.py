@@ -62,7 +62,7 @@ from .run_io import append_jsonl, read_jsonl, write_json
 
 __all__ = [
     "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",
-    "write_trl_train_results",
+    "write_trl_train_results", "lora_config",
 ]
 
 
@@ -225,7 +225,7 @@ def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -
     )
 
 
-def _lora_config(cfg: TRLTrainConfig) -> Any:
+def lora_config(cfg: TRLTrainConfig) -> Any:
     """LoRA adapters of rank ``lora_r`` on the attention and MLP projections (None: off)."""
     if cfg.lora_r == 0:
         return None
@@ -364,7 +364,7 @@ def run_trl_train(
         train_dataset=prompt_dataset(cfg, loaded.tokenizer),
         processing_class=loaded.tokenizer,
         callbacks=[recorder],
-        peft_config=_lora_config(cfg),
+        peft_config=lora_config(cfg),
     )
     recorder.trainer = trainer
     trainer.train()
