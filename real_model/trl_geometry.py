@@ -97,6 +97,9 @@ SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_AGGREGATION)
 # relative tolerance of "u_i is a multiple of the loss mask m_i" (one Gram pass instead of two)
 PROPORTIONAL_RTOL = 1e-9
 
+#: Start of the reason given when FSDP2 processes would run different second-pass forwards.
+FSDP2_UNEVEN = "FSDP2: the processes would run different second-pass forwards"
+
 #: ``geometry_mode`` values (see :class:`GeometryConfig`).
 GEOMETRY_MODES = ("second_pass", "in_run", "auto")
 
@@ -1114,9 +1117,8 @@ class TrlGeometryMeter:
             return errors[0], True
         shapes = [tuple(p["shape"]) for p in gathered]
         if len(set(shapes)) > 1:
-            return ("FSDP2: the processes would run different second-pass forwards "
-                    f"(passes, forwards per pass by process: {shapes}); a sharded forward is "
-                    "collective, so no process measured this step"), True
+            return (f"{FSDP2_UNEVEN} (passes, forwards per pass by process: {shapes}); a "
+                    "sharded forward is collective, so no process measured this step"), True
         return None, True
 
     def _gram(self, rows: GeometryRows, *, one_group_per_pass: bool = False
@@ -1169,13 +1171,20 @@ class TrlGeometryMeter:
         with torch.random.fork_rng(devices=_rng_devices()):
             inrun, err = _try(lambda: self._inrun_results(st))
             done = inrun["done"] if inrun is not None else set()
+            uneven = None  # auto under FSDP2: the second pass dropped on every process
             if st.mode == "in_run":
                 meas = RowsMeasurement()
             else:
                 rows, err2 = self._exchange(st, done)
                 err, collective = self._agree_collective_pass(rows, err or err2)
-                meas, err = (_try(lambda: self._gram(rows, one_group_per_pass=collective))
-                             if err is None else (None, err))
+                if err is not None and err.startswith(FSDP2_UNEVEN) and inrun is not None:
+                    # every process saw the same shapes: keep the in-run groups, skip the rest
+                    uneven, err = err.replace("no process measured this step",
+                                              "no process ran the second pass"), None
+                    meas = RowsMeasurement()
+                else:
+                    meas, err = (_try(lambda: self._gram(rows, one_group_per_pass=collective))
+                                 if err is None else (None, err))
         ok = err is None
         local = inrun if (ok and inrun is not None) else {"groups": [], "present": [],
                                                           "failed": {}, "errors": []}
@@ -1196,7 +1205,8 @@ class TrlGeometryMeter:
             self._skip(rec, reasons[0])
             return
         groups = [g for p in gathered for g in p["groups"]]
-        skipped = _skipped_groups(gathered, groups) if st.mode == "in_run" else []
+        skipped = (_skipped_groups(gathered, groups, default=uneven)
+                   if st.mode == "in_run" or uneven else [])
         issues = sorted({i for p in gathered for i in p["issues"]})
         if not any(g["path"] == "second_pass" for g in groups):
             issues = [i for i in issues if not _second_pass_only(i)]
@@ -1390,14 +1400,16 @@ def _second_pass_only(issue: str) -> bool:
     return issue.startswith(("dropout is active", "the entropy bonus"))
 
 
-def _skipped_groups(gathered: Sequence[Mapping[str, Any]], groups: Sequence[Mapping[str, Any]]
-                    ) -> list[dict[str, Any]]:
-    """``in_run`` mode: the groups of the step not measured in-run, with the reason."""
+def _skipped_groups(gathered: Sequence[Mapping[str, Any]], groups: Sequence[Mapping[str, Any]],
+                    *, default: str | None = None) -> list[dict[str, Any]]:
+    """The groups of the step not measured, with the reason: ``in_run`` mode (groups not whole
+    in one micro-batch, or whose capture failed), or ``auto`` when the second pass was dropped
+    (``default``: why)."""
     measured = {int(g["group"]) for g in groups}
     failed = {int(k): v for p in gathered for k, v in p["failed"].items()}
     present = sorted({int(k) for p in gathered for k in p["present"]} - measured)
-    default = ("rows not all in one micro-batch on one process (geometry_mode=auto measures "
-               "such groups by the second pass)")
+    default = default or ("rows not all in one micro-batch on one process (geometry_mode=auto "
+                          "measures such groups by the second pass)")
     return [{"group": k, "reason": failed.get(k, default)} for k in present]
 
 

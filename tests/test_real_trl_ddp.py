@@ -104,3 +104,34 @@ def test_ddp_auto_mode_in_run_groups_and_the_split_group_by_the_second_pass(tmp_
             assert rec["geometry_mode"] == "auto"
             assert (rec["in_run_groups"], rec["second_pass_groups"]) == (2, 1)
             assert not rec["in_run_errors"]
+
+
+@pytest.mark.slow
+def test_fsdp2_auto_mode_in_run_groups_exact_against_the_sharded_gradient(tmp_path):
+    """geometry_mode=auto under FSDP2: the whole groups are captured from TRL's own sharded
+    backward (each Linear's weight gradient from the per-row gradients, handed to FSDP2's
+    reduce-scatter) and are exact against the gathered rows; the group split over the processes
+    would need a second-pass forward on one process only (a sharded forward is collective), so
+    every process drops the second pass and records that group as skipped with the reason,
+    keeping the in-run groups (TRL's gradient itself is checked in full)."""
+    reports = launch(tmp_path, "fsdp", "grpo", "auto")
+    assert all(rep["fsdp2"] for rep in reports)
+    for rep in reports:
+        assert rep["world_size"] == 2 and rep["global_step"] == 2
+        assert [c["step"] for c in rep["checks"]] == [0, 1]
+        for c in rep["checks"]:  # TRL's sharded gradient, and the in-run Grams of its rows
+            assert c["rel_err"] <= RTOL, c
+            assert c["K_err"] <= RTOL and c["Kg_err"] <= RTOL, c
+            assert len(c["groups"]) == 1  # each process's whole group (groups 0 and 2 of 3)
+        for rec in rep["records"]:
+            assert rec["geometry_mode"] == "auto" and rec["weight_grads"] == "rows"
+            assert not rec.get("skipped") and not rec["in_run_errors"] and rec["exact"]
+            assert rec["in_run_groups"] == 2
+        # step 0: the split group's second pass would run on one process only: dropped on both,
+        # the group skipped with the reason, the in-run groups kept; step 1 (the processes'
+        # passes agree): the split group by the collective second pass
+        r0, r1 = rep["records"]
+        assert r0["second_pass_groups"] == 0 and r0["groups_measured"] == 2
+        (split,) = r0["skipped_groups"]
+        assert split["group"] == 1 and "no process ran the second pass" in split["reason"]
+        assert r1["second_pass_groups"] == 1 and not r1["skipped_groups"]

@@ -88,6 +88,9 @@ class Checker:
         rep = self._replica()
         names = [n for n, _ in rep.named_parameters()]
         grads = {n: p.grad for n, p in tr.model.named_parameters()}
+        missing = [n for n in names if grads.get(n) is None]
+        if missing:
+            raise RuntimeError(f"no gradient reached parameters {missing}")
         # the gradient the data-parallel wrapper reduced (DDP: averaged; FSDP2: shards, made full)
         reduced = torch.cat([_full(grads[n]).reshape(-1).double() for n in names])
         seg = last["segments"][0]
@@ -148,6 +151,7 @@ def main() -> None:
     out, mode = Path(sys.argv[1]), sys.argv[2]
     loss_type = sys.argv[3] if len(sys.argv) > 3 else "grpo"
     geometry_mode = sys.argv[4] if len(sys.argv) > 4 else "second_pass"
+    weight_grads = sys.argv[5] if len(sys.argv) > 5 else "rows"
     chk = Checker() if mode in ("check", "fsdp") else None
     model = _fsdp_model(out) if mode == "fsdp" else None
     if mode == "fail":
@@ -164,6 +168,7 @@ def main() -> None:
         per_device_train_batch_size=6, learning_rate=1e-3,
         callbacks=[chk.callback] if chk else [],
         geometry_jsonl_path=str(out / "geometry.jsonl"), geometry_mode=geometry_mode,
+        geometry_weight_grads=weight_grads,
     )
     if chk is not None:
         chk.trainer = trainer
