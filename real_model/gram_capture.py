@@ -620,15 +620,18 @@ class GramCapture:
         """Whether this call of a ``weight_grads="rows"`` Linear takes that path: input in the
         weight's dtype, no autocast, and (``linear_method="auto"``) per-sample chosen by count."""
         mod = self._rows_modules[name]
-        if x.dtype != mod.weight.dtype or torch.is_autocast_enabled(x.device.type):
+        try:  # never raise into the host's forward: on any doubt the module keeps the tap path
+            if x.dtype != mod.weight.dtype or torch.is_autocast_enabled(x.device.type):
+                return False
+            if self.linear_method == "per_sample":
+                return True
+            packed = self.packed is not None and self.packed.is_packed(x)
+            n = int(self.n or x.shape[0])
+            T = self.packed.T if packed else x.numel() // max(1, n * x.shape[-1])
+            d_out, d_in = mod.weight.shape
+            return gm.choose_linear_method(R=n, T=T, d_in=d_in, d_out=d_out) == "per_sample"
+        except Exception:  # noqa: BLE001
             return False
-        if self.linear_method == "per_sample":
-            return True
-        assert self.n is not None
-        packed = self.packed is not None and self.packed.is_packed(x)
-        T = self.packed.T if packed else x.numel() // max(1, self.n * x.shape[-1])
-        d_out, d_in = mod.weight.shape
-        return gm.choose_linear_method(R=self.n, T=T, d_in=d_in, d_out=d_out) == "per_sample"
 
     def _linear_forward(self, name: str, mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The capture's ``forward`` of a ``weight_grads="rows"`` Linear: :class:`_LinearFromRows`
