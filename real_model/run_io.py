@@ -21,6 +21,7 @@ from grpo_io import to_jsonable as jsonable
 
 __all__ = [
     "jsonable",
+    "read_json",
     "write_json",
     "append_jsonl",
     "read_jsonl",
@@ -39,16 +40,20 @@ def environment(device: str | None = None) -> dict[str, Any]:
     return grpo_io.environment(libraries=LIBRARIES, device=device or "cpu")
 
 
+def read_json(path: Path, *, fix: str) -> Any:
+    """The JSON value in ``path``; a file that is not valid UTF-8 JSON raises ``ValueError``
+    naming it, the parse error and ``fix`` (what the user should do)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); {fix}") from None
+
+
 def check_config(path: Path, config: Mapping[str, Any]) -> None:
     """Write ``config`` to ``path``, or check that it equals the one already there (resume)."""
     cfg = jsonable(config)
     if path.is_file():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(
-                f"{path} is not valid JSON ({exc}); delete it or pass --overwrite"
-            ) from None
+        old = read_json(path, fix="delete it or pass --overwrite")
         if not isinstance(old, dict):
             raise ValueError(f"{path} must hold a JSON object; delete it or pass --overwrite")
         if old != cfg:
