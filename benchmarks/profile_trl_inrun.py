@@ -7,15 +7,22 @@ The offline SmolLM2 (float32, CPU) with TRL's ``add_fused_lm_head``; ``--rows`` 
 :class:`real_model.gram_capture.GramCapture` are interleaved ``--repeat`` times (after one warm-up
 of each); printed: the medians, their ratio, and the seconds of the last captured step spent in
 each of the capture's per-layer methods (Linear Grams, embedding, small leaf modules, the fused
-head's backward and its vocabulary tiles), timed by wrapping them in this script only.
+head's backward and its vocabulary tiles), timed by wrapping them in this script only, and the
+median minor page faults of each step (``getrusage``: fresh memory the step touched).
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/profile_trl_inrun.py
+``--ops N`` then profiles one more plain and one more captured step with ``torch.profiler`` and
+prints the ``N`` (operator, input shapes) pairs whose self CPU time grew most under the capture,
+with both times and call counts: which products, sums and elementwise passes the capture adds,
+and which host operators got slower.
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/profile_trl_inrun.py [--ops 25]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import resource
 import statistics
 import subprocess
 import time
@@ -50,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weight-grads", choices=("host", "rows"), default="rows",
                     help="GramCapture(weight_grads=...): 'rows' (the TRL/verl in-run default) "
                          "takes each Linear's dW from the per-row gradients")
+    ap.add_argument("--ops", type=int, default=0,
+                    help="> 0: also print the N operators (by input shapes) whose self CPU time "
+                         "grew most under the capture (torch.profiler, one more step each)")
     a = ap.parse_args(argv)
     import torch
     from trl.trainer.utils import add_fused_lm_head
@@ -75,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in HOOKS:
         setattr(GramCapture, name, _timed(spent, name, getattr(GramCapture, name)))
 
+    faults: dict[bool, list[int]] = {False: [], True: []}
+
     def step(capture: bool) -> float:
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         model.zero_grad(set_to_none=True)
         half = R // 2
         cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))],
@@ -89,11 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         if capture:
             cap.__exit__(None, None, None)
             cap.result()
-        return time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        faults[capture].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        return dt
 
     step(False)
     step(True)
     times: dict[bool, list[float]] = {False: [], True: []}
+    faults[False].clear()
+    faults[True].clear()
     for _ in range(a.repeat):
         for capture in (False, True):
             spent.clear()
@@ -107,7 +124,39 @@ def main(argv: list[str] | None = None) -> int:
           f"ratio {on / off:.3f}")
     print("last captured step, seconds in the capture's methods: "
           + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()))
+    print(f"minor page faults per step (median): plain {statistics.median(faults[False]):.0f}, "
+          f"captured {statistics.median(faults[True]):.0f}")
+    if a.ops > 0:
+        print_op_growth(step, a.ops)
     return 0
+
+
+def op_times(step: Any, capture: bool) -> dict[tuple[str, str], tuple[float, int]]:
+    """Self CPU milliseconds and calls of each (operator, input shapes) in one ``step``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step(capture)
+    return {(e.key, str(e.input_shapes)): (e.self_cpu_time_total / 1e3, e.count)
+            for e in prof.key_averages(group_by_input_shape=True)}
+
+
+def print_op_growth(step: Any, n: int) -> None:
+    """The ``n`` (operator, shapes) whose self CPU time grew most from a plain to a captured
+    step (one profiled step each)."""
+    plain, captured = op_times(step, False), op_times(step, True)
+    rows = []
+    for key in set(plain) | set(captured):
+        (t0, c0), (t1, c1) = plain.get(key, (0.0, 0)), captured.get(key, (0.0, 0))
+        rows.append((t1 - t0, key, t0, c0, t1, c1))
+    rows.sort(key=lambda r: r[0], reverse=True)
+    total0 = sum(t for t, _ in plain.values())
+    total1 = sum(t for t, _ in captured.values())
+    print(f"torch.profiler, self CPU time of one step: plain {total0:.0f} ms, captured "
+          f"{total1:.0f} ms; the {n} (operator, input shapes) that grew most:")
+    print(f"{'growth ms':>10}  {'plain ms/calls':>15}  {'captured ms/calls':>18}  operator shapes")
+    for grow, (op, shapes), t0, c0, t1, c1 in rows[:n]:
+        print(f"{grow:>10.1f}  {t0:>9.1f}/{c0:<5d}  {t1:>12.1f}/{c1:<5d}  {op} {shapes[:100]}")
 
 
 if __name__ == "__main__":
