@@ -29,6 +29,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+TAPS = {"auto": None, "on": True, "off": False}
 HOOKS = ("add_linear", "_rows_grad", "add_embedding", "add_leaf", "_fused_backward",
          "_head_tile")
 
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weight-grads", choices=("host", "rows"), default="rows",
                     help="GramCapture(weight_grads=...): 'rows' (the TRL/verl in-run default) "
                          "takes each Linear's dW from the per-row gradients")
+    ap.add_argument("--input-taps", choices=tuple(TAPS), default="auto",
+                    help="GramCapture(input_taps=...): 'auto' (the TRL/verl in-run setting: taps "
+                         "only under gradient checkpointing, so none here), 'on' or 'off'")
     ap.add_argument("--ops", type=int, default=0,
                     help="> 0: also print the N operators (by input shapes) whose self CPU time "
                          "grew most under the capture (torch.profiler, one more step each)")
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         model.zero_grad(set_to_none=True)
         half = R // 2
         cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))],
-                          weight_grads=a.weight_grads)
+                          weight_grads=a.weight_grads, input_taps=TAPS[a.input_taps])
         t0 = time.perf_counter()
         if capture:
             cap.__enter__()
@@ -118,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     off, on = statistics.median(times[False]), statistics.median(times[True])
     print(f"SmolLM2 float32 CPU{f', LoRA r={a.lora_r}' if a.lora_r else ''}, {R} rows x {T} "
-          f"tokens, TRL fused head, weight_grads="
-          f"{a.weight_grads}; {load}")
+          f"tokens, TRL fused head, weight_grads={a.weight_grads}, input_taps={a.input_taps}; "
+          f"{load}")
     print(f"forward+backward median of {a.repeat}: plain {off:.2f} s, captured {on:.2f} s, "
           f"ratio {on / off:.3f}")
     print("last captured step, seconds in the capture's methods: "
