@@ -5,15 +5,18 @@ The offline SmolLM2 (float32, CPU) with TRL's ``add_fused_lm_head``; ``--rows`` 
 ``sum u * log p + 0.01 * entropy`` with random ``u`` (any upstream gradient), two row blocks
 (two groups). Plain forward + backward and the same inside a
 :class:`real_model.gram_capture.GramCapture` are interleaved ``--repeat`` times (after one warm-up
-of each); printed: the medians, their ratio, and the seconds of the last captured step spent in
-each of the capture's per-layer methods (Linear Grams, embedding, small leaf modules, the fused
-head's backward and its vocabulary tiles), timed by wrapping them in this script only, and the
+of each); printed: the medians, their ratio, the medians of the forward and of the backward
+alone and of TRL's fused-head kernel in each (the host's own work, in both modes), the seconds
+of the last captured step spent in each of the capture's per-layer methods (Linear Grams,
+embedding, small leaf modules, the fused head's backward and its vocabulary tiles), timed by
+wrapping them in this script only, and the
 median minor page faults of each step (``getrusage``: fresh memory the step touched).
 
 ``--ops N`` then profiles one more plain and one more captured step with ``torch.profiler`` and
 prints the ``N`` (operator, input shapes) pairs whose self CPU time grew most under the capture,
-with both times and call counts: which products, sums and elementwise passes the capture adds,
-and which host operators got slower.
+with both times and call counts (which products, sums and elementwise passes the capture adds),
+and the ``N`` that shrank most (the host's weight-gradient products that the capture's per-row
+products replace). Single profiled steps are noisy: compare with the timed medians.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=2 python benchmarks/profile_trl_inrun.py [--ops 25]
 """
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                          "grew most under the capture (torch.profiler, one more step each)")
     a = ap.parse_args(argv)
     import torch
+    import trl.trainer.utils as trl_utils
     from trl.trainer.utils import add_fused_lm_head
 
     from real_model.gram_capture import GramCapture
@@ -88,11 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     spent: dict[str, float] = defaultdict(float)
     for name in HOOKS:
         setattr(GramCapture, name, _timed(spent, name, getattr(GramCapture, name)))
+    # TRL's own fused-head kernel, timed in both modes: does the capture slow the host's work?
+    fn = trl_utils._ChunkedLogProbFunction
+    host: dict[str, float] = defaultdict(float)
+    for name in ("forward", "backward"):
+        setattr(fn, name, staticmethod(_timed(host, name, getattr(fn, name))))
 
+    parts: dict[bool, list[tuple[float, float, float, float]]] = {False: [], True: []}
     faults: dict[bool, list[int]] = {False: [], True: []}
 
     def step(capture: bool) -> float:
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        host.clear()
         model.zero_grad(set_to_none=True)
         half = R // 2
         cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))],
@@ -102,19 +113,22 @@ def main(argv: list[str] | None = None) -> int:
             cap.__enter__()
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
                     fused_lm_head=True)
+        t1 = time.perf_counter()
         ((out.log_probs * u).sum() + 0.01 * out.entropy.sum()).backward()
         if capture:
             cap.__exit__(None, None, None)
             cap.result()
-        dt = time.perf_counter() - t0
+        t2 = time.perf_counter()
+        parts[capture].append((t1 - t0, t2 - t1, host["forward"], host["backward"]))
         faults[capture].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-        return dt
+        return t2 - t0
 
     step(False)
     step(True)
     times: dict[bool, list[float]] = {False: [], True: []}
-    faults[False].clear()
-    faults[True].clear()
+    for c in (False, True):
+        parts[c].clear()
+        faults[c].clear()
     for _ in range(a.repeat):
         for capture in (False, True):
             spent.clear()
@@ -126,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{load}")
     print(f"forward+backward median of {a.repeat}: plain {off:.2f} s, captured {on:.2f} s, "
           f"ratio {on / off:.3f}")
+    f = {c: [statistics.median(x[i] for x in parts[c]) for i in range(4)] for c in parts}
+    print(f"medians: forward plain {f[False][0]:.2f} s, captured {f[True][0]:.2f} s; backward "
+          f"plain {f[False][1]:.2f} s, captured {f[True][1]:.2f} s; of which TRL's fused head "
+          f"forward {f[False][2]:.2f} / {f[True][2]:.2f} s, backward {f[False][3]:.2f} / "
+          f"{f[True][3]:.2f} s (plain / captured)")
     print("last captured step, seconds in the capture's methods: "
           + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()))
     print(f"minor page faults per step (median): plain {statistics.median(faults[False]):.0f}, "
@@ -160,6 +179,9 @@ def print_op_growth(step: Any, n: int) -> None:
           f"{total1:.0f} ms; the {n} (operator, input shapes) that grew most:")
     print(f"{'growth ms':>10}  {'plain ms/calls':>15}  {'captured ms/calls':>18}  operator shapes")
     for grow, (op, shapes), t0, c0, t1, c1 in rows[:n]:
+        print(f"{grow:>10.1f}  {t0:>9.1f}/{c0:<5d}  {t1:>12.1f}/{c1:<5d}  {op} {shapes[:100]}")
+    print(f"... and the {n} that shrank most (host operators the capture replaces, or noise):")
+    for grow, (op, shapes), t0, c0, t1, c1 in rows[::-1][:n]:
         print(f"{grow:>10.1f}  {t0:>9.1f}/{c0:<5d}  {t1:>12.1f}/{c1:<5d}  {op} {shapes[:100]}")
 
 
