@@ -92,17 +92,19 @@ class GramCaptureError(ValueError):
     """The capture could not attribute the gradient per row (the message says why)."""
 
 
-def product_dtype(model: nn.Module, gram_precision: str) -> torch.dtype:
+def product_dtype(model: nn.Module, gram_precision: str, *,
+                  params: Sequence[nn.Parameter] | None = None) -> torch.dtype:
     """Dtype of the per-chunk products: ``float64``, or ``float32`` for ``"float32"`` and, under
     ``"auto"``, when every trainable parameter is bfloat16/float16 (~3 significant digits) or
     float32 on CPU (``gm.flat_gram`` then sums float32 products over slabs of
     ``gm.CPU_F32_SLAB`` columns in float64: error ~2e-8 relative, below the float32 rounding of
-    the rows, at a fifth of the float64 cost)."""
+    the rows, at a fifth of the float64 cost). ``params``: ``list(model.parameters())`` when the
+    caller has it (one walk of the modules, not two)."""
     if gram_precision not in ("auto", "float64", "float32"):
         raise ValueError(f"gram_precision must be auto, float64 or float32, got {gram_precision!r}")
     if gram_precision != "auto":
         return torch.float64 if gram_precision == "float64" else torch.float32
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in (model.parameters() if params is None else params) if p.requires_grad]
     if not params:
         return torch.float64
     low = {torch.bfloat16, torch.float16}
@@ -155,6 +157,7 @@ class _Call:
     slot: int = 0  # position of the tapped input among the arguments
     delta: torch.Tensor | None = None
     x: torch.Tensor | None = None  # the input, held (input_taps off: no tap node)
+    out_fn: Any = None  # a held generic call's output node, the host's (see add_leaf)
 
 
 class _InputTap(torch.autograd.Function):
@@ -247,18 +250,19 @@ class PackedRows:
     """
 
     def __init__(self, segments: Any, device: torch.device) -> None:
-        seg = torch.as_tensor(segments).detach().reshape(-1).cpu().long()
-        lengths = seg[1:] - seg[:-1] if seg.numel() else seg
-        if seg.numel() < 2 or int(seg[0]) != 0 or bool((lengths < 0).any()):
+        seg = [int(s) for s in torch.as_tensor(segments).detach().reshape(-1).cpu().tolist()]
+        lengths = [b - a for a, b in zip(seg[:-1], seg[1:], strict=True)]
+        if len(seg) < 2 or seg[0] != 0 or min(lengths) < 0:
             raise ValueError("segments must be cumulative row lengths [0, l_0, l_0 + l_1, ...] "
-                             f"(non-decreasing, from 0, at least one row), got {seg.tolist()}")
-        self.n = int(lengths.numel())
-        self.tokens = int(seg[-1])
-        self.T = max(1, int(lengths.max()))
-        row = torch.repeat_interleave(torch.arange(self.n), lengths)
-        col = torch.arange(self.tokens) - torch.repeat_interleave(seg[:-1], lengths)
-        self.index = (row * self.T + col).to(device)  # packed position -> padded [n, T] position
-        self.bounds = [(int(a), int(b)) for a, b in zip(seg[:-1], seg[1:], strict=True)]
+                             f"(non-decreasing, from 0, at least one row), got {seg}")
+        self.n = len(lengths)
+        self.tokens = seg[-1]
+        self.T = max(1, max(lengths))
+        # packed position p of row i -> padded [n, T] position i T + (p - start_i)
+        shift = torch.tensor([i * self.T - a for i, a in enumerate(seg[:-1])])
+        self.index = (torch.arange(self.tokens)
+                      + torch.repeat_interleave(shift, torch.tensor(lengths))).to(device)
+        self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def is_packed(self, x: torch.Tensor) -> bool:
@@ -390,16 +394,17 @@ class GramCapture:
             )
         if chunk_size is not None and int(chunk_size) < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        self.plan = plan_of(model)
+        params = list(model.parameters())  # one walk of the modules for all three below
+        self.plan = plan_of(model, params=params)
         if not self.plan.modules:
             raise ValueError("model has no parameter with requires_grad=True: the rows are empty")
         self.model = model
         self.blocks = validate_blocks(blocks)
         self.linear_method = linear_method
-        self.product_dtype = product_dtype(model, gram_precision)
+        self.product_dtype = product_dtype(model, gram_precision, params=params)
         self._chunk = None if chunk_size is None else int(chunk_size)
         self.strict = bool(strict)
-        dev = next(p for p in model.parameters() if p.requires_grad).device
+        dev = next(p for p in params if p.requires_grad).device
         if linear_method == "triton":
             gram_triton.require(dev)  # clear, early errors (no triton; CPU without interpreter)
         self.anchor = torch.zeros((), device=dev, requires_grad=True)
@@ -573,14 +578,16 @@ class GramCapture:
         """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call),
         or, with ``segments``, one packed sequence of them."""
         if self.packed is not None and self.packed.is_packed(x):
-            x = x.new_empty((self.packed.n, 1))
+            dim, rows = 2, self.packed.n
+        else:
+            dim, rows = x.dim(), (int(x.shape[0]) if x.dim() else 0)
         if self.n is None:
-            if x.dim() < 2:
+            if dim < 2:
                 raise GramCaptureError(f"module {name!r} got an input of shape "
                                        f"{tuple(x.shape)}: the rows must be its first axis")
-            self.n = int(x.shape[0])
+            self.n = rows
             self.acc = _Blocks(self.n, self.blocks, self.anchor.device)
-        elif x.dim() < 2 or x.shape[0] != self.n:
+        elif dim < 2 or rows != self.n:
             mod = self.plan.modules[name][0]
             raise GramCaptureError(
                 f"module {name!r} ({type(mod).__name__}) was called with an input of shape "
@@ -727,6 +734,8 @@ class GramCapture:
             return None
         if out.requires_grad:
             self._guard(name, lambda: self._rows(name, out))
+            if call.kind == "generic" and call.x is not None:
+                call.out_fn = out.grad_fn  # its saved tensors live until its backward
             out.register_hook(functools.partial(self._on_delta, call))
             if call.kind == "embedding":
                 self.roots.append(out)
@@ -766,6 +775,12 @@ class GramCapture:
         self.counts[call.name] += 1
         self._contribute(call, x, delta)
 
+    def _batch_first(self, t: torch.Tensor) -> torch.Tensor:
+        """A packed tensor of these rows laid out batch-first (others as they are)."""
+        if self.packed is not None and self.packed.is_packed(t):
+            return self.packed.unpack(t)
+        return t
+
     def _unpacked_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Packed token ids laid out batch-first; padded slots repeat an id of the batch (their
         gradient is zero, and the tied head's rows then cover every id)."""
@@ -791,7 +806,8 @@ class GramCapture:
                 fn = functools.partial(self.add_embedding, call.name, mod, x, delta)
             else:
                 args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
-                fn = functools.partial(self.add_leaf, mod, names, args, delta)
+                host_fn, call.out_fn = call.out_fn, None
+                fn = functools.partial(self.add_leaf, mod, names, args, delta, host_fn=host_fn)
             self._guard(f"module {call.name!r} ({type(mod).__name__})", fn)
         finally:
             self._busy = False
@@ -850,16 +866,22 @@ class GramCapture:
         return any(self.counts.get(lin, 0) > 0 for e, lin in self.plan.tied.values() if e == emb)
 
     def add_leaf(
-        self, mod: nn.Module, names: list[str], args: tuple, delta: torch.Tensor
+        self, mod: nn.Module, names: list[str], args: tuple, delta: torch.Tensor, *,
+        host_fn: Any = None,
     ) -> None:
-        """Per-row gradients of a small leaf module: closed-form norms (from a re-run of the
-        module's ``forward`` on the saved input, checked once per class and process against the
-        generic path: :data:`NORM_CLOSED_FORM_CHECKED`), else per-row VJPs
-        (``gm.generic_per_sample_grads``)."""
+        """Per-row gradients of a small leaf module: closed-form norms, else per-row VJPs
+        (``gm.generic_per_sample_grads``). The closed form reads the ``z`` of ``weight * z``
+        from the host's own autograd node of the call (``host_fn``: held inputs, no input taps)
+        or, without it, from a re-run of the module's ``forward`` on the saved input; it is
+        checked once per class and process against the generic path
+        (:data:`NORM_CLOSED_FORM_CHECKED`)."""
         assert self.acc is not None
         n, cls = self.n, type(mod)
         grads = None
-        if self.norm_closed_form_ok.get(cls, True):
+        if host_fn is not None and self.norm_closed_form_ok.get(cls, True):
+            grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=n,
+                                       layout=self._batch_first)
+        if grads is None and self.norm_closed_form_ok.get(cls, True):
             # the input requires grad in the re-run, as in the host's forward, so that autograd
             # saves both factors of ``weight * z`` (the closed form reads them)
             rerun = tuple(a.detach().requires_grad_(a.is_floating_point())

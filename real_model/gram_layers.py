@@ -11,6 +11,7 @@ Shapes: ``R`` rollouts, ``T`` flattened positions per rollout, ``d_in``/``d_out`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -499,12 +500,15 @@ def fast_leaf_grads(
     grad_fn: Any,
     *,
     R: int,
+    layout: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor | None:
     """Closed-form per-sample gradients of common norm layers, or ``None`` if not applicable.
 
     * ``out = weight * z`` (RMSNorm family; recognised from the autograd node of the output, a
       ``MulBackward0`` that saved the weight itself and a ``z`` of the output's shape):
-      ``g_i = sum_t delta_it * z_it``, with the very ``z`` autograd saved.
+      ``g_i = sum_t delta_it * z_it``, with the very ``z`` autograd saved. ``grad_fn`` may be
+      the host's own node of the call (no re-run of the module); ``layout`` then maps its ``z``
+      to ``delta``'s batch-first layout (packed rows: their unpacking; default: as saved).
     * ``nn.LayerNorm`` and subclasses with an affine weight (and bias):
       ``g_i(weight) = sum_t delta_it * xhat_it``, ``g_i(bias) = sum_t delta_it``, with
       ``xhat = layer_norm(x)`` without affine terms (the ``+1`` of LayerNorm1P does not change it).
@@ -518,11 +522,12 @@ def fast_leaf_grads(
         except (AttributeError, RuntimeError):
             return None
         for wv, z in (pair, pair[::-1]):
-            if (
-                isinstance(wv, torch.Tensor) and isinstance(z, torch.Tensor)
-                and wv.shape == w.shape and wv.data_ptr() == w.data_ptr()
-                and z.shape == delta.shape
-            ):
+            if not (isinstance(wv, torch.Tensor) and isinstance(z, torch.Tensor)
+                    and wv.shape == w.shape and wv.data_ptr() == w.data_ptr()):
+                continue
+            if layout is not None and z.shape != delta.shape:
+                z = layout(z)
+            if z.shape == delta.shape:
                 return (delta * z.detach()).reshape(R, -1, w.numel()).sum(dim=1)
         return None
     if (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
+from collections.abc import Sequence
 
 from torch import nn
 
@@ -85,11 +86,13 @@ _PLANS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[tuple[int, bool], ...],
     weakref.WeakKeyDictionary())
 
 
-def plan_of(model: nn.Module) -> Plan:
+def plan_of(model: nn.Module, *, params: Sequence[nn.Parameter] | None = None) -> Plan:
     """``Plan(model)``, reused while the model's parameters (objects and ``requires_grad``) are
     the same: a trainer builds one capture per micro-batch, and walking every module each time
-    is a measurable part of a small step. A change of the parameters builds a new plan."""
-    key = tuple((id(p), bool(p.requires_grad)) for p in model.parameters())
+    is a measurable part of a small step. A change of the parameters builds a new plan.
+    ``params``: ``list(model.parameters())`` when the caller has it (one walk, not two)."""
+    params = model.parameters() if params is None else params
+    key = tuple((id(p), bool(p.requires_grad)) for p in params)
     hit = _PLANS.get(model)
     if hit is not None and hit[0] == key:
         return hit[1]

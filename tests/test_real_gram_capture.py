@@ -437,6 +437,42 @@ def test_without_input_taps_packed_rows_equal_the_per_row_reference(tied):
     assert rel_err(cap.result(), K_ref) <= RTOL
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatch, tied, packed):
+    """Held inputs: each RMSNorm's ``z`` comes from the host's own ``weight * z`` node, so the
+    norm's ``forward`` runs only in the host's forward (5 calls), never again in the backward;
+    the Gram still equals the per-row reference."""
+    from real_model import gram_capture
+
+    cls = type(tied.model.norm)
+    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {cls: True})
+    forward, calls = cls.forward, []
+
+    def counted(self, *a, **k):
+        calls.append(torch.is_grad_enabled())
+        return forward(self, *a, **k)
+
+    monkeypatch.setattr(cls, "forward", counted)
+    if packed:
+        cu, ids, pos, u = packed_batch([4, 6, 3], seed=2)
+        terms = packed_terms(tied, ids, pos, u, cu)
+        K_ref = per_row_gram(tied, terms)
+        calls.clear()
+        with GramCapture(tied, segments=cu, input_taps=False) as cap:
+            terms().sum().backward()
+        K = cap.result()
+    else:
+        ids, am, cm = batch(R=3, T=9)
+        K_ref = trajectory_gram(tied, ids, am, cm, method="naive")
+        calls.clear()
+        with GramCapture(tied, input_taps=False) as cap:
+            (token_logprobs(tied, ids, am) * cm).sum().backward()
+        K = cap.result()
+    tied.zero_grad(set_to_none=True)
+    assert cap.ok and len(calls) == 5  # 2 layers x 2 norms + the final norm, host forward only
+    assert rel_err(K, K_ref) <= RTOL
+
+
 def test_without_input_taps_float32_host_grads_are_bit_identical():
     """No tap node: the host's autograd graph is unchanged, so even float32 ``.grad`` (whose
     sums over a shared input's consumers depend on their order) is bit for bit the same."""
