@@ -263,6 +263,8 @@ class PackedRows:
         self.index = (torch.arange(self.tokens)
                       + torch.repeat_interleave(shift, torch.tensor(lengths))).to(device)
         self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
+        self.row = torch.repeat_interleave(torch.arange(self.n),
+                                           torch.tensor(lengths)).to(device)  # row of a token
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def is_packed(self, x: torch.Tensor) -> bool:
@@ -281,6 +283,12 @@ class PackedRows:
         out = self.unpack(t)
         self._last = (t, out)
         return out
+
+    def row_sums(self, t: torch.Tensor) -> torch.Tensor:
+        """``[1, N(+pad), ...]`` -> ``[n, ...]``: each row's sum over its own tokens."""
+        flat = t[0, : self.tokens]
+        out = flat.new_zeros((self.n, *flat.shape[1:]))
+        return out.index_add_(0, self.row.to(flat.device), flat)
 
     def unpack(self, t: torch.Tensor, fill: Any = 0) -> torch.Tensor:
         """``[1, N(+pad), ...]`` -> ``[n, T_max, ...]``, ``fill`` where a row has no token."""
@@ -775,12 +783,6 @@ class GramCapture:
         self.counts[call.name] += 1
         self._contribute(call, x, delta)
 
-    def _batch_first(self, t: torch.Tensor) -> torch.Tensor:
-        """A packed tensor of these rows laid out batch-first (others as they are)."""
-        if self.packed is not None and self.packed.is_packed(t):
-            return self.packed.unpack(t)
-        return t
-
     def _unpacked_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Packed token ids laid out batch-first; padded slots repeat an id of the batch (their
         gradient is zero, and the tied head's rows then cover every id)."""
@@ -790,7 +792,13 @@ class GramCapture:
 
     def _contribute(self, call: _Call, x: Any, delta: torch.Tensor) -> None:
         mod, kind, names = self.plan.modules[call.name]
+        host_fn, call.out_fn = call.out_fn, None
         if self.packed is not None and self.packed.is_packed(delta):
+            if (kind == "generic" and host_fn is not None
+                    and self.norm_closed_form_ok.get(type(mod)) is True
+                    and self._norm_on_packed(call, mod, names, x, delta, host_fn)):
+                return
+            host_fn = None  # the norm's node holds packed tensors; the rows get unpacked
             if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
                 self._guard(call.name, lambda: self.fail(
                     f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
@@ -806,9 +814,31 @@ class GramCapture:
                 fn = functools.partial(self.add_embedding, call.name, mod, x, delta)
             else:
                 args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
-                host_fn, call.out_fn = call.out_fn, None
                 fn = functools.partial(self.add_leaf, mod, names, args, delta, host_fn=host_fn)
             self._guard(f"module {call.name!r} ({type(mod).__name__})", fn)
+        finally:
+            self._busy = False
+
+    def _norm_on_packed(self, call: _Call, mod: nn.Module, names: list[str], x: torch.Tensor,
+                        delta: torch.Tensor, host_fn: Any) -> bool:
+        """A norm's closed form on the packed tokens, its rows summed per segment (no unpacking
+        of ``x``, ``delta`` or ``z``); ``False`` when it does not apply (the caller unpacks)."""
+        assert self.packed is not None and self.acc is not None
+        if any(isinstance(v, torch.Tensor) for v in call.held or ()):
+            return False
+        args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
+        self._busy = True
+        try:
+            grads = self._guard(
+                f"module {call.name!r} ({type(mod).__name__})",
+                lambda: gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=self.packed.n,
+                                           row_sums=self.packed.row_sums))
+            if grads is None:
+                return self.failed  # a recorded failure ends the call too
+            for _, K, sel in self.acc.each():
+                self._guard(f"module {call.name!r} ({type(mod).__name__})", functools.partial(
+                    gm.flat_gram, K, sel(grads), self.scratch, product_dtype=self.product_dtype))
+            return True
         finally:
             self._busy = False
 
@@ -879,8 +909,7 @@ class GramCapture:
         n, cls = self.n, type(mod)
         grads = None
         if host_fn is not None and self.norm_closed_form_ok.get(cls, True):
-            grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=n,
-                                       layout=self._batch_first)
+            grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=n)
         if grads is None and self.norm_closed_form_ok.get(cls, True):
             # the input requires grad in the re-run, as in the host's forward, so that autograd
             # saves both factors of ``weight * z`` (the closed form reads them)

@@ -500,21 +500,27 @@ def fast_leaf_grads(
     grad_fn: Any,
     *,
     R: int,
-    layout: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    row_sums: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor | None:
     """Closed-form per-sample gradients of common norm layers, or ``None`` if not applicable.
 
     * ``out = weight * z`` (RMSNorm family; recognised from the autograd node of the output, a
       ``MulBackward0`` that saved the weight itself and a ``z`` of the output's shape):
-      ``g_i = sum_t delta_it * z_it``, with the very ``z`` autograd saved. ``grad_fn`` may be
-      the host's own node of the call (no re-run of the module); ``layout`` then maps its ``z``
-      to ``delta``'s batch-first layout (packed rows: their unpacking; default: as saved).
+      ``g_i = sum_t delta_it * z_it``, with the very ``z`` autograd saved (``grad_fn`` may be
+      the host's own node of the call: no re-run of the module).
     * ``nn.LayerNorm`` and subclasses with an affine weight (and bias):
       ``g_i(weight) = sum_t delta_it * xhat_it``, ``g_i(bias) = sum_t delta_it``, with
       ``xhat = layer_norm(x)`` without affine terms (the ``+1`` of LayerNorm1P does not change it).
 
-    The caller checks each module class once per call against :func:`generic_per_sample_grads`.
+    ``row_sums`` maps a tensor laid out as ``delta`` to its per-row sums over positions,
+    ``[R, ...]`` (packed rows: sums over each row's tokens); default: batch-first ``delta``,
+    ``t.reshape(R, -1, n).sum(dim=1)``. The caller checks each module class once per call
+    against :func:`generic_per_sample_grads`.
     """
+    if row_sums is None:
+        def row_sums(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(R, -1, t.shape[-1]).sum(dim=1)
+
     if names == ["weight"] and type(grad_fn).__name__ == "MulBackward0":
         w = module.weight
         try:
@@ -525,21 +531,20 @@ def fast_leaf_grads(
             if not (isinstance(wv, torch.Tensor) and isinstance(z, torch.Tensor)
                     and wv.shape == w.shape and wv.data_ptr() == w.data_ptr()):
                 continue
-            if layout is not None and z.shape != delta.shape:
-                z = layout(z)
-            if z.shape == delta.shape:
-                return (delta * z.detach()).reshape(R, -1, w.numel()).sum(dim=1)
+            k = w.dim()
+            if k and z.shape == delta.shape and tuple(z.shape[delta.dim() - k:]) == tuple(w.shape):
+                return row_sums((delta * z.detach()).flatten(delta.dim() - k))
         return None
     if (
         isinstance(module, torch.nn.LayerNorm) and module.elementwise_affine
         and len(args) == 1 and isinstance(args[0], torch.Tensor)
         and set(names) <= {"weight", "bias"} and delta.shape == args[0].shape
     ):
-        n = module.weight.numel()
+        k = len(module.normalized_shape)
         xhat = torch.nn.functional.layer_norm(args[0], module.normalized_shape, None, None,
                                               module.eps)
-        parts = {"weight": (delta * xhat.to(delta.dtype)).reshape(R, -1, n).sum(dim=1),
-                 "bias": delta.reshape(R, -1, n).sum(dim=1)}
+        parts = {"weight": row_sums((delta * xhat.to(delta.dtype)).flatten(delta.dim() - k)),
+                 "bias": row_sums(delta.flatten(delta.dim() - k))}
         return torch.cat([parts[k] for k in names], dim=1)
     return None
 

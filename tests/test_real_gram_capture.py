@@ -376,6 +376,7 @@ def test_packed_rows_unpack_by_hand():
     assert p.is_packed(x) and not p.is_packed(x[:, :2])
     assert p.unpack(x)[..., 0].tolist() == [[1.0, 2.0], [3.0, 0.0]]
     assert p.unpack(x, fill=7.0)[..., 0].tolist() == [[1.0, 2.0], [3.0, 7.0]]
+    assert p.row_sums(x).tolist() == [[3.0], [3.0]]  # 1 + 2, then 3; the padding is no row's
     for bad in ([], [0], [1, 3], [0, 3, 2]):
         with pytest.raises(ValueError, match="segments"):
             PackedRows(bad, torch.device("cpu"))
@@ -441,7 +442,8 @@ def test_without_input_taps_packed_rows_equal_the_per_row_reference(tied):
 def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatch, tied, packed):
     """Held inputs: each RMSNorm's ``z`` comes from the host's own ``weight * z`` node, so the
     norm's ``forward`` runs only in the host's forward (5 calls), never again in the backward;
-    the Gram still equals the per-row reference."""
+    packed rows are summed per segment on the packed tokens (no unpacking); the Gram still
+    equals the per-row reference."""
     from real_model import gram_capture
 
     cls = type(tied.model.norm)
@@ -453,6 +455,13 @@ def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatc
         return forward(self, *a, **k)
 
     monkeypatch.setattr(cls, "forward", counted)
+    row_sums, summed = gram_capture.PackedRows.row_sums, []
+
+    def counted_sums(self, t):
+        summed.append(tuple(t.shape))
+        return row_sums(self, t)
+
+    monkeypatch.setattr(gram_capture.PackedRows, "row_sums", counted_sums)
     if packed:
         cu, ids, pos, u = packed_batch([4, 6, 3], seed=2)
         terms = packed_terms(tied, ids, pos, u, cu)
@@ -470,6 +479,7 @@ def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatc
         K = cap.result()
     tied.zero_grad(set_to_none=True)
     assert cap.ok and len(calls) == 5  # 2 layers x 2 norms + the final norm, host forward only
+    assert len(summed) == (5 if packed else 0)
     assert rel_err(K, K_ref) <= RTOL
 
 
