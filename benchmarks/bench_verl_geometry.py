@@ -115,8 +115,8 @@ class KindTimers:
         self.seconds: dict[str, float] = {}
         self._wrap(gc.GramCapture, "_contribute", self._kind_of_call)
         self._wrap(gc.PackedRows, "unpack", lambda *a, **k: "  of which unpacking (all)")
-        self._wrap(gm, "linear_weight_gram_identity",
-                   lambda *a, **k: "  of which Linear identity")
+        for name in ("linear_weight_gram_identity", "linear_weight_gram_identity_packed"):
+            self._wrap(gm, name, lambda *a, **k: "  of which Linear identity")
         self._wrap(gm, "linear_weight_gram_per_sample",
                    lambda *a, **k: "  of which Linear per-sample")
         # weight_grads="rows": the Linear's dW and Grams from its per-row gradients (the

@@ -266,6 +266,7 @@ class PackedRows:
         self.row = torch.repeat_interleave(torch.arange(self.n),
                                            torch.tensor(lengths)).to(device)  # row of a token
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._indicators: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
     def is_packed(self, x: torch.Tensor) -> bool:
         """Whether ``x`` is one packed sequence ``[1, >= N, ...]`` of these rows."""
@@ -283,6 +284,17 @@ class PackedRows:
         out = self.unpack(t)
         self._last = (t, out)
         return out
+
+    def indicator(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``S`` ``[n, N]``: ``S_it = 1`` when packed token ``t`` is row ``i``'s (kept per dtype
+        and device)."""
+        key = (dtype, device)
+        S = self._indicators.get(key)
+        if S is None:
+            S = torch.zeros(self.n, self.tokens, dtype=dtype, device=device)
+            S[self.row.to(device), torch.arange(self.tokens, device=device)] = 1
+            self._indicators[key] = S
+        return S
 
     def row_sums(self, t: torch.Tensor) -> torch.Tensor:
         """``[1, N(+pad), ...]`` -> ``[n, ...]``: each row's sum over its own tokens."""
@@ -798,6 +810,8 @@ class GramCapture:
                     and self.norm_closed_form_ok.get(type(mod)) is True
                     and self._norm_on_packed(call, mod, names, x, delta, host_fn)):
                 return
+            if kind == "linear" and self._linear_on_packed(call, names, x, delta):
+                return
             host_fn = None  # the norm's node holds packed tensors; the rows get unpacked
             if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
                 self._guard(call.name, lambda: self.fail(
@@ -818,6 +832,50 @@ class GramCapture:
             self._guard(f"module {call.name!r} ({type(mod).__name__})", fn)
         finally:
             self._busy = False
+
+    def _linear_on_packed(self, call: _Call, names: list[str], x: torch.Tensor,
+                          delta: torch.Tensor) -> bool:
+        """A Linear's identity on the packed tokens (``gm.linear_weight_gram_identity_packed``,
+        no unpacking) when the identity is the method (``"identity"``, or ``"auto"`` choosing it
+        for the padded shape, as the unpacked path would), the head is not tied and the
+        ``[N, N]`` token kernel fits in :attr:`chunk`; ``False`` otherwise (the caller unpacks)."""
+        assert self.packed is not None and self.acc is not None
+        p = self.packed
+        if call.name in self.embedding_of_head or p.tokens ** 2 > self.chunk:
+            return False
+        if self.linear_method == "auto":  # per block, as the unpacked path chooses
+            methods = {gm.choose_linear_method(R=K.shape[0], T=p.T, d_in=x.shape[-1],
+                                               d_out=delta.shape[-1]) for K in self.acc.K}
+            method = methods.pop() if len(methods) == 1 else None
+        else:
+            method = self.linear_method
+        if method != "identity":
+            return False
+        self._busy = True
+        try:
+            self._guard(f"module {call.name!r}", functools.partial(
+                self._add_linear_packed, names, x.detach()[0, : p.tokens],
+                delta[0, : p.tokens]))
+            return True
+        finally:
+            self._busy = False
+
+    def _add_linear_packed(self, names: list[str], a: torch.Tensor, g: torch.Tensor) -> None:
+        assert self.packed is not None and self.acc is not None
+        parts = []
+        if "weight" in names:
+            S = self.packed.indicator(torch.float64, a.device)
+            parts.append(gm.linear_weight_gram_identity_packed(a, g.to(a.dtype), S))
+        if "bias" in names:
+            db = self.packed.row_sums(g[None]).to(torch.float64)
+            parts.append(db @ db.T)
+        full = parts[0] if len(parts) == 1 else parts[0] + parts[1]
+        for K, idx in zip(self.acc.K, self.acc.index, strict=True):
+            if isinstance(idx, slice):
+                K.add_(full[idx, idx])
+            else:
+                i = idx.to(full.device)
+                K.add_(full.index_select(0, i).index_select(1, i))
 
     def _norm_on_packed(self, call: _Call, mod: nn.Module, names: list[str], x: torch.Tensor,
                         delta: torch.Tensor, host_fn: Any) -> bool:

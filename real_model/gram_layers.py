@@ -29,6 +29,7 @@ __all__ = [
     "linear_identity_cost",
     "linear_per_sample_cost",
     "linear_weight_gram_identity",
+    "linear_weight_gram_identity_packed",
     "linear_weight_gram_per_sample",
     "linear_weight_grad_and_gram",
     "linear_weight_rows",
@@ -212,6 +213,26 @@ def linear_weight_gram_identity(
         blk_g = g64[i0 * T : i1 * T] @ g64.T
         prod = (blk_a * blk_g).reshape(i1 - i0, T, R, T)
         K[i0:i1].add_(prod.sum(dim=(1, 3)))
+
+
+def linear_weight_gram_identity_packed(
+    a: torch.Tensor, delta: torch.Tensor, indicator: torch.Tensor
+) -> torch.Tensor:
+    """``<dW_i, dW_j> = sum_{t in i, t' in j} (delta_t . delta_t') (a_t . a_t')`` of packed rows.
+
+    The identity of :func:`linear_weight_gram_identity` on the rows' own tokens, packed one after
+    the other (no padded ``[n, T_max, ...]`` copy): ``S ((a a^T) * (delta delta^T)) S^T``.
+
+    Args:
+        a: ``[N, d_in]`` layer inputs of the ``N`` packed tokens; ``delta``: ``[N, d_out]``.
+        indicator: ``S``, float64 ``[n, N]``: ``S_it = 1`` when token ``t`` is row ``i``'s.
+
+    Returns:
+        float64 ``[n, n]`` (memory ``N^2`` float64 entries: the caller bounds ``N``).
+    """
+    a64, g64 = a.to(torch.float64), delta.to(torch.float64)
+    tokens = (a64 @ a64.T).mul_(g64 @ g64.T)
+    return indicator @ tokens @ indicator.T
 
 
 def linear_weight_gram_per_sample(

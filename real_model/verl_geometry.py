@@ -718,13 +718,19 @@ def _reasons(gathered: list[Mapping[str, Any]]) -> list[str]:
 
 
 def _all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order (one process: ``[obj]`` itself, no pickling round)."""
     dist = torch.distributed
+    if dist.get_world_size() == 1:
+        return [obj]
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
 
 
 def _broadcast(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (one process: ``obj`` itself)."""
+    if torch.distributed.get_world_size() == 1:
+        return obj
     box = [obj]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]

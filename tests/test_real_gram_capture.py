@@ -483,6 +483,46 @@ def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatc
     assert rel_err(K, K_ref) <= RTOL
 
 
+@pytest.mark.parametrize("which, unpacked", [("tied", 1), ("untied", 0)])
+def test_packed_identity_runs_on_the_packed_tokens(monkeypatch, request, which, unpacked):
+    """``linear_method="identity"`` on packed rows: every Linear but a tied head takes its Gram
+    from the packed tokens (``S (A * G) S^T``, no padded copy of its input); biases included,
+    blocks of non-consecutive rows; equal to the per-row reference."""
+    from real_model import gram_capture
+
+    model = request.getfixturevalue(which)
+    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {type(model.model.norm): True})
+    shared, seen = gram_capture.PackedRows.unpack_shared, []
+
+    def counted(self, t):
+        seen.append(tuple(t.shape))
+        return shared(self, t)
+
+    monkeypatch.setattr(gram_capture.PackedRows, "unpack_shared", counted)
+    cu, ids, pos, u = packed_batch([5, 3, 7, 4], seed=4)
+    terms = packed_terms(model, ids, pos, u, cu)
+    K_ref = per_row_gram(model, terms)
+    blocks = [[0, 2], [1, 3]]
+    with GramCapture(model, segments=cu, blocks=blocks, input_taps=False,
+                     linear_method="identity") as cap:
+        terms().sum().backward()
+    model.zero_grad(set_to_none=True)
+    assert cap.ok, cap.problems()
+    assert set(cap.coverage().values()) == {1} and len(seen) == unpacked  # the tied head only
+    for b, K in zip(blocks, cap.result(), strict=True):
+        assert rel_err(K, K_ref[b][:, b]) <= RTOL
+
+
+def test_packed_identity_by_hand():
+    """Two rows packed as tokens [0, 1 | 2] of a 1 x 1 Linear: ``dW_i = sum_t delta_t a_t``."""
+    a = torch.tensor([[1.0], [2.0], [3.0]])
+    delta = torch.tensor([[1.0], [-1.0], [2.0]])
+    S = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    K = gm.linear_weight_gram_identity_packed(a, delta, S)
+    dW = torch.tensor([1.0 * 1 - 1.0 * 2, 2.0 * 3], dtype=torch.float64)  # -1, 6
+    assert torch.equal(K, torch.outer(dW, dW))
+
+
 def test_without_input_taps_float32_host_grads_are_bit_identical():
     """No tap node: the host's autograd graph is unchanged, so even float32 ``.grad`` (whose
     sums over a shared input's consumers depend on their order) is bit for bit the same."""
