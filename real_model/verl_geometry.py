@@ -59,6 +59,7 @@ importing this module needs no verl. Docs: ``docs/verl.md``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -167,27 +168,23 @@ class GeometryConfig:
 
 # ---------------------------------------------------------------------------------------------
 # the per-token loss gradient u = dL/dlogp, captured without changing verl's gradient
-class _GradTap(torch.autograd.Function):
-    """Identity whose backward hands the incoming gradient to ``sink`` and passes it on as is."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, sink: list) -> torch.Tensor:
-        ctx.sink = sink
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        ctx.sink.append(grad.detach())
-        return grad, None
-
-
-def tapped_log_probs(model_output: Mapping[str, Any], sink: list) -> dict[str, Any]:
-    """``model_output`` with its nested ``log_probs`` routed through :class:`_GradTap`."""
+def tap_log_probs(model_output: Mapping[str, Any], sink: list) -> None:
+    """Append the gradient of verl's loss w.r.t. the nested ``log_probs`` (its ``values()``, one
+    entry per packed token) to ``sink`` when the backward reaches them: a gradient hook on the
+    nested tensor itself (verl's autograd graph and its outputs unchanged)."""
     lp = model_output["log_probs"]
-    vals = _GradTap.apply(lp.values(), sink)
-    out = dict(model_output)
-    out["log_probs"] = torch.nested.nested_tensor_from_jagged(vals, lp.offsets())
-    return out
+    if not lp.requires_grad:
+        raise ValueError("verl's log-probs need no gradient: nothing to attribute per token")
+    lp.register_hook(functools.partial(_keep_values, sink))
+
+
+def _keep_values(sink: list, grad: torch.Tensor) -> None:
+    """Gradient hook: keep the per-token values (a failure leaves ``sink`` short, which the step's
+    summary reports; it never raises into verl's backward)."""
+    try:
+        sink.append((grad.values() if grad.is_nested else grad.reshape(-1)).detach())
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
@@ -305,7 +302,7 @@ class VerlGeometry:
             mb = geometry.micro[-1] if geometry.micro else None
             if mb is not None and geometry.active:
                 try:
-                    model_output = tapped_log_probs(model_output, mb.sink)
+                    tap_log_probs(model_output, mb.sink)
                 except Exception as e:  # never into verl's step
                     geometry.errors.append(f"tapping the log-probs: {type(e).__name__}: {e}")
             return loss_function(model_output=model_output, data=data, dp_group=dp_group)
