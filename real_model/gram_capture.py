@@ -258,13 +258,12 @@ class PackedRows:
         self.n = len(lengths)
         self.tokens = seg[-1]
         self.T = max(1, max(lengths))
-        # packed position p of row i -> padded [n, T] position i T + (p - start_i)
-        shift = torch.tensor([i * self.T - a for i, a in enumerate(seg[:-1])])
-        self.index = (torch.arange(self.tokens)
-                      + torch.repeat_interleave(shift, torch.tensor(lengths))).to(device)
+        row = torch.repeat_interleave(torch.arange(self.n), torch.tensor(lengths))
+        # packed token p of row i -> padded [n, T] position i T + (p - start_i)
+        start = torch.tensor(seg[:-1])
+        self.index = (row * self.T + torch.arange(self.tokens) - start[row]).to(device)
+        self.row = row.to(device)  # the row of each packed token
         self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
-        self.row = torch.repeat_interleave(torch.arange(self.n),
-                                           torch.tensor(lengths)).to(device)  # row of a token
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
         self._indicators: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -806,6 +805,11 @@ class GramCapture:
         mod, kind, names = self.plan.modules[call.name]
         host_fn, call.out_fn = call.out_fn, None
         if self.packed is not None and self.packed.is_packed(delta):
+            if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
+                self._guard(call.name, lambda: self.fail(
+                    f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
+                    "packed micro-batch (segments): unsupported by the capture"))
+                return
             if (kind == "generic" and host_fn is not None
                     and self.norm_closed_form_ok.get(type(mod)) is True
                     and self._norm_on_packed(call, mod, names, x, delta, host_fn)):
@@ -813,11 +817,6 @@ class GramCapture:
             if kind == "linear" and self._linear_on_packed(call, names, x, delta):
                 return
             host_fn = None  # the norm's node holds packed tensors; the rows get unpacked
-            if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
-                self._guard(call.name, lambda: self.fail(
-                    f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
-                    "packed micro-batch (segments): unsupported by the capture"))
-                return
             x = self._unpacked_ids(x) if kind == "embedding" else self.packed.unpack_shared(x)
             delta = self.packed.unpack(delta)
         self._busy = True
@@ -862,43 +861,42 @@ class GramCapture:
 
     def _add_linear_packed(self, names: list[str], a: torch.Tensor, g: torch.Tensor) -> None:
         assert self.packed is not None and self.acc is not None
-        parts = []
+        n = self.packed.n
+        full = torch.zeros(n, n, dtype=torch.float64, device=a.device)
         if "weight" in names:
             S = self.packed.indicator(torch.float64, a.device)
-            parts.append(gm.linear_weight_gram_identity_packed(a, g.to(a.dtype), S))
-        if "bias" in names:
-            db = self.packed.row_sums(g[None]).to(torch.float64)
-            parts.append(db @ db.T)
-        full = parts[0] if len(parts) == 1 else parts[0] + parts[1]
-        for K, idx in zip(self.acc.K, self.acc.index, strict=True):
-            if isinstance(idx, slice):
-                K.add_(full[idx, idx])
-            else:
-                i = idx.to(full.device)
-                K.add_(full.index_select(0, i).index_select(1, i))
+            full += gm.linear_weight_gram_identity_packed(a, g.to(a.dtype), S)
+        if "bias" in names:  # <db_i, db_j>, db_i the sum of row i's output gradients
+            gm.flat_gram(full, self.packed.row_sums(g[None]).to(torch.float64))
+        gm.add_to_blocks(list(zip(self.acc.K, self.acc.index, strict=True)), full)
 
     def _norm_on_packed(self, call: _Call, mod: nn.Module, names: list[str], x: torch.Tensor,
                         delta: torch.Tensor, host_fn: Any) -> bool:
         """A norm's closed form on the packed tokens, its rows summed per segment (no unpacking
         of ``x``, ``delta`` or ``z``); ``False`` when it does not apply (the caller unpacks)."""
-        assert self.packed is not None and self.acc is not None
-        if any(isinstance(v, torch.Tensor) for v in call.held or ()):
-            return False
+        assert self.packed is not None
+        packed = self.packed
         args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
+
+        def add() -> bool:
+            grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=packed.n,
+                                       row_sums=packed.row_sums)
+            if grads is not None:
+                self._add_rows_gram(grads)
+            return grads is not None
+
         self._busy = True
-        try:
-            grads = self._guard(
-                f"module {call.name!r} ({type(mod).__name__})",
-                lambda: gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=self.packed.n,
-                                           row_sums=self.packed.row_sums))
-            if grads is None:
-                return self.failed  # a recorded failure ends the call too
-            for _, K, sel in self.acc.each():
-                self._guard(f"module {call.name!r} ({type(mod).__name__})", functools.partial(
-                    gm.flat_gram, K, sel(grads), self.scratch, product_dtype=self.product_dtype))
-            return True
+        try:  # a recorded failure (None from the guard) ends the call too
+            return bool(self._guard(f"module {call.name!r} ({type(mod).__name__})", add)
+                        or self.failed)
         finally:
             self._busy = False
+
+    def _add_rows_gram(self, grads: torch.Tensor) -> None:
+        """Each block's Gram of per-row gradients ``grads`` ``[n, p]``."""
+        assert self.acc is not None
+        for _, K, sel in self.acc.each():
+            gm.flat_gram(K, sel(grads), self.scratch, product_dtype=self.product_dtype)
 
     # ----------------------------------------------------------------- per-layer identities
     def add_linear(
@@ -985,8 +983,7 @@ class GramCapture:
             grads = grads if ok else ref
         if grads is None:
             grads = gm.generic_per_sample_grads(mod, names, args, delta, R=n)
-        for _, K, sel in self.acc.each():
-            gm.flat_gram(K, sel(grads), self.scratch, product_dtype=self.product_dtype)
+        self._add_rows_gram(grads)
 
     # ----------------------------------------------------------------- LM head in tiles
     def head_begin(

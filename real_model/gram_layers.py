@@ -33,6 +33,7 @@ __all__ = [
     "linear_weight_gram_per_sample",
     "linear_weight_grad_and_gram",
     "linear_weight_rows",
+    "add_to_blocks",
     "bias_gram",
     "embedding_rows_gram",
     "generic_per_sample_grads",
@@ -341,13 +342,20 @@ def linear_weight_grad_and_gram(
         for K, idx in blocks:
             flat_gram(K, blk[idx].reshape(-1, c * d_in), scratch, product_dtype=product_dtype)
     if full is not None:
-        for K, idx in blocks:
-            if isinstance(idx, slice):
-                K.add_(full[idx, idx])
-            else:
-                i = idx.to(a.device)
-                K.add_(full.index_select(0, i).index_select(1, i))
+        add_to_blocks(blocks, full)
     return dW
+
+
+def add_to_blocks(blocks: list[tuple[torch.Tensor, slice | torch.Tensor]],
+                  full: torch.Tensor) -> None:
+    """``K_b += full[rows_b][:, rows_b]`` for each ``(K_b, rows_b)`` (rows: a ``slice`` of
+    consecutive rows or a ``LongTensor`` of indices) from a full ``[n, n]`` Gram."""
+    for K, idx in blocks:
+        if isinstance(idx, slice):
+            K.add_(full[idx, idx])
+        else:
+            i = idx.to(full.device)
+            K.add_(full.index_select(0, i).index_select(1, i))
 
 
 _CALIBRATED: dict[tuple[Any, ...], str] = {}

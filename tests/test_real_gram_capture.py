@@ -523,6 +523,15 @@ def test_packed_identity_by_hand():
     assert torch.equal(K, torch.outer(dW, dW))
 
 
+def test_add_to_blocks_by_hand():
+    """Blocks of consecutive rows (a slice) and of scattered rows (indices) of a full Gram."""
+    full = torch.arange(9.0, dtype=torch.float64).reshape(3, 3)
+    K_slice, K_index = torch.ones(2, 2, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)
+    gm.add_to_blocks([(K_slice, slice(1, 3)), (K_index, torch.tensor([0, 2]))], full)
+    assert K_slice.tolist() == [[5.0, 6.0], [8.0, 9.0]]  # 1 + [[4, 5], [7, 8]]
+    assert K_index.tolist() == [[0.0, 2.0], [6.0, 8.0]]
+
+
 def test_without_input_taps_float32_host_grads_are_bit_identical():
     """No tap node: the host's autograd graph is unchanged, so even float32 ``.grad`` (whose
     sums over a shared input's consumers depend on their order) is bit for bit the same."""
