@@ -266,6 +266,7 @@ class PackedRows:
         self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
         self._indicators: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+        self._blocks: dict[tuple[Any, ...], tuple[slice | torch.Tensor, torch.Tensor]] = {}
 
     def is_packed(self, x: torch.Tensor) -> bool:
         """Whether ``x`` is one packed sequence ``[1, >= N, ...]`` of these rows."""
@@ -294,6 +295,35 @@ class PackedRows:
             S[self.row.to(device), torch.arange(self.tokens, device=device)] = 1
             self._indicators[key] = S
         return S
+
+    def block(self, rows: slice | torch.Tensor,
+              device: torch.device) -> tuple[slice | torch.Tensor, torch.Tensor]:
+        """The packed tokens of the rows ``rows`` and their indicator ``S_b`` (float64
+        ``[n_b, N_b]``, :meth:`indicator` restricted to them), kept per block and device.
+
+        ``rows``: a ``slice`` of consecutive rows (their tokens: one ``slice``) or a
+        ``LongTensor`` of row indices (their tokens in that order: a ``LongTensor``; likewise
+        a ``slice`` with a step).
+        """
+        key = ((rows.start, rows.stop, rows.step) if isinstance(rows, slice)
+               else tuple(rows.tolist()), device)
+        hit = self._blocks.get(key)
+        if hit is not None:
+            return hit
+        ids = list(range(self.n))[rows] if isinstance(rows, slice) else list(key[0])
+        spans = [self.bounds[r] for r in ids]
+        tok: slice | torch.Tensor
+        if isinstance(rows, slice) and rows.step in (None, 1) and ids:
+            tok = slice(spans[0][0], spans[-1][1])
+        else:
+            tok = torch.cat([torch.arange(t0, t1) for t0, t1 in spans]
+                            or [torch.zeros(0, dtype=torch.long)]).to(device)
+        lengths = [t1 - t0 for t0, t1 in spans]
+        S = torch.zeros(len(ids), sum(lengths), dtype=torch.float64, device=device)
+        S[torch.repeat_interleave(torch.arange(len(ids)), torch.tensor(lengths, dtype=torch.long)
+                                  ).to(device), torch.arange(sum(lengths), device=device)] = 1
+        self._blocks[key] = (tok, S)
+        return tok, S
 
     def row_sums(self, t: torch.Tensor) -> torch.Tensor:
         """``[1, N(+pad), ...]`` -> ``[n, ...]``: each row's sum over its own tokens."""
@@ -835,12 +865,13 @@ class GramCapture:
     def _linear_on_packed(self, call: _Call, names: list[str], x: torch.Tensor,
                           delta: torch.Tensor) -> bool:
         """A Linear's identity on the packed tokens (``gm.linear_weight_gram_identity_packed``,
-        no unpacking) when the identity is the method (``"identity"``, or ``"auto"`` choosing it
-        for the padded shape, as the unpacked path would), the head is not tied and the
-        ``[N, N]`` token kernel fits in :attr:`chunk`; ``False`` otherwise (the caller unpacks)."""
+        no unpacking; each block on its own rows' tokens) when the identity is the method
+        (``"identity"``, or ``"auto"`` choosing it for the padded shape, as the unpacked path
+        would), the head is not tied and each block's ``[N_b, N_b]`` token kernel fits in
+        :attr:`chunk`; ``False`` otherwise (the caller unpacks)."""
         assert self.packed is not None and self.acc is not None
         p = self.packed
-        if call.name in self.embedding_of_head or p.tokens ** 2 > self.chunk:
+        if call.name in self.embedding_of_head:
             return False
         if self.linear_method == "auto":  # per block, as the unpacked path chooses
             methods = {gm.choose_linear_method(R=K.shape[0], T=p.T, d_in=x.shape[-1],
@@ -848,7 +879,8 @@ class GramCapture:
             method = methods.pop() if len(methods) == 1 else None
         else:
             method = self.linear_method
-        if method != "identity":
+        if method != "identity" or max(
+                p.block(idx, x.device)[1].shape[1] for idx in self.acc.index) ** 2 > self.chunk:
             return False
         self._busy = True
         try:
@@ -860,15 +892,16 @@ class GramCapture:
             self._busy = False
 
     def _add_linear_packed(self, names: list[str], a: torch.Tensor, g: torch.Tensor) -> None:
+        """Each block's identity on its own rows' tokens (``N_b^2`` token pairs, not ``N^2``)."""
         assert self.packed is not None and self.acc is not None
-        n = self.packed.n
-        full = torch.zeros(n, n, dtype=torch.float64, device=a.device)
-        if "weight" in names:
-            S = self.packed.indicator(torch.float64, a.device)
-            full += gm.linear_weight_gram_identity_packed(a, g.to(a.dtype), S)
-        if "bias" in names:  # <db_i, db_j>, db_i the sum of row i's output gradients
-            gm.flat_gram(full, self.packed.row_sums(g[None]).to(torch.float64))
-        gm.add_to_blocks(list(zip(self.acc.K, self.acc.index, strict=True)), full)
+        sums = (self.packed.row_sums(g[None]).to(torch.float64) if "bias" in names else None)
+        for b, K, sel in self.acc.each():
+            tok, S = self.packed.block(self.acc.index[b], a.device)
+            if "weight" in names:
+                K.add_(gm.linear_weight_gram_identity_packed(
+                    a[tok], g[tok].to(a.dtype), S, product_dtype=self.product_dtype))
+            if sums is not None:  # <db_i, db_j>, db_i the sum of row i's output gradients
+                gm.flat_gram(K, sel(sums))
 
     def _norm_on_packed(self, call: _Call, mod: nn.Module, names: list[str], x: torch.Tensor,
                         delta: torch.Tensor, host_fn: Any) -> bool:

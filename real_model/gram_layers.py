@@ -194,7 +194,8 @@ def linear_per_sample_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
 
 
 def linear_weight_gram_identity(
-    K: torch.Tensor, a: torch.Tensor, delta: torch.Tensor, *, chunk_size: int
+    K: torch.Tensor, a: torch.Tensor, delta: torch.Tensor, *, chunk_size: int,
+    product_dtype: torch.dtype = torch.float64,
 ) -> None:
     """Add ``<dW_i, dW_j> = sum_{t,t'} (delta_it . delta_jt') (a_it . a_jt')`` to ``K``.
 
@@ -202,22 +203,25 @@ def linear_weight_gram_identity(
         K: ``[R, R]`` float64 accumulator.
         a: ``[R, T, d_in]`` layer inputs.
         delta: ``[R, T, d_out]`` gradients of the summed loss w.r.t. the layer outputs.
-        chunk_size: at most about this many float64 entries per temporary ``[c T, R T]`` block.
+        chunk_size: at most about this many entries per temporary ``[c T, R T]`` block.
+        product_dtype: dtype of the token kernels ``a a^T`` and ``delta delta^T`` (float64, or
+            float32: each entry a float32 sum of ``d`` products, the two kernels multiplied in
+            float32 and summed over token pairs in float64).
     """
     R, T, _ = a.shape
-    a64 = a.to(torch.float64).reshape(R * T, -1)
-    g64 = delta.to(torch.float64).reshape(R * T, -1)
+    dt = torch.float64 if product_dtype == torch.float64 else torch.float32
+    ad = a.to(dt).reshape(R * T, -1)
+    gd = delta.to(dt).reshape(R * T, -1)
     rows = max(1, chunk_size // max(1, R * T * T))
     for i0 in range(0, R, rows):
         i1 = min(R, i0 + rows)
-        blk_a = a64[i0 * T : i1 * T] @ a64.T  # [(i1-i0) T, R T]
-        blk_g = g64[i0 * T : i1 * T] @ g64.T
-        prod = (blk_a * blk_g).reshape(i1 - i0, T, R, T)
-        K[i0:i1].add_(prod.sum(dim=(1, 3)))
+        blk = (ad[i0 * T : i1 * T] @ ad.T).mul_(gd[i0 * T : i1 * T] @ gd.T)  # [(i1-i0) T, R T]
+        K[i0:i1].add_(blk.to(torch.float64).reshape(i1 - i0, T, R, T).sum(dim=(1, 3)))
 
 
 def linear_weight_gram_identity_packed(
-    a: torch.Tensor, delta: torch.Tensor, indicator: torch.Tensor
+    a: torch.Tensor, delta: torch.Tensor, indicator: torch.Tensor, *,
+    product_dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
     """``<dW_i, dW_j> = sum_{t in i, t' in j} (delta_t . delta_t') (a_t . a_t')`` of packed rows.
 
@@ -227,12 +231,17 @@ def linear_weight_gram_identity_packed(
     Args:
         a: ``[N, d_in]`` layer inputs of the ``N`` packed tokens; ``delta``: ``[N, d_out]``.
         indicator: ``S``, float64 ``[n, N]``: ``S_it = 1`` when token ``t`` is row ``i``'s.
+        product_dtype: dtype of the token kernels ``a a^T`` and ``delta delta^T``: float64
+            (default), or float32 (as :func:`flat_gram`'s float32 products: each kernel entry
+            a float32 sum of ``d`` products, their product rounded to float32 once; the sums
+            over tokens in float64).
 
     Returns:
-        float64 ``[n, n]`` (memory ``N^2`` float64 entries: the caller bounds ``N``).
+        float64 ``[n, n]`` (memory ``N^2`` entries: the caller bounds ``N``).
     """
-    a64, g64 = a.to(torch.float64), delta.to(torch.float64)
-    tokens = (a64 @ a64.T).mul_(g64 @ g64.T)
+    dt = torch.float64 if product_dtype == torch.float64 else torch.float32
+    ad, gd = a.to(dt), delta.to(dt)
+    tokens = (ad @ ad.T).mul_(gd @ gd.T).to(torch.float64)
     return indicator @ tokens @ indicator.T
 
 
@@ -438,7 +447,8 @@ def linear_weight_gram(
             return chosen
         method = chosen
     if method == "identity":
-        linear_weight_gram_identity(K, a, delta, chunk_size=chunk_size)
+        linear_weight_gram_identity(K, a, delta, chunk_size=chunk_size,
+                                    product_dtype=product_dtype)
     elif method == "per_sample":
         linear_weight_gram_per_sample(K, a, delta, chunk_size=chunk_size, scratch=scratch,
                                       product_dtype=product_dtype)

@@ -499,6 +499,13 @@ def test_packed_identity_runs_on_the_packed_tokens(monkeypatch, request, which, 
         return shared(self, t)
 
     monkeypatch.setattr(gram_capture.PackedRows, "unpack_shared", counted)
+    identity, tokens = gm.linear_weight_gram_identity_packed, []
+
+    def counted_identity(a, delta, S, **kw):
+        tokens.append(a.shape[0])
+        return identity(a, delta, S, **kw)
+
+    monkeypatch.setattr(gm, "linear_weight_gram_identity_packed", counted_identity)
     cu, ids, pos, u = packed_batch([5, 3, 7, 4], seed=4)
     terms = packed_terms(model, ids, pos, u, cu)
     K_ref = per_row_gram(model, terms)
@@ -509,6 +516,8 @@ def test_packed_identity_runs_on_the_packed_tokens(monkeypatch, request, which, 
     model.zero_grad(set_to_none=True)
     assert cap.ok, cap.problems()
     assert set(cap.coverage().values()) == {1} and len(seen) == unpacked  # the tied head only
+    # each block on its own rows' tokens: 5 + 7 and 3 + 4 of the 19, never all of them
+    assert tokens and set(tokens[0::2]) == {12} and set(tokens[1::2]) == {7}
     for b, K in zip(blocks, cap.result(), strict=True):
         assert rel_err(K, K_ref[b][:, b]) <= RTOL
 
@@ -521,6 +530,43 @@ def test_packed_identity_by_hand():
     K = gm.linear_weight_gram_identity_packed(a, delta, S)
     dW = torch.tensor([1.0 * 1 - 1.0 * 2, 2.0 * 3], dtype=torch.float64)  # -1, 6
     assert torch.equal(K, torch.outer(dW, dW))
+
+
+def test_packed_rows_block_by_hand():
+    """Rows of lengths 2, 1, 3 (tokens 0-1 | 2 | 3-5): a slice of rows gives one token range,
+    indices give their tokens in that order; ``S_b`` marks each row's tokens."""
+    from real_model.gram_capture import PackedRows
+
+    p = PackedRows([0, 2, 3, 6], torch.device("cpu"))
+    tok, S = p.block(slice(1, 3), torch.device("cpu"))
+    assert tok == slice(2, 6)
+    assert S.tolist() == [[1, 0, 0, 0], [0, 1, 1, 1]] and S.dtype == torch.float64
+    tok, S = p.block(torch.tensor([2, 0]), torch.device("cpu"))
+    assert tok.tolist() == [3, 4, 5, 0, 1]
+    assert S.tolist() == [[1, 1, 1, 0, 0], [0, 0, 0, 1, 1]]
+    assert p.block(torch.tensor([2, 0]), torch.device("cpu"))[1] is S  # kept per block
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_identity_float32_products_within_1e_6_of_float64(packed):
+    """``product_dtype=float32``: float32 token kernels, float64 sums over token pairs; on
+    correlated float32 rows the Gram is within 1e-6 of the float64 one, relative to its largest
+    entry (measured ~5e-8; bfloat16 products would miss it by orders of magnitude)."""
+    g = torch.Generator().manual_seed(0)
+    R, T, d_in, d_out = 4, 30, 96, 160
+    a = torch.randn(R * T, d_in, generator=g) + 3 * torch.randn(1, d_in, generator=g)
+    delta = 1e-3 * torch.randn(R * T, d_out, generator=g)
+    if packed:
+        S = torch.repeat_interleave(torch.eye(R, dtype=torch.float64), T, dim=1)
+        K64 = gm.linear_weight_gram_identity_packed(a, delta, S)
+        K32 = gm.linear_weight_gram_identity_packed(a, delta, S, product_dtype=torch.float32)
+    else:
+        K64, K32 = (torch.zeros(R, R, dtype=torch.float64) for _ in range(2))
+        for K, dt in ((K64, torch.float64), (K32, torch.float32)):
+            gm.linear_weight_gram_identity(K, a.reshape(R, T, -1), delta.reshape(R, T, -1),
+                                           chunk_size=1 << 12, product_dtype=dt)
+    assert K32.dtype == torch.float64
+    assert 0 < ((K32 - K64).abs().max() / K64.abs().max()).item() <= 1e-6
 
 
 def test_add_to_blocks_by_hand():
