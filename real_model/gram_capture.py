@@ -318,10 +318,8 @@ class PackedRows:
         else:
             tok = torch.cat([torch.arange(t0, t1) for t0, t1 in spans]
                             or [torch.zeros(0, dtype=torch.long)]).to(device)
-        lengths = [t1 - t0 for t0, t1 in spans]
-        S = torch.zeros(len(ids), sum(lengths), dtype=torch.float64, device=device)
-        S[torch.repeat_interleave(torch.arange(len(ids)), torch.tensor(lengths, dtype=torch.long)
-                                  ).to(device), torch.arange(sum(lengths), device=device)] = 1
+        full = self.indicator(torch.float64, device)
+        S = full[ids][:, tok].contiguous()  # the rows' own tokens: the rest of the row is 0
         self._blocks[key] = (tok, S)
         return tok, S
 
