@@ -182,6 +182,32 @@ def summarize(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def ratio_interval(steps: list[dict[str, Any]], cond: str, *, level: float = 0.95,
+                   draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval of ``median(cond) / median(off)`` (warm-up step 0 left out): each
+    condition's steps resampled with replacement, ``draws`` times, seeded; the central ``level``
+    quantiles of the ratio. With few steps per condition the interval is wide: that is the point.
+
+    >>> st = [{"condition": "off", "seconds": 1.0}] + [
+    ...     {"condition": c, "seconds": t} for c, t in
+    ...     [("off", 2.0), ("off", 2.0), ("in_run", 3.0), ("in_run", 3.0)]]
+    >>> ratio_interval(st, "in_run")
+    (1.5, 1.5)
+    """
+    import numpy as np
+
+    counted = steps[1:]
+    off = np.array([s["seconds"] for s in counted if s["condition"] == "off"])
+    mine = np.array([s["seconds"] for s in counted if s["condition"] == cond])
+    if not len(off) or not len(mine):
+        raise ValueError(f"no counted steps of 'off' or {cond!r}")
+    rng = np.random.default_rng(seed)
+    num = np.median(rng.choice(mine, size=(draws, len(mine))), axis=1)
+    den = np.median(rng.choice(off, size=(draws, len(off))), axis=1)
+    lo, hi = np.quantile(num / den, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def every_k(ratio: float, k: int) -> float:
     """Overhead (fraction of a plain step) of measuring every ``k``-th step, from the per-step
     ``ratio`` of a measured step to a plain one: ``(ratio - 1) / k``.
@@ -235,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['condition']} | {r['steps']} | {r['median_s']:.2f} | {r['time_ratio']:.3f}x "
               f"| {r['peak_rss_mb']:.0f} | {r['memory_ratio']:.3f}x |")
     for r in rows[1:]:
-        print(f"{r['condition']}: every step {100 * (r['time_ratio'] - 1):+.1f}%, every 10 steps "
+        lo, hi = ratio_interval(res["steps"], r["condition"])
+        r["time_ratio_interval"] = [lo, hi]
+        print(f"{r['condition']}: every step {100 * (r['time_ratio'] - 1):+.1f}% (95% bootstrap "
+              f"interval of the ratio of medians {lo:.3f}x-{hi:.3f}x), every 10 steps "
               f"{100 * every_k(r['time_ratio'], 10):+.1f}% (amortised from the medians)")
     if any(r.get("gpu_memory_ratio") for r in rows):
         for r in rows:

@@ -30,9 +30,12 @@ from trl_geometry_helpers import (  # noqa: E402
     LOSSES,
     PADDED_PROMPTS,
     RowChecker,
+    SimulatedVLLMTrainer,
     loss_id,
     make_trainer,
+    perturb_reference_model,
     tiny_model,
+    tiny_model_with_hub_path,
     tiny_tokenizer,
 )
 
@@ -89,31 +92,18 @@ CONFIGS = {
 }
 
 
-def _model_with_hub_path(tmp_path):
-    """The tiny model saved and reloaded, so TRL can build the reference model (beta > 0)."""
-    from transformers import LlamaForCausalLM
-
-    tok = tiny_tokenizer()
-    path = tmp_path / "tiny"
-    tiny_model(len(tok), eos_logit=1.0).save_pretrained(path)
-    return LlamaForCausalLM.from_pretrained(path, dtype=torch.float64)
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_rows_exact_for_options_beyond_ratio_one(tmp_path, name):
     kw = dict(CONFIGS[name])
     steps = 2
     model = None
     if "beta" in kw:
-        model = _model_with_hub_path(tmp_path)
+        model = tiny_model_with_hub_path(tmp_path / "tiny")
     chk = RowChecker(per_row=name in ("beta", "steps_per_generation=2"))
     tr = make_trainer(tmp_path, callbacks=[chk.callback], model=model, max_steps=steps, **kw)
     chk.trainer = tr
     if "beta" in kw:  # a reference model that differs from the policy: the KL term is nonzero
-        g = torch.Generator().manual_seed(3)
-        with torch.no_grad():
-            for p in tr.ref_model.parameters():
-                p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+        perturb_reference_model(tr)
     tr.train()
     assert_exact(tr, chk, steps=steps)
     segs = [len(tr.geometry_records)]
@@ -128,22 +118,8 @@ def test_rows_exact_for_options_beyond_ratio_one(tmp_path, name):
 
 def test_simulated_vllm_importance_sampling_correction_is_exact(tmp_path):
     """TRL's vLLM IS correction multiplies the per-token loss by sampler ratios (simulated)."""
-
-    class SimulatedVLLM(tg.GeometryGRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            self.use_vllm = False
-            try:
-                out = super()._generate_and_score_completions(inputs)
-            finally:
-                self.use_vllm = True
-            g = torch.Generator().manual_seed(int(self.state.global_step))
-            shape = out["completion_ids"].shape
-            out["importance_sampling_ratio"] = torch.exp(
-                0.3 * torch.randn(shape, generator=g, dtype=torch.float64)).float()
-            return out
-
     chk = RowChecker()
-    tr = make_trainer(tmp_path, callbacks=[chk.callback], trainer_cls=SimulatedVLLM,
+    tr = make_trainer(tmp_path, callbacks=[chk.callback], trainer_cls=SimulatedVLLMTrainer,
                       max_steps=2)
     tr.vllm_importance_sampling_correction = True
     chk.trainer = tr

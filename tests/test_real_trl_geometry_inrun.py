@@ -35,8 +35,11 @@ from trl_geometry_helpers import (  # noqa: E402
     LOSSES,
     PADDED_PROMPTS,
     RowChecker,
+    SimulatedVLLMTrainer,
     make_trainer,
+    perturb_reference_model,
     tiny_model,
+    tiny_model_with_hub_path,
     tiny_tokenizer,
 )
 
@@ -50,9 +53,10 @@ GRAD_RTOL = 1e-12
 INRUN_RTOL_OFF_RATIO = 2e-6
 
 
-def _run(tmp_path, mode, *, steps=1, model_fn=None, **kw):
+def _run(tmp_path, mode, *, steps=1, model_fn=None, prepare=None, **kw):
     """Train ``steps`` steps with ``geometry_mode=mode`` (None: geometry off); return the
-    trainer, TRL's flattened gradient before each update and the last step's Grams."""
+    trainer, TRL's flattened gradient before each update and the last step's Grams.
+    ``prepare(trainer)`` runs before training (e.g. to move the reference model)."""
     from transformers import TrainerCallback
 
     grads, last = [], []
@@ -71,6 +75,8 @@ def _run(tmp_path, mode, *, steps=1, model_fn=None, **kw):
                       geometry_every=0 if mode is None else 1,
                       geometry_mode=mode or "second_pass",
                       geometry_jsonl_path=str(tmp_path / f"{mode}.jsonl"), **cfg)
+    if prepare is not None:
+        prepare(tr)
     tr.train()
     return tr, grads, last
 
@@ -214,13 +220,39 @@ def test_in_run_equals_second_pass_with_gradient_checkpointing(tmp_path, loss_ty
 
 @pytest.mark.slow
 def test_in_run_beyond_ratio_one_gives_the_row_gram_only(tmp_path):
-    """num_iterations=2 (second inner step, ratio != 1) and beta > 0: u_i is not a multiple of
-    the mask, so in-run gives Kg (exact) but not K."""
+    """num_iterations=2 (second inner step, ratio != 1): u_i is not a multiple of the mask, so
+    in-run gives Kg (exact) but not K."""
     run, _ = _assert_in_run_equals_second_pass(tmp_path, steps=2, score=False,
                                                num_iterations=2, loss_type="grpo",
                                                rtol=INRUN_RTOL_OFF_RATIO)
     last = run.geometry_records[-1]["group_records"]
     assert all("score_geometry" in g for g in last if g["has_gradient"])
+
+
+@pytest.mark.slow
+def test_in_run_with_a_kl_term_equals_second_pass_row_gram(tmp_path):
+    """beta > 0, the reference model moved away from the policy: TRL's per-token loss gradient
+    carries the KL term, so u_i is not a multiple of the mask; the in-run Kg (TRL's own rows,
+    KL included) equals the second pass's, and the records say K was not derived in-run."""
+    run, _ = _assert_in_run_equals_second_pass(
+        tmp_path, score=False, loss_type="grpo", beta=0.1,
+        model_fn=lambda: tiny_model_with_hub_path(tmp_path / "tiny"),
+        prepare=perturb_reference_model)
+    assert run.geometry_records[0]["beta"] == 0.1
+    groups = [g for g in run.geometry_records[0]["group_records"] if g["has_gradient"]]
+    assert groups and all("score_geometry" in g for g in groups)
+
+
+@pytest.mark.slow
+def test_in_run_with_simulated_vllm_importance_sampling_equals_second_pass(tmp_path):
+    """TRL's vLLM importance-sampling correction (sampler ratios simulated) weighs each token's
+    loss: in-run takes those weights from TRL's own backward; Kg equals the second pass's."""
+    run, _ = _assert_in_run_equals_second_pass(
+        tmp_path, score=False, loss_type="grpo", trainer_cls=SimulatedVLLMTrainer,
+        prepare=lambda tr: setattr(tr, "vllm_importance_sampling_correction", True))
+    assert run.vllm_importance_sampling_correction
+    groups = [g for g in run.geometry_records[0]["group_records"] if g["has_gradient"]]
+    assert groups and all("score_geometry" in g for g in groups)  # the ratios weigh the tokens
 
 
 @pytest.mark.slow

@@ -50,6 +50,43 @@ def tiny_model(vocab_size: int, *, seed: int = 0, tie: bool = True, eos_logit: f
     return model
 
 
+def tiny_model_with_hub_path(path, *, dtype=torch.float64):
+    """The tiny model (``eos_logit=1``) saved under ``path`` and reloaded, so that TRL can build
+    the reference model from its ``name_or_path`` (``beta > 0``)."""
+    from transformers import LlamaForCausalLM
+
+    tok = tiny_tokenizer()
+    tiny_model(len(tok), eos_logit=1.0).save_pretrained(path)
+    return LlamaForCausalLM.from_pretrained(path, dtype=dtype)
+
+
+def perturb_reference_model(trainer, *, scale: float = 0.05, seed: int = 3) -> None:
+    """Move TRL's reference model away from the policy (seeded), so that the KL term of a
+    ``beta > 0`` loss and its gradient are nonzero."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in trainer.ref_model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+class SimulatedVLLMTrainer(tg.GeometryGRPOTrainer):
+    """TRL's vLLM importance-sampling correction without vLLM: generation by the trainer's
+    model, then seeded sampler ratios ``exp(0.3 z)`` per completion token, which TRL's loss
+    multiplies in (set ``vllm_importance_sampling_correction = True`` on the trainer)."""
+
+    def _generate_and_score_completions(self, inputs):
+        self.use_vllm = False
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self.use_vllm = True
+        g = torch.Generator().manual_seed(int(self.state.global_step))
+        shape = out["completion_ids"].shape
+        out["importance_sampling_ratio"] = torch.exp(
+            0.3 * torch.randn(shape, generator=g, dtype=torch.float64)).float()
+        return out
+
+
 def parity_reward(completions, **kw):
     """Deterministic 0/1 reward that mixes groups of random completions."""
     return [float(sum(map(ord, c)) % 2 == 0) for c in completions]
