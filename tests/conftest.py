@@ -39,6 +39,28 @@ def user_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRPO_AUDIT_CACHE", str(tmp_path / "user-cache"))
 
 
+class QuickClaims:
+    """Each claim's quick check (seed 0) run once per test session: the per-claim tests and the
+    snapshot test read the same deterministic results instead of computing them twice."""
+
+    def __init__(self) -> None:
+        self._results: dict[str, object] = {}
+
+    def __call__(self, claim_id: str):
+        """``paper_checks.registry.run_claim(claim_id, seed=0, quick=True)``, computed once."""
+        from paper_checks.registry import run_claim
+
+        if claim_id not in self._results:
+            self._results[claim_id] = run_claim(claim_id, seed=0, quick=True)
+        return self._results[claim_id]
+
+
+@pytest.fixture(scope="session")
+def quick_claim() -> QuickClaims:
+    """``quick_claim(claim_id)``: the claim's quick check (seed 0), run once per session."""
+    return QuickClaims()
+
+
 @pytest.fixture
 def audit_record(request: pytest.FixtureRequest):
     """``audit_record(paper, claim_id, verdict)``: record a verdict for the summary."""

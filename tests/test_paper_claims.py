@@ -20,7 +20,7 @@ import math
 import pytest
 from expected_verdicts import EXPECTED, EXPECTED_DR_GRPO, EXPECTED_EFFLOSS, EXPECTED_FADE
 
-from paper_checks.registry import VERDICTS, ordered_ids, run_claim
+from paper_checks.registry import VERDICTS, ordered_ids
 
 
 def test_expected_table_covers_every_registered_claim():
@@ -47,8 +47,8 @@ ALL_EXPECTED = {**EXPECTED, **EXPECTED_FADE, **EXPECTED_DR_GRPO, **EXPECTED_EFFL
 
 
 @pytest.mark.parametrize("claim_id", list(ALL_EXPECTED), ids=list(ALL_EXPECTED))
-def test_claim(claim_id: str, audit_record) -> None:
-    r = run_claim(claim_id, seed=0, quick=True)
+def test_claim(claim_id: str, audit_record, quick_claim) -> None:
+    r = quick_claim(claim_id)
     audit_record(r.paper, claim_id, r.verdict)
     assert r.evidence, f"{claim_id}: no evidence"
     for path, v in _numbers(r.evidence):
