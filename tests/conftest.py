@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -20,6 +21,9 @@ from hypothesis import settings
 settings.register_profile("repro", derandomize=True, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+if TYPE_CHECKING:
+    from paper_checks.registry import ClaimResult
 
 _AUDIT = pytest.StashKey[dict[str, dict[str, str]]]()
 
@@ -44,9 +48,9 @@ class QuickClaims:
     snapshot test read the same deterministic results instead of computing them twice."""
 
     def __init__(self) -> None:
-        self._results: dict[str, object] = {}
+        self._results: dict[str, ClaimResult] = {}
 
-    def __call__(self, claim_id: str):
+    def __call__(self, claim_id: str) -> ClaimResult:
         """``paper_checks.registry.run_claim(claim_id, seed=0, quick=True)``, computed once."""
         from paper_checks.registry import run_claim
 
