@@ -20,6 +20,7 @@ Scenarios (same batch of 4 groups x 4 rollouts in every process count):
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -30,6 +31,9 @@ from real_model import verl_cpu as vc
 
 
 def main() -> None:
+    # a native crash of a worker (seen once in CI: rank 1 SIGSEGV, rank 0 then waiting in a gloo
+    # collective) prints that worker's Python stack to its stderr, which the test shows
+    faulthandler.enable()
     model_dir, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
     rank, world = vc.init_process_group()
     vc.register_cpu_platform()
