@@ -193,6 +193,12 @@ def linear_per_sample_cost(*, R: int, T: int, d_in: int, d_out: int) -> float:
     return float(R * T) * d_in * d_out + 2.0 * float(R) ** 2 * d_in * d_out + 4.0 * R * d_in * d_out
 
 
+def _kernel_dtype(product_dtype: torch.dtype) -> torch.dtype:
+    """Dtype of the identity's token kernels: float64 for float64 products, else float32 (as
+    :func:`flat_gram`, any lower ``product_dtype`` multiplies in float32)."""
+    return torch.float64 if product_dtype == torch.float64 else torch.float32
+
+
 def linear_weight_gram_identity(
     K: torch.Tensor, a: torch.Tensor, delta: torch.Tensor, *, chunk_size: int,
     product_dtype: torch.dtype = torch.float64,
@@ -209,7 +215,7 @@ def linear_weight_gram_identity(
             float32 and summed over token pairs in float64).
     """
     R, T, _ = a.shape
-    dt = torch.float64 if product_dtype == torch.float64 else torch.float32
+    dt = _kernel_dtype(product_dtype)
     ad = a.to(dt).reshape(R * T, -1)
     gd = delta.to(dt).reshape(R * T, -1)
     rows = max(1, chunk_size // max(1, R * T * T))
@@ -239,7 +245,7 @@ def linear_weight_gram_identity_packed(
     Returns:
         float64 ``[n, n]`` (memory ``N^2`` entries: the caller bounds ``N``).
     """
-    dt = torch.float64 if product_dtype == torch.float64 else torch.float32
+    dt = _kernel_dtype(product_dtype)
     ad, gd = a.to(dt), delta.to(dt)
     tokens = (ad @ ad.T).mul_(gd @ gd.T).to(torch.float64)
     return indicator @ tokens @ indicator.T
