@@ -30,10 +30,10 @@ from trl_geometry_helpers import (  # noqa: E402
     LOSSES,
     PADDED_PROMPTS,
     RowChecker,
-    SimulatedVLLMTrainer,
     loss_id,
     make_trainer,
     perturb_reference_model,
+    simulated_vllm_trainer,
     tiny_model,
     tiny_model_with_hub_path,
     tiny_tokenizer,
@@ -119,7 +119,7 @@ def test_rows_exact_for_options_beyond_ratio_one(tmp_path, name):
 def test_simulated_vllm_importance_sampling_correction_is_exact(tmp_path):
     """TRL's vLLM IS correction multiplies the per-token loss by sampler ratios (simulated)."""
     chk = RowChecker()
-    tr = make_trainer(tmp_path, callbacks=[chk.callback], trainer_cls=SimulatedVLLMTrainer,
+    tr = make_trainer(tmp_path, callbacks=[chk.callback], trainer_cls=simulated_vllm_trainer(),
                       max_steps=2)
     tr.vllm_importance_sampling_correction = True
     chk.trainer = tr

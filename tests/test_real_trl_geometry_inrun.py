@@ -35,9 +35,9 @@ from trl_geometry_helpers import (  # noqa: E402
     LOSSES,
     PADDED_PROMPTS,
     RowChecker,
-    SimulatedVLLMTrainer,
     make_trainer,
     perturb_reference_model,
+    simulated_vllm_trainer,
     tiny_model,
     tiny_model_with_hub_path,
     tiny_tokenizer,
@@ -248,7 +248,7 @@ def test_in_run_with_simulated_vllm_importance_sampling_equals_second_pass(tmp_p
     """TRL's vLLM importance-sampling correction (sampler ratios simulated) weighs each token's
     loss: in-run takes those weights from TRL's own backward; Kg equals the second pass's."""
     run, _ = _assert_in_run_equals_second_pass(
-        tmp_path, score=False, loss_type="grpo", trainer_cls=SimulatedVLLMTrainer,
+        tmp_path, score=False, loss_type="grpo", trainer_cls=simulated_vllm_trainer(),
         prepare=lambda tr: setattr(tr, "vllm_importance_sampling_correction", True))
     assert run.vllm_importance_sampling_correction
     groups = [g for g in run.geometry_records[0]["group_records"] if g["has_gradient"]]

@@ -5,6 +5,8 @@ prompts, a ``GeometryGRPOTrainer`` factory, the loss types of the default and sl
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -69,22 +71,27 @@ def perturb_reference_model(trainer, *, scale: float = 0.05, seed: int = 3) -> N
             p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
 
 
-class SimulatedVLLMTrainer(tg.GeometryGRPOTrainer):
-    """TRL's vLLM importance-sampling correction without vLLM: generation by the trainer's
-    model, then seeded sampler ratios ``exp(0.3 z)`` per completion token, which TRL's loss
-    multiplies in (set ``vllm_importance_sampling_correction = True`` on the trainer)."""
+@functools.cache
+def simulated_vllm_trainer():
+    """A ``GeometryGRPOTrainer`` with TRL's vLLM importance-sampling correction but no vLLM:
+    generation by the trainer's model, then seeded sampler ratios ``exp(0.3 z)`` per completion
+    token, which TRL's loss multiplies in (set ``vllm_importance_sampling_correction = True`` on
+    the trainer). Built on first use: this module imports without TRL."""
 
-    def _generate_and_score_completions(self, inputs):
-        self.use_vllm = False
-        try:
-            out = super()._generate_and_score_completions(inputs)
-        finally:
-            self.use_vllm = True
-        g = torch.Generator().manual_seed(int(self.state.global_step))
-        shape = out["completion_ids"].shape
-        out["importance_sampling_ratio"] = torch.exp(
-            0.3 * torch.randn(shape, generator=g, dtype=torch.float64)).float()
-        return out
+    class SimulatedVLLMTrainer(tg.GeometryGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            self.use_vllm = False
+            try:
+                out = super()._generate_and_score_completions(inputs)
+            finally:
+                self.use_vllm = True
+            g = torch.Generator().manual_seed(int(self.state.global_step))
+            shape = out["completion_ids"].shape
+            out["importance_sampling_ratio"] = torch.exp(
+                0.3 * torch.randn(shape, generator=g, dtype=torch.float64)).float()
+            return out
+
+    return SimulatedVLLMTrainer
 
 
 def parity_reward(completions, **kw):
