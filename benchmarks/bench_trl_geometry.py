@@ -9,9 +9,12 @@ steps are comparable.
 
 Robust to a loaded machine: ONE trainer, ONE process; the conditions are interleaved step by step
 (rounds of ``off``, ``second_pass``, ``in_run`` in a rotating order, the geometry settings switched
-before each step), after one warm-up step that is not counted. Per condition: the median step
-time, its ratio to ``off``, and the peak resident memory of its steps (the kernel's high-water
-mark ``VmHWM``, reset before every step through ``/proc/self/clear_refs``), ratio to ``off``;
+before each step), after ``--warmup`` plain steps that are not counted (default 1; the first
+steps of a run are slower). Per condition: the median step time, its ratio to ``off`` with a 95%
+bootstrap interval, the same ratio paired within rounds (median over rounds of the step's time
+over the plain step of its round, which cancels slow drifts of the machine), and the peak
+resident memory of its steps (the kernel's high-water mark ``VmHWM``, reset before every step
+through ``/proc/self/clear_refs``), ratio to ``off``; the tokens per row (prompt + completion);
 and the overhead with the geometry every 10 steps, amortised from the same medians (one
 measured step and nine plain ones per ten: ``1 + (ratio - 1) / 10``; a step the geometry does
 not measure runs no geometry code but a step-number check). The load (``uptime``) is printed
@@ -66,13 +69,19 @@ def _uptime() -> str:
         return "uptime: n/a"
 
 
-def schedule(rounds: int) -> list[str]:
-    """Warm-up step, then ``rounds`` rounds of the conditions, each round's order rotated.
+def schedule(rounds: int, *, warmup: int = 1) -> list[str]:
+    """``warmup`` plain steps, then ``rounds`` rounds of the conditions, each round's order
+    rotated.
 
     >>> schedule(2)
     ['off', 'off', 'second_pass', 'in_run', 'second_pass', 'in_run', 'off']
+    >>> schedule(1, warmup=2)
+    ['off', 'off', 'off', 'second_pass', 'in_run']
     """
-    out = ["off"]
+    if warmup < 1:
+        raise ValueError(f"warmup must be >= 1 (the first step builds the trainer's state), "
+                         f"got {warmup}")
+    out = ["off"] * warmup
     for k in range(rounds):
         out += [CONDITIONS[(k + i) % len(CONDITIONS)] for i in range(len(CONDITIONS))]
     return out
@@ -92,7 +101,7 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     from real_model.trl_geometry import GeometryGRPOConfig, GeometryGRPOTrainer
     from real_model.trl_train import TRLTrainConfig, lora_config
 
-    plan = schedule(a.rounds)
+    plan = schedule(a.rounds, warmup=a.warmup)
     cfg = TRLTrainConfig(steps=len(plan), prompts_per_step=a.prompts_per_step,
                          num_generations=a.num_generations, max_new_tokens=a.max_new_tokens,
                          shots=a.shots, loss_type=a.loss_type, lr=1e-6, lora_r=a.lora_r)
@@ -100,7 +109,9 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     P, R = cfg.prompts_per_step, cfg.num_generations
     probs, shots = load_problems(cfg, cfg.steps * P)
-    ds = Dataset.from_dict({"prompt": [build_prompt(p.question, shots=shots) for p in probs]})
+    prompts = [build_prompt(p.question, shots=shots) for p in probs]
+    ds = Dataset.from_dict({"prompt": prompts})
+    prompt_tokens = [len(loaded.tokenizer(p)["input_ids"]) for p in prompts]
     steps: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
 
@@ -148,11 +159,13 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
                              train_dataset=ds, processing_class=loaded.tokenizer,
                              callbacks=[Interleave()], peft_config=lora_config(cfg))
     tr.train()
-    return {"steps": steps}
+    return {"steps": steps, "prompt_tokens_mean": sum(prompt_tokens) / len(prompt_tokens),
+            "completion_tokens": cfg.max_new_tokens}
 
 
-def summarize(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per condition (warm-up step 0 left out): median step time, peak memory, ratios to off.
+def summarize(steps: list[dict[str, Any]], *, warmup: int = 1) -> list[dict[str, Any]]:
+    """Per condition (the ``warmup`` first steps left out): median step time, peak memory,
+    ratios to off.
 
     >>> rows = summarize([{"condition": "off", "seconds": 9.0, "peak_rss_mb": 9.0},
     ...                   {"condition": "off", "seconds": 2.0, "peak_rss_mb": 10.0},
@@ -162,7 +175,7 @@ def summarize(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     import numpy as np
 
-    counted = steps[1:]
+    counted = steps[warmup:]
     out = []
     for cond in CONDITIONS:
         mine = [s for s in counted if s["condition"] == cond]
@@ -182,9 +195,10 @@ def summarize(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def ratio_interval(steps: list[dict[str, Any]], cond: str, *, level: float = 0.95,
-                   draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Bootstrap interval of ``median(cond) / median(off)`` (warm-up step 0 left out): each
+def ratio_interval(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
+                   level: float = 0.95, draws: int = 2000,
+                   seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval of ``median(cond) / median(off)`` (warm-up steps left out): each
     condition's steps resampled with replacement, ``draws`` times, seeded; the central ``level``
     quantiles of the ratio. With few steps per condition the interval is wide: that is the point.
 
@@ -196,7 +210,7 @@ def ratio_interval(steps: list[dict[str, Any]], cond: str, *, level: float = 0.9
     """
     import numpy as np
 
-    counted = steps[1:]
+    counted = steps[warmup:]
     off = np.array([s["seconds"] for s in counted if s["condition"] == "off"])
     mine = np.array([s["seconds"] for s in counted if s["condition"] == cond])
     if not len(off) or not len(mine):
@@ -206,6 +220,40 @@ def ratio_interval(steps: list[dict[str, Any]], cond: str, *, level: float = 0.9
     den = np.median(rng.choice(off, size=(draws, len(off))), axis=1)
     lo, hi = np.quantile(num / den, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+def paired_ratio(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
+                 level: float = 0.95, draws: int = 2000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """Median over rounds of ``seconds(cond) / seconds(off)`` within each round (the
+    ``len(CONDITIONS)`` steps after the warm-up, in order), and its bootstrap interval (rounds
+    resampled with replacement, ``draws`` times, seeded): ``(median, low, high)``. Pairing a step
+    with the plain step of its own round cancels drifts of the machine's speed that are slower
+    than a round, which the ratio of medians does not.
+
+    >>> st = [{"condition": "off", "seconds": 9.0}] + [
+    ...     {"condition": c, "seconds": t} for c, t in
+    ...     [("off", 2.0), ("second_pass", 3.0), ("in_run", 2.2),
+    ...      ("second_pass", 6.0), ("in_run", 4.4), ("off", 4.0)]]
+    >>> tuple(round(x, 6) for x in paired_ratio(st, "in_run"))
+    (1.1, 1.1, 1.1)
+    """
+    import numpy as np
+
+    counted = steps[warmup:]
+    k = len(CONDITIONS)
+    ratios = []
+    for r in range(len(counted) // k):
+        t = {s["condition"]: s["seconds"] for s in counted[r * k:(r + 1) * k]}
+        if cond in t and "off" in t:
+            ratios.append(t[cond] / t["off"])
+    if not ratios:
+        raise ValueError(f"no complete round with 'off' and {cond!r}")
+    x = np.array(ratios)
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(x, size=(draws, len(x))), axis=1)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.median(x)), float(lo), float(hi)
 
 
 def every_k(ratio: float, k: int) -> float:
@@ -221,6 +269,8 @@ def every_k(ratio: float, k: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the three conditions")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="plain steps first, not counted (the first steps of a run are slower)")
     ap.add_argument("--prompts-per-step", type=int, default=2)
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=16)
@@ -239,18 +289,21 @@ def main(argv: list[str] | None = None) -> int:
           + f", loss_type={a.loss_type}, "
           f"{a.prompts_per_step} groups x R={a.num_generations} per step, {a.max_new_tokens} "
           f"new tokens (fixed), {a.shots} shot(s); every group mixed (benchmark reward); "
-          f"{a.rounds} interleaved rounds after 1 warm-up step")
+          f"{a.rounds} interleaved rounds after {a.warmup} warm-up step(s)")
     print(f"load before: {_uptime()}", flush=True)
     res = _run(a)
     print(f"load after:  {_uptime()}")
+    print(f"tokens per row: {res['prompt_tokens_mean'] + res['completion_tokens']:.0f} "
+          f"({res['prompt_tokens_mean']:.0f} prompt, mean over the run's prompts, + "
+          f"{res['completion_tokens']} completion)")
     for i, s in enumerate(res["steps"]):
         print(f"  step {i} {s['condition']:<11} {s['seconds']:7.1f} s  peak {s['peak_rss_mb']:.0f}"
               f" MB  in-run groups {s['in_run_groups']}, second-pass groups "
               f"{s['second_pass_groups']}, mixed {s['mixed_groups']}"
               + (f"  SKIPPED: {s['skipped']}" if s["skipped"] else "")
               + (f"  ERRORS: {s['errors']}" if s.get("errors") else "")
-              + ("  (warm-up, not counted)" if i == 0 else ""))
-    rows = summarize(res["steps"])
+              + ("  (warm-up, not counted)" if i < a.warmup else ""))
+    rows = summarize(res["steps"], warmup=a.warmup)
     bad = [i for i, s in enumerate(res["steps"]) if s.get("errors") or s["skipped"]]
     if bad:
         print(f"WARNING: steps {bad} did not measure every group (see above): their times are "
@@ -261,10 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['condition']} | {r['steps']} | {r['median_s']:.2f} | {r['time_ratio']:.3f}x "
               f"| {r['peak_rss_mb']:.0f} | {r['memory_ratio']:.3f}x |")
     for r in rows[1:]:
-        lo, hi = ratio_interval(res["steps"], r["condition"])
+        lo, hi = ratio_interval(res["steps"], r["condition"], warmup=a.warmup)
         r["time_ratio_interval"] = [lo, hi]
+        med, plo, phi = paired_ratio(res["steps"], r["condition"], warmup=a.warmup)
+        r["paired_ratio"] = [med, plo, phi]
         print(f"{r['condition']}: every step {100 * (r['time_ratio'] - 1):+.1f}% (95% bootstrap "
-              f"interval of the ratio of medians {lo:.3f}x-{hi:.3f}x), every 10 steps "
+              f"interval of the ratio of medians {lo:.3f}x-{hi:.3f}x; paired within rounds "
+              f"{med:.3f}x, {plo:.3f}x-{phi:.3f}x), every 10 steps "
               f"{100 * every_k(r['time_ratio'], 10):+.1f}% (amortised from the medians)")
     if any(r.get("gpu_memory_ratio") for r in rows):
         for r in rows:
@@ -273,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         from pathlib import Path
 
-        Path(a.json).write_text(json.dumps({"steps": res["steps"], "summary": rows}, indent=1))
+        Path(a.json).write_text(json.dumps({**res, "summary": rows}, indent=1))
     return 0
 
 

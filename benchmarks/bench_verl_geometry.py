@@ -11,7 +11,8 @@ of each per round, so that load changes hit all modes alike), median step time p
   backward, the per-step collectives and metrics; no second pass);
 * ``in-run + score``: geometry and the score Gram (second pass, unit weights) every step;
 * ``every 10``: geometry and score Gram at every 10th step (one engine state across the rounds;
-  its MEAN step time is the amortised cost, the median would miss the measured steps).
+  the amortised cost is ``(mean of the measured steps + 9 x mean of the others) / 10``, the
+  median would miss the measured steps).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_verl_geometry.py
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 benchmarks/bench_verl_geometry.py
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -97,8 +99,14 @@ def main() -> None:
             dt = time.perf_counter() - t0
             if r >= args.warmup:
                 times[mode].append(dt)
+        if rank == 0:  # progress, on stderr
+            print(f"warm-up {r + 1}/{args.warmup} done" if r < args.warmup else
+                  f"round {r - args.warmup + 1}/{args.rounds}: "
+                  + ", ".join(f"{m} {times[m][-1]:.3f} s" for m in modes),
+                  file=sys.stderr, flush=True)
     if rank == 0:
-        _report(args, world, times, load0)
+        tokens = float(batch["input_ids"].offsets().diff().float().mean())
+        _report(args, world, times, load0, tokens)
         if timers is not None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))
@@ -159,7 +167,7 @@ class KindTimers:
 
 
 def _report(args: Any, world: int, times: dict[str, list[float]],
-            load0: tuple[float, float, float]) -> None:
+            load0: tuple[float, float, float], tokens_per_row: float) -> None:
     import torch
 
     base = statistics.median(times["off"])
@@ -168,7 +176,7 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
           f"{os.getloadavg()[0]:.2f} at the end")
     print(f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; "
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
-          f"{args.rounds} rounds")
+          f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")
     mean0 = statistics.fmean(times["off"])
     print(f"{'mode':<16}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
     for mode, ts in times.items():
@@ -176,9 +184,28 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
         print(f"{mode:<16}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
     print("(ratios: each mode's median (mean) step over the plain engine's, modes interleaved)")
     inrun = statistics.median(times["in-run"]) / base - 1
-    every10 = statistics.fmean(times["every 10"]) / mean0 - 1
+    every10 = amortised_mean(times["every 10"], every=10) / mean0 - 1
     print(f"in-run geometry overhead, every step: {100 * inrun:+.1f}% of the step (medians); "
           f"geometry + score every 10 steps: {100 * every10:+.1f}% (means)")
+
+
+def amortised_mean(ts: list[float], *, every: int) -> float:
+    """Mean step time when one step in ``every`` is measured: ``ts`` are the timed steps of the
+    ``every`` mode, the measured ones at indices ``0, every, 2 every, ...``;
+    ``(mean(measured) + (every - 1) mean(plain)) / every``, so that a run whose length is not a
+    multiple of ``every`` does not weigh the measured steps more (or less) than 1 in ``every``.
+    With only measured steps (one round), their mean.
+
+    >>> amortised_mean([11.0, 1.0, 1.0], every=10)
+    2.0
+    >>> amortised_mean([3.0], every=10)
+    3.0
+    """
+    measured = ts[::every]
+    plain = [t for i, t in enumerate(ts) if i % every]
+    if not plain:
+        return statistics.fmean(measured)
+    return (statistics.fmean(measured) + (every - 1) * statistics.fmean(plain)) / every
 
 
 def _version(name: str) -> str:
