@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(as `real trl-train --lora-r`); 0: full-parameter training")
     ap.add_argument("--json", default=None, help="also write the per-step figures here")
     a = ap.parse_args(argv)
+    if a.rounds < 1 or a.warmup < 1:
+        ap.error(f"--rounds and --warmup must be >= 1 (got {a.rounds} and {a.warmup})")
     print(f"SmolLM2-135M {a.dtype} on {a.device}"
           + (f", LoRA r={a.lora_r}" if a.lora_r else ", full parameters")
           + f", loss_type={a.loss_type}, "

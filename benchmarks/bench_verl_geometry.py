@@ -55,6 +55,8 @@ def main() -> None:
     ap.add_argument("--kinds", action="store_true",
                     help="also time the in-run overhead per module kind (an extra mode)")
     args = ap.parse_args()
+    if args.rounds < 1 or args.warmup < 0:
+        ap.error(f"--rounds must be >= 1 and --warmup >= 0 (got {args.rounds}, {args.warmup})")
     load0 = os.getloadavg()
 
     from real_model import verl_cpu as vc
