@@ -195,6 +195,21 @@ def summarize(steps: list[dict[str, Any]], *, warmup: int = 1) -> list[dict[str,
     return out
 
 
+def _boot_medians(x: Any, *, rng: Any, draws: int) -> Any:
+    """Medians of ``draws`` resamples of ``x`` with replacement, ``[draws]``."""
+    import numpy as np
+
+    return np.median(rng.choice(x, size=(draws, len(x))), axis=1)
+
+
+def _central(values: Any, level: float) -> tuple[float, float]:
+    """The central ``level`` quantiles of ``values``."""
+    import numpy as np
+
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def ratio_interval(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
                    level: float = 0.95, draws: int = 2000,
                    seed: int = 0) -> tuple[float, float]:
@@ -216,10 +231,8 @@ def ratio_interval(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
     if not len(off) or not len(mine):
         raise ValueError(f"no counted steps of 'off' or {cond!r}")
     rng = np.random.default_rng(seed)
-    num = np.median(rng.choice(mine, size=(draws, len(mine))), axis=1)
-    den = np.median(rng.choice(off, size=(draws, len(off))), axis=1)
-    lo, hi = np.quantile(num / den, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    num = _boot_medians(mine, rng=rng, draws=draws)
+    return _central(num / _boot_medians(off, rng=rng, draws=draws), level)
 
 
 def paired_ratio(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
@@ -250,10 +263,8 @@ def paired_ratio(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
     if not ratios:
         raise ValueError(f"no complete round with 'off' and {cond!r}")
     x = np.array(ratios)
-    rng = np.random.default_rng(seed)
-    boot = np.median(rng.choice(x, size=(draws, len(x))), axis=1)
-    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return float(np.median(x)), float(lo), float(hi)
+    lo, hi = _central(_boot_medians(x, rng=np.random.default_rng(seed), draws=draws), level)
+    return float(np.median(x)), lo, hi
 
 
 def every_k(ratio: float, k: int) -> float:
