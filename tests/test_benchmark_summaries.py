@@ -1,0 +1,79 @@
+"""The summary statistics the geometry benchmarks print (``benchmarks/`` is outside the default
+doctest collection, so its doctests run here too).
+
+Exact tier: hand-made step lists whose ratios are known.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+TRL = _load("bench_trl_geometry")
+VERL = _load("bench_verl_geometry")
+
+
+@pytest.mark.parametrize("mod", [TRL, VERL], ids=["bench_trl_geometry", "bench_verl_geometry"])
+def test_benchmark_doctests_pass(mod: ModuleType) -> None:
+    res = doctest.testmod(mod)
+    assert res.attempted > 0 and res.failed == 0
+
+
+def _rounds(pairs: list[tuple[float, float]]) -> list[dict]:
+    """One warm-up step, then rounds of (off, second_pass, in_run) with the given off / in_run
+    seconds (second pass at twice off)."""
+    steps = [{"condition": "off", "seconds": 100.0}]
+    for off, inrun in pairs:
+        steps += [{"condition": "off", "seconds": off},
+                  {"condition": "second_pass", "seconds": 2 * off},
+                  {"condition": "in_run", "seconds": inrun}]
+    return steps
+
+
+def test_paired_ratio_cancels_a_drift_the_ratio_of_medians_does_not() -> None:
+    # the machine slows down 2x over the run; in-run is always 5% above its round's off step
+    offs = [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]
+    steps = _rounds([(o, 1.05 * o) for o in offs])
+    med, lo, hi = TRL.paired_ratio(steps, "in_run")
+    assert med == pytest.approx(1.05) and lo == pytest.approx(1.05) and hi == pytest.approx(1.05)
+    lo_m, hi_m = TRL.ratio_interval(steps, "in_run")
+    assert hi_m - lo_m > 0.5  # the unpaired interval is spread by the drift
+
+
+def test_warmup_steps_are_left_out_of_every_summary() -> None:
+    steps = _rounds([(1.0, 1.1), (1.0, 1.1)])
+    slow_first_round = [{"condition": "off", "seconds": 100.0}] + _rounds([(50.0, 1.0)])[1:]
+    both = slow_first_round + steps[1:]
+    assert TRL.paired_ratio(both, "in_run", warmup=4)[0] == pytest.approx(1.1)
+    rows = {r["condition"]: r for r in TRL.summarize(
+        [{**s, "peak_rss_mb": 1.0} for s in both], warmup=4)}
+    assert rows["in_run"]["time_ratio"] == pytest.approx(1.1)
+
+
+def test_schedule_refuses_no_warmup_step() -> None:
+    with pytest.raises(ValueError, match="warmup must be >= 1"):
+        TRL.schedule(2, warmup=0)
+
+
+def test_amortised_mean_weighs_the_measured_step_one_in_every() -> None:
+    # 8 timed steps, the first measured (10 s), the rest plain (1 s): a plain mean says 2.125 s
+    ts = [10.0] + [1.0] * 7
+    assert VERL.amortised_mean(ts, every=10) == pytest.approx((10.0 + 9 * 1.0) / 10)
+    # 20 steps, measured at 0 and 10: the plain mean and the amortised one agree
+    ts20 = [10.0 if i % 10 == 0 else 1.0 for i in range(20)]
+    assert VERL.amortised_mean(ts20, every=10) == pytest.approx(sum(ts20) / 20)
