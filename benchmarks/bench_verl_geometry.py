@@ -9,6 +9,9 @@ of each per round, so that load changes hit all modes alike), median step time p
 * ``off``: plain engine (no geometry);
 * ``in-run``: geometry every step, ``score_every=0`` (the gradient-row Gram from verl's own
   backward, the per-step collectives and metrics; no second pass);
+* ``in-run, per call``: the same with ``batch_small_calls=False`` (every module call adds its
+  own term in the backward; the default batches the small calls after each micro-batch's
+  backward);
 * ``in-run + score``: geometry and the score Gram (second pass, unit weights) every step;
 * ``every 10``: geometry and score Gram at every 10th step (one engine state across the rounds;
   the amortised cost is ``(mean of the measured steps + 9 x mean of the others) / 10``, the
@@ -17,7 +20,7 @@ of each per round, so that load changes hit all modes alike), median step time p
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_verl_geometry.py
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 benchmarks/bench_verl_geometry.py
 
-``--kinds`` adds a fifth mode, in-run with timers around the core's per-module contributions,
+``--kinds`` adds a sixth mode, in-run with timers around the core's per-module contributions,
 and prints where the in-run overhead goes per step: Linear layers by identity (``identity``:
 from the ``[N, N]`` token kernels, "ghost" norms) and per-sample method, norms, the embedding,
 the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, the extra autograd
@@ -77,6 +80,7 @@ def main() -> None:
     modes: dict[str, Any] = {
         "off": None,
         "in-run": vg.GeometryConfig(score_every=0),
+        "in-run, per call": vg.GeometryConfig(score_every=0, batch_small_calls=False),
         "in-run + score": vg.GeometryConfig(),
         "every 10": vg.VerlGeometry(vg.GeometryConfig(every=10)),
     }
@@ -132,6 +136,8 @@ class KindTimers:
         # weight_grads="rows": the Linear's dW and Grams from its per-row gradients (the
         # batched products replace verl's own dW product, so this is not all overhead)
         self._wrap(gc.GramCapture, "_rows_grad", lambda *a, **k: "linear layers (rows, dW)")
+        # batch_small_calls: the small calls' terms, added after each micro-batch's backward
+        self._wrap(gc.GramCapture, "_add_small", lambda *a, **k: "small calls (batched)")
 
     @staticmethod
     def _kind_of_call(cap: Any, call: Any, *args: Any, **kwargs: Any) -> str:
@@ -180,10 +186,10 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")
     mean0 = statistics.fmean(times["off"])
-    print(f"{'mode':<16}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
+    print(f"{'mode':<18}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
     for mode, ts in times.items():
         med, mean = statistics.median(ts), statistics.fmean(ts)
-        print(f"{mode:<16}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
+        print(f"{mode:<18}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
     print("(ratios: each mode's median (mean) step over the plain engine's, modes interleaved)")
     inrun = statistics.median(times["in-run"]) / base - 1
     every10 = amortised_mean(times["every 10"], every=10) / mean0 - 1

@@ -74,6 +74,20 @@ LINEAR_METHODS = gm.LINEAR_METHODS
 WEIGHT_GRADS = ("host", "rows")
 """``weight_grads`` values of :class:`GramCapture`."""
 
+SMALL_CALL_ELEMENTS = 1 << 16
+"""A call is *small* when what its contribution reads holds at most this many entries: a
+weight-only ``nn.Linear`` call's ``N (d_in + d_out)`` (``N`` its tokens, at most
+:data:`SMALL_CALL_TOKENS`), an untied embedding call's ``N d``, a leaf module's per-row
+gradients ``n p``. With ``batch_small_calls=True`` (:class:`GramCapture`) a small call's inputs
+are kept and its term is added at :meth:`GramCapture.flush` with the other small calls of the
+capture: the Linear identity ``sum_m S ((a_m a_m^T) * (delta_m delta_m^T)) S^T`` as one batched
+product per ``(d_in, d_out)`` shape (an embedding's ``a a^T`` is the id-equality kernel), the
+leaves' rows as one Gram. Each such call otherwise costs ~10 tensor operations whose fixed cost
+(tens of microseconds each on CPU), not their arithmetic, is its price."""
+
+SMALL_CALL_TOKENS = 512
+"""Most tokens ``N`` of a small Linear call (its ``[N, N]`` token kernels are formed whole)."""
+
 
 NORM_CLOSED_FORM_CHECKED: dict[type, bool] = {}
 """Verdict per norm class: does its closed-form per-row gradient (``gm.fast_leaf_grads``) match
@@ -413,6 +427,12 @@ class GramCapture:
             Gram products, not a second ``grad^T x`` product. ``.grad`` equals the host's up
             to float rounding (the rows are summed in another order), not bit for bit.
             :attr:`from_rows` names the modules that took this path.
+        batch_small_calls: keep the contributions of small calls (:data:`SMALL_CALL_ELEMENTS`)
+            and add them together at :meth:`flush` (called by :meth:`result`), batched: the same
+            Gram up to float rounding, at a fraction of the per-call cost; a small Linear takes
+            the host's ``dW`` (not ``weight_grads="rows"``). :attr:`batched` names the modules
+            that took this path. ``False``: every call adds its own contribution in the
+            backward. Default ``True``.
 
     Usage: enter, run ONE forward + backward over ``n`` rows (batch-first inputs), exit; then
     :meth:`result` (float64 ``[n, n]``, or one matrix per block), :meth:`coverage` and
@@ -432,6 +452,7 @@ class GramCapture:
         segments: Any = None,
         input_taps: bool | None = True,
         weight_grads: str = "host",
+        batch_small_calls: bool = True,
     ) -> None:
         if weight_grads not in WEIGHT_GRADS:
             raise ValueError(f"weight_grads must be one of {WEIGHT_GRADS}, got {weight_grads!r}")
@@ -474,6 +495,12 @@ class GramCapture:
         self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
         self._pending: dict[str, _Call] = {}  # rows calls opened by the pre-hook
         self.from_rows: set[str] = set()  # modules whose dW came from the rows (weight_grads)
+        self.batch_small_calls = bool(batch_small_calls)
+        self.batched: set[str] = set()  # modules whose small calls were batched (flush)
+        self._small_linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]] = []
+        self._small_embedding: list[tuple[PackedRows, torch.Tensor, torch.Tensor, Any]] = []
+        self._small_rows: list[torch.Tensor] = []
+        self._uniform_rows: dict[tuple[int, int, torch.device], PackedRows] = {}
         self._handles: list[Any] = []
         self._trl: tuple[Any, Any] | None = None
         self._busy = False
@@ -554,6 +581,7 @@ class GramCapture:
 
     def problems(self) -> list[str]:
         """Recorded errors plus coverage problems (a module counted 0 or > 1 times)."""
+        self.flush()
         if self.errors:  # later work was skipped: coverage would only echo the first failure
             return list(self.errors)
         out: list[str] = []
@@ -590,7 +618,7 @@ class GramCapture:
             GramCaptureError: with every problem of :meth:`problems`, or on a non-finite ``K``.
         """
         self.roots = []  # the backward is over: drop the embedding outputs (and their hooks)
-        probs = self.problems()
+        probs = self.problems()  # flushes the small calls first
         if probs:
             raise GramCaptureError("; ".join(probs))
         assert self.acc is not None
@@ -677,6 +705,8 @@ class GramCapture:
         try:  # never raise into the host's forward: on any doubt the module keeps the tap path
             if x.dtype != mod.weight.dtype or torch.is_autocast_enabled(x.device.type):
                 return False
+            if self._small_linear_tokens(name, x) is not None:
+                return False  # batched at flush, with the host's dW
             if self.linear_method == "per_sample":
                 return True
             packed = self.packed is not None and self.packed.is_packed(x)
@@ -832,6 +862,10 @@ class GramCapture:
     def _contribute(self, call: _Call, x: Any, delta: torch.Tensor) -> None:
         mod, kind, names = self.plan.modules[call.name]
         host_fn, call.out_fn = call.out_fn, None
+        if kind == "linear" and self._defer_linear(call.name, x, delta):
+            return
+        if kind == "embedding" and self._defer_embedding(call.name, mod, x, delta):
+            return
         if self.packed is not None and self.packed.is_packed(delta):
             if kind == "generic" and any(isinstance(v, torch.Tensor) for v in call.held or ()):
                 self._guard(call.name, lambda: self.fail(
@@ -855,7 +889,8 @@ class GramCapture:
                 fn = functools.partial(self.add_embedding, call.name, mod, x, delta)
             else:
                 args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
-                fn = functools.partial(self.add_leaf, mod, names, args, delta, host_fn=host_fn)
+                fn = functools.partial(self.add_leaf, mod, names, args, delta, host_fn=host_fn,
+                                       name=call.name)
             self._guard(f"module {call.name!r} ({type(mod).__name__})", fn)
         finally:
             self._busy = False
@@ -913,7 +948,7 @@ class GramCapture:
             grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=packed.n,
                                        row_sums=packed.row_sums)
             if grads is not None:
-                self._add_rows_gram(grads)
+                self._add_rows_gram(grads, call.name)
             return grads is not None
 
         self._busy = True
@@ -923,11 +958,140 @@ class GramCapture:
         finally:
             self._busy = False
 
-    def _add_rows_gram(self, grads: torch.Tensor) -> None:
-        """Each block's Gram of per-row gradients ``grads`` ``[n, p]``."""
+    def _add_rows_gram(self, grads: torch.Tensor, name: str | None = None) -> None:
+        """Each block's Gram of per-row gradients ``grads`` ``[n, p]`` (small ones: at
+        :meth:`flush`, concatenated with the others)."""
         assert self.acc is not None
+        if self.batch_small_calls and grads.numel() <= SMALL_CALL_ELEMENTS:
+            self._small_rows.append(grads.detach())
+            if name is not None:
+                self.batched.add(name)
+            return
         for _, K, sel in self.acc.each():
             gm.flat_gram(K, sel(grads), self.scratch, product_dtype=self.product_dtype)
+
+    # ----------------------------------------------------------------- small calls, batched
+    def _small_layout(self, t: torch.Tensor, width: int, *,
+                      features: bool = True) -> PackedRows | None:
+        """The token layout of a small call whose tokens are ``t``'s leading axes (one trailing
+        feature axis, or none: ``features=False``, token ids) and that reads ``width`` entries
+        per token: the packed rows, or batch-first rows of ``T`` tokens each as segments;
+        ``None`` when the call is not small (:data:`SMALL_CALL_ELEMENTS`,
+        :data:`SMALL_CALL_TOKENS`) or not on the capture's rows."""
+        if not self.batch_small_calls or self.n is None:
+            return None
+        if self.packed is not None and self.packed.is_packed(t):
+            layout = self.packed
+        else:
+            if t.dim() < 1 + features or t.shape[0] != self.n:
+                return None
+            T = t.numel() // max(1, self.n * (t.shape[-1] if features else 1))
+            if T < 1:
+                return None
+            key = (self.n, T, t.device)
+            layout = self._uniform_rows.get(key)  # type: ignore[assignment]
+            if layout is None:  # batch-first rows of T tokens each, as packed segments
+                layout = PackedRows(torch.arange(0, self.n * T + 1, T), t.device)
+                self._uniform_rows[key] = layout
+        if layout.tokens > SMALL_CALL_TOKENS or layout.tokens * width > SMALL_CALL_ELEMENTS:
+            return None
+        return layout
+
+    def _small_linear_tokens(self, name: str, x: torch.Tensor) -> PackedRows | None:
+        """:meth:`_small_layout` of a weight-only Linear call on input ``x`` (not a tied head)."""
+        mod, _, names = self.plan.modules[name]
+        if names != ["weight"] or name in self.embedding_of_head or x.dim() < 2:
+            return None
+        return self._small_layout(x, x.shape[-1] + mod.weight.shape[0])
+
+    def _defer_embedding(self, name: str, mod: nn.Module, ids: torch.Tensor,
+                         delta: torch.Tensor) -> bool:
+        """Keep a small (untied) embedding call's ids and ``delta`` for :meth:`flush`: its term
+        ``S ([id_t = id_t'] * (delta delta^T)) S^T`` (tokens at ``padding_idx`` left out)."""
+        if name in self.tied_embeddings or not isinstance(ids, torch.Tensor):
+            return False
+        layout = self._small_layout(ids, delta.shape[-1], features=False)
+        if layout is None:
+            return False
+        N = layout.tokens
+        flat = ids[0, :N] if layout is self.packed else ids.reshape(N)
+        g = delta[0, :N] if layout is self.packed else delta.reshape(N, -1)
+        pad = getattr(mod, "padding_idx", None)
+        keep = None if pad is None else (flat != pad)
+        self._small_embedding.append((layout, flat, g, keep))
+        self.batched.add(name)
+        return True
+
+    def _defer_linear(self, name: str, x: torch.Tensor, delta: torch.Tensor) -> bool:
+        """Keep a small Linear call's ``(a, delta)`` on its tokens for :meth:`flush`."""
+        layout = self._small_linear_tokens(name, x)
+        if layout is None:
+            return False
+        N = layout.tokens
+        if layout is self.packed:
+            a, g = x.detach()[0, :N], delta[0, :N]
+        else:
+            a, g = x.detach().reshape(N, -1), delta.reshape(N, -1)
+        self._small_linear.append((layout, a, g))
+        self.batched.add(name)
+        return True
+
+    def flush(self) -> None:
+        """Add the contributions of the small calls kept so far (``batch_small_calls``); called
+        by :meth:`result` and :meth:`problems`, or by the host after its backward to free the
+        kept tensors early. Idempotent; failures are recorded like any other."""
+        if not (self._small_linear or self._small_embedding or self._small_rows):
+            return
+        linear, self._small_linear = self._small_linear, []
+        emb, self._small_embedding = self._small_embedding, []
+        rows, self._small_rows = self._small_rows, []
+        if not self.failed:
+            self._guard("small calls, batched",
+                        functools.partial(self._add_small, linear, rows, emb))
+
+    def _add_small(self, linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]],
+                   rows: list[torch.Tensor],
+                   embedding: Sequence[tuple[PackedRows, torch.Tensor, torch.Tensor, Any]] = (),
+                   ) -> None:
+        """``K_b += S_b (sum_m (a_m a_m^T) * (delta_m delta_m^T))[b, b] S_b^T`` per token layout,
+        the Linear calls of one ``(d_in, d_out)`` shape in one batched product (kernels in
+        :attr:`product_dtype`, as the per-call identity; their products summed in float64; at
+        most :attr:`chunk` kernel entries at once), an embedding's ``a a^T`` the id-equality
+        kernel ``[id_t = id_t']``; then the Gram of the leaves' concatenated rows."""
+        assert self.acc is not None
+        dt = self.product_dtype
+        layouts: dict[int, tuple[PackedRows, dict[tuple, list], list]] = {}
+        for layout, a, g in linear:
+            shapes = layouts.setdefault(id(layout), (layout, {}, []))[1]
+            shapes.setdefault((a.shape[-1], g.shape[-1]), []).append((a, g))
+        for layout, ids, g, keep in embedding:
+            layouts.setdefault(id(layout), (layout, {}, []))[2].append((ids, g, keep))
+        for layout, shapes, embs in layouts.values():
+            N = layout.tokens
+            dev = (next(iter(shapes.values()))[0][0] if shapes else embs[0][1]).device
+            tok = torch.zeros(N, N, dtype=torch.float64, device=dev)
+            step = max(1, self.chunk // max(1, N * N))
+            for calls in shapes.values():
+                for m0 in range(0, len(calls), step):
+                    part = calls[m0:m0 + step]
+                    A = torch.stack([a for a, _ in part]).to(dt)
+                    G = torch.stack([g for _, g in part]).to(dt)
+                    tok += (A @ A.mT).mul_(G @ G.mT).to(torch.float64).sum(dim=0)
+            for ids, g, keep in embs:
+                same = ids[:, None] == ids[None, :]
+                if keep is not None:
+                    same &= keep[:, None] & keep[None, :]
+                gd = g.to(dt)
+                tok += (gd @ gd.T).to(torch.float64).mul_(same)
+            for b, K, _ in self.acc.each():
+                t, S = layout.block(self.acc.index[b], dev)
+                sub = tok[t, t] if isinstance(t, slice) else tok[t][:, t]
+                K.add_(S @ sub @ S.T)
+        if rows:
+            dt = functools.reduce(torch.promote_types, (r.dtype for r in rows))
+            flat = torch.cat([r.to(dt) for r in rows], dim=1)
+            for _, K, sel in self.acc.each():
+                gm.flat_gram(K, sel(flat), self.scratch, product_dtype=self.product_dtype)
 
     # ----------------------------------------------------------------- per-layer identities
     def add_linear(
@@ -984,7 +1148,7 @@ class GramCapture:
 
     def add_leaf(
         self, mod: nn.Module, names: list[str], args: tuple, delta: torch.Tensor, *,
-        host_fn: Any = None,
+        host_fn: Any = None, name: str | None = None,
     ) -> None:
         """Per-row gradients of a small leaf module: closed-form norms, else per-row VJPs
         (``gm.generic_per_sample_grads``). The closed form reads the ``z`` of ``weight * z``
@@ -1014,7 +1178,7 @@ class GramCapture:
             grads = grads if ok else ref
         if grads is None:
             grads = gm.generic_per_sample_grads(mod, names, args, delta, R=n)
-        self._add_rows_gram(grads)
+        self._add_rows_gram(grads, name)
 
     # ----------------------------------------------------------------- LM head in tiles
     def head_begin(

@@ -154,6 +154,10 @@ class GeometryConfig:
             gradient equal up to float rounding, ~1e-7 relative in float32), or ``"host"``:
             TRL's own backward (gradient bit-identical with the geometry off; the Linear Grams
             then cost one more product per layer).
+        batch_small_calls: in-run only: the terms of small module calls (a few tokens x narrow
+            layers, ``real_model.gram_capture.SMALL_CALL_ELEMENTS``) are added together after
+            the micro-batch's backward, batched (a batched Linear keeps TRL's own ``dW``);
+            ``False``: each call adds its own in the backward (default True).
     """
 
     geometry_every: int = 1
@@ -170,6 +174,7 @@ class GeometryConfig:
     score_every: int = 0
     group_order: bool = False
     weight_grads: str = "rows"
+    batch_small_calls: bool = True
 
     def __post_init__(self) -> None:
         from .gram_capture import WEIGHT_GRADS  # torch only when a config is made
@@ -225,6 +230,8 @@ _FIELD_HELP = {
     "weight_grads": "In-run: 'rows' (each Linear's weight gradient as the sum of the per-row "
                     "gradients; equal to TRL's up to float rounding) or 'host' (TRL's own, "
                     "bit-identical; slower).",
+    "batch_small_calls": "In-run: add the terms of small module calls (few tokens, narrow "
+                         "layers) together after the backward, batched (True) or one by one.",
 }
 
 
@@ -1431,6 +1438,7 @@ class _InRunMicro:
         self.row_grams: dict[int, np.ndarray] = {}
         self.coverage: dict[str, int] = {}
         self.from_rows: list[str] = []  # Linear modules whose dW the capture formed
+        self.batched: list[str] = []  # modules whose small calls were added after the backward
         self._wrapper: Any = None
 
     def open(self, trainer: Any, model: Any, *, config: GeometryConfig) -> None:
@@ -1441,7 +1449,8 @@ class _InRunMicro:
             # input taps only under gradient checkpointing (TRL backpropagates with
             # accelerator.backward: the hooks alone see every module; fewer autograd nodes)
             cap = GramCapture(model, blocks=list(self.groups.values()), input_taps=None,
-                              weight_grads=config.weight_grads)
+                              weight_grads=config.weight_grads,
+                              batch_small_calls=bool(config.batch_small_calls))
             cap.__enter__()
             self.capture = cap
             self._wrapper = self._logps_wrapper(trainer)
@@ -1488,6 +1497,7 @@ class _InRunMicro:
             Ks, self.error = _try(cap.result)
             self.coverage = cap.coverage()
             self.from_rows = sorted(cap.from_rows)
+            self.batched = sorted(cap.batched)
             if Ks is not None:
                 self.row_grams = {g: K.detach().cpu().double().numpy()
                                   for g, K in zip(self.groups, Ks, strict=True)}
@@ -1753,7 +1763,7 @@ def _make_config_class() -> Any:
                "rtol": float, "success_threshold": float, "log_prefix": str,
                "keep_groups": bool, "strict": bool, "grad_norm": bool,
                "memory_budget_mb": float | None, "mode": str, "score_every": int,
-               "group_order": bool, "weight_grads": str}[f.name]
+               "group_order": bool, "weight_grads": str, "batch_small_calls": bool}[f.name]
         specs.append((_geometry_field_name(f.name), typ,
                       dataclasses.field(default=f.default, metadata={"help": _FIELD_HELP[f.name]})))
 

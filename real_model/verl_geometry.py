@@ -77,7 +77,7 @@ from grpo_theory.spectral import DEFAULT_RTOL
 
 from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
 from .gram import reshard_fsdp, trajectory_gram
-from .gram_capture import WEIGHT_GRADS, GramCapture
+from .gram_capture import WEIGHT_GRADS, GramCapture, checkpointing_enabled
 from .trl_geometry import TemperatureScaled
 
 __all__ = [
@@ -118,6 +118,10 @@ class GeometryConfig:
             sum of the per-row gradients its Gram forms anyway (verl's gradient equal up to
             float rounding), or ``"host"``: verl's own (bit-identical; one more product per
             Linear).
+        batch_small_calls: add the terms of small module calls (a few tokens x narrow layers,
+            ``real_model.gram_capture.SMALL_CALL_ELEMENTS``) together after each micro-batch's
+            backward, batched (``GramCapture(batch_small_calls=...)``; a batched Linear keeps
+            verl's own ``dW``); ``False``: each call adds its own in the backward (default True).
     """
 
     every: int = 1
@@ -131,6 +135,7 @@ class GeometryConfig:
     linear_method: str = "auto"
     gram_precision: str = "auto"
     weight_grads: str = "rows"
+    batch_small_calls: bool = True
 
     def __post_init__(self) -> None:
         if self.weight_grads not in WEIGHT_GRADS:
@@ -188,12 +193,15 @@ def _keep_values(sink: list, grad: torch.Tensor) -> None:
 
 
 def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
-             blocks: list[list[int]], **options: Any) -> GramCapture:
+             blocks: list[list[int]], input_taps: bool | None = None,
+             **options: Any) -> GramCapture:
     """The core's capture of one verl micro-batch: batch-first, or packed (``segments``: verl's
     ``use_remove_padding=True`` runs the micro-batch as one sequence with ``cu_seqlens``).
     verl backpropagates with ``loss.backward()``: without gradient checkpointing the capture
-    needs no input taps (``input_taps=None``), so verl's autograd graph is untouched."""
-    return GramCapture(module, blocks=blocks, segments=segments, input_taps=None, **options)
+    needs no input taps (``input_taps``: :func:`checkpointing_enabled` of the module, found
+    once per step; ``None``: the capture looks), so verl's autograd graph is untouched."""
+    return GramCapture(module, blocks=blocks, segments=segments, input_taps=input_taps,
+                       **options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +252,7 @@ class VerlGeometry:
         self.micro: list[_MicroBatch] = []
         self.errors: list[str] = []
         self.active = False
+        self.input_taps: bool | None = None  # per step: the model checkpoints activations
         self.last_record: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------- inside verl's step
@@ -289,6 +298,7 @@ class VerlGeometry:
         uids = tu.get(data, "uid", None)
         if uids is None:
             raise ValueError("the batch has no 'uid' (verl's group id per rollout): groups unknown")
+        self.input_taps = checkpointing_enabled(engine.module)
         rows = _rows_of_batch(data, [str(u) for u in uids], rank)
         self.rows = {r.key: r for r in rows}
         data[ROW_KEY] = torch.tensor([r.key for r in rows], dtype=torch.int64)
@@ -331,7 +341,9 @@ class VerlGeometry:
         mb.capture = self.capture_factory(module, rows=len(keys),
                                           segments=offsets if packed else None,
                                           blocks=list(blocks.values()), **self.options,
-                                          weight_grads=self.config.weight_grads)
+                                          weight_grads=self.config.weight_grads,
+                                          batch_small_calls=bool(self.config.batch_small_calls),
+                                          input_taps=self.input_taps)
         mb.capture.__enter__()
 
     def close_micro_batch(self) -> None:
@@ -341,6 +353,9 @@ class VerlGeometry:
         mb = self.micro[-1]
         mb.closed = True
         self._guard("closing a micro-batch", mb.capture.__exit__, None, None, None)
+        flush = getattr(mb.capture, "flush", None)  # its small calls: their tensors go now
+        if flush is not None:
+            self._guard("adding a micro-batch's small calls", flush)
 
     # ----------------------------------------------------------------- after verl's backward
     def finish(self, engine: Any, step: int, t_step: float) -> dict[str, list[float]]:

@@ -235,7 +235,8 @@ def test_a_parameter_outside_every_forward_is_reported():
     assert [p for p in cap.problems() if "'unused_head' (Linear)" in p and "never called" in p]
 
 
-def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied):
+@pytest.mark.parametrize("batched", [False, True], ids=["per-call", "small-calls-batched"])
+def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied, batched):
     ids, am, cm = batch(R=3)
     untied.zero_grad(set_to_none=True)
     (token_logprobs(untied, ids, am) * cm).sum().backward()
@@ -245,17 +246,25 @@ def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied):
     def broken(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(gm, "linear_weight_gram", broken)
-    with GramCapture(untied) as cap:
+    if batched:  # the small calls' contributions fail when they are added, after the backward
+        monkeypatch.setattr(GramCapture, "_add_small", broken)
+    else:
+        monkeypatch.setattr(gm, "linear_weight_gram", broken)
+    with GramCapture(untied, batch_small_calls=batched) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()  # does not raise
+    assert bool(cap.batched) is batched
+    cap.flush()
     assert any("injected failure" in e for e in cap.errors)
     for g, p in zip(plain, untied.parameters(), strict=True):
         assert torch.equal(g, p.grad)
     with pytest.raises(GramCaptureError, match="injected failure"):
         cap.result()
     untied.zero_grad(set_to_none=True)
-    with GramCapture(untied, strict=True), pytest.raises(GramCaptureError, match="injected"):
-        (token_logprobs(untied, ids, am) * cm).sum().backward()
+    strict = GramCapture(untied, strict=True, batch_small_calls=batched)
+    with pytest.raises(GramCaptureError, match="injected"):
+        with strict:  # per call: raised inside the backward; batched: when they are added
+            (token_logprobs(untied, ids, am) * cm).sum().backward()
+        strict.result()
     untied.zero_grad(set_to_none=True)
 
 
@@ -397,6 +406,7 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
 
     monkeypatch.setattr(GramCapture, "_on_delta", on_delta)
     monkeypatch.setattr(GramCapture, "add_linear", boom)
+    monkeypatch.setattr(GramCapture, "_add_small", boom)  # small calls, batched after it
     ids, am, cm = batch(R=2, T=6)
     with pytest.raises(GramCaptureError, match="boom in a Linear"):
         trajectory_gram(untied, ids, am, cm)
@@ -511,7 +521,7 @@ def test_packed_identity_runs_on_the_packed_tokens(monkeypatch, request, which, 
     K_ref = per_row_gram(model, terms)
     blocks = [[0, 2], [1, 3]]
     with GramCapture(model, segments=cu, blocks=blocks, input_taps=False,
-                     linear_method="identity") as cap:
+                     linear_method="identity", batch_small_calls=False) as cap:
         terms().sum().backward()
     model.zero_grad(set_to_none=True)
     assert cap.ok, cap.problems()
@@ -617,6 +627,7 @@ def rows_step(model, ids, am, cm, **capture):
     (token_logprobs(model, ids, am) * cm.to(model.dtype)).sum().backward()
     plain = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
+    capture.setdefault("batch_small_calls", False)  # these tiny calls would all be batched
     with GramCapture(model, **capture) as cap:
         (token_logprobs(model, ids, am) * cm.to(model.dtype)).sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
@@ -693,7 +704,7 @@ def test_rows_weight_grads_of_packed_rows_equal_the_per_row_reference(request, w
     plain = [p.grad.clone() for p in untied.parameters()]
     untied.zero_grad(set_to_none=True)
     with GramCapture(untied, segments=cu, weight_grads="rows", linear_method="per_sample",
-                     blocks=[[0, 3], [1, 2]]) as cap:
+                     blocks=[[0, 3], [1, 2]], batch_small_calls=False) as cap:
         terms().sum().backward()
     assert cap.from_rows == linear_names(untied) - ({"lm_head"} if which == "tied" else set())
     for b, K in zip([[0, 3], [1, 2]], cap.result(), strict=True):
@@ -748,3 +759,84 @@ def test_linear_weight_grad_and_gram_by_hand():
     gm.linear_weight_grad_and_gram([(K0, slice(0, 1)), (K1, torch.tensor([1]))], a, d,
                                    chunk_size=1)
     assert (K0.item(), K1.item()) == (45.0, 1.0)
+
+
+# ------------------------------------------------------------------ small calls, batched
+def batchable(model):
+    """Modules whose calls on these tiny batches are small: weight-only Linears and the
+    embedding unless tied to the head, and the norms (their per-row gradients)."""
+    tied = model.config.tie_word_embeddings
+    return ({n for n, m in model.named_modules() if type(m) is nn.Linear and m.bias is None}
+            - ({"lm_head"} if tied else set())
+            | ({"model.embed_tokens"} if not tied else set())
+            | {n for n, m in model.named_modules() if "Norm" in type(m).__name__})
+
+
+@pytest.fixture(scope="module")
+def untied_pad():
+    return llama(tied=False, bias=False, kv_heads=2, pad=0, seed=5)  # ids 0: no gradient row
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["batch-first", "packed"])
+@pytest.mark.parametrize("which", ["tied", "untied", "untied_pad"])
+def test_small_calls_batched_give_the_per_call_gram_and_the_reference(request, which, packed):
+    """``batch_small_calls`` (the default) adds the small calls' terms at ``flush``: the same Gram
+    as each call adding its own (float64 model: to rounding) and as the per-row reference, blocks
+    by index; an embedding with a ``padding_idx`` among the ids; with ``weight_grads="rows"`` a
+    batched module keeps the host's ``dW``, bit for bit."""
+    model = request.getfixturevalue(which)
+    blocks = [[0, 2], [3, 1]]
+    if packed:
+        cu, ids, pos, u = packed_batch([5, 3, 7, 4], seed=5)
+        terms, opts = packed_terms(model, ids, pos, u, cu), {"segments": cu, "input_taps": False}
+    else:
+        ids, am, cm = batch(R=4, T=9)
+        terms, opts = weighted_terms(model, ids, am, cm), {}
+        assert which != "untied_pad" or bool((ids == 0).any())  # the padding id occurs
+    K_ref = per_row_gram(model, terms)
+    model.zero_grad(set_to_none=True)
+    terms().sum().backward()
+    plain = [p.grad.clone() for p in model.parameters()]
+    results = {}
+    for batched in (False, True):
+        model.zero_grad(set_to_none=True)
+        with GramCapture(model, blocks=blocks, batch_small_calls=batched, weight_grads="rows",
+                         **opts) as cap:
+            terms().sum().backward()
+        results[batched] = cap.result()
+        assert cap.batched == (batchable(model) if batched else set())
+        assert not (cap.batched & cap.from_rows)
+        for g, (name, p) in zip(plain, model.named_parameters(), strict=True):
+            if name.rsplit(".", 1)[0] in cap.batched:  # the host's own product
+                assert torch.equal(g, p.grad), name
+            else:  # the rows' dW (the tied model's Linears with a bias), another sum order
+                assert rel_err(p.grad, g) <= RTOL, name
+    model.zero_grad(set_to_none=True)
+    for b, K0, K1 in zip(blocks, results[False], results[True], strict=True):
+        assert rel_err(K1, K0) <= 1e-12
+        assert rel_err(K1, K_ref[b][:, b]) <= RTOL
+
+
+def test_calls_above_the_small_bound_are_not_batched(monkeypatch, untied):
+    """A Linear call holding more than ``SMALL_CALL_ELEMENTS`` entries adds its own term in the
+    backward, so does a call of more than ``SMALL_CALL_TOKENS`` tokens; a flush with nothing kept
+    does nothing."""
+    from real_model import gram_capture
+
+    ids, am, cm = batch(R=4, T=9)
+    small = 4 * 9 * (16 + 16)  # the q projection's call: N (d_in + d_out)
+    monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", small)
+    with GramCapture(untied) as cap:
+        (token_logprobs(untied, ids, am) * cm).sum().backward()
+    wide = {n for n, m in untied.named_modules()
+            if type(m) is nn.Linear and m.in_features + m.out_features > 32}
+    assert wide and not (cap.batched & wide) and "model.layers.0.self_attn.q_proj" in cap.batched
+    K = cap.result()
+    cap.flush()
+    assert torch.equal(cap.result(), K)
+    monkeypatch.setattr(gram_capture, "SMALL_CALL_TOKENS", 4 * 9 - 1)
+    with GramCapture(untied) as cap:
+        (token_logprobs(untied, ids, am) * cm).sum().backward()
+    assert not any(n in cap.batched for n in linear_names(untied))
+    assert rel_err(cap.result(), K) <= RTOL
+    untied.zero_grad(set_to_none=True)

@@ -135,18 +135,24 @@ def test_geometry_mode_is_a_validated_grpo_config_field(tmp_path):
         tg.GeometryConfig(score_every=-1)
 
 
-@pytest.mark.parametrize("weight_grads", ["rows", pytest.param("host", marks=pytest.mark.slow)])
-def test_in_run_gram_equals_second_pass_and_grad_is_unchanged(tmp_path, weight_grads):
+@pytest.mark.parametrize(("weight_grads", "batched"),
+                         [("rows", False), ("rows", True),
+                          pytest.param("host", False, marks=pytest.mark.slow)])
+def test_in_run_gram_equals_second_pass_and_grad_is_unchanged(tmp_path, weight_grads, batched):
+    """With ``batch_small_calls`` (the default) every Linear call of this tiny model is small:
+    its term is added after the backward and TRL forms its ``dW``, bit for bit."""
     off, off_grads, _ = _run(tmp_path, None, loss_type="grpo")
     run, ref = _assert_in_run_equals_second_pass(tmp_path, loss_type="grpo",
-                                                 geometry_weight_grads=weight_grads)
-    if weight_grads == "host":  # geometry off: the same gradient, bit for bit
+                                                 geometry_weight_grads=weight_grads,
+                                                 geometry_batch_small_calls=batched)
+    if weight_grads == "host" or batched:  # geometry off: the same gradient, bit for bit
         assert torch.equal(off_grads[0], run.test_grads[0])
     else:
         a, b = run.test_grads[0], off_grads[0]
         assert float((a - b).abs().max() / b.abs().max()) <= GRAD_RTOL
     micro = run.geometry_last["in_run"][0]
-    assert bool(micro.from_rows) == (weight_grads == "rows")
+    assert bool(micro.from_rows) == (weight_grads == "rows" and not batched)
+    assert bool(micro.batched) == batched
     rec = run.geometry_records[0]
     assert rec["geometry_mode"] == "in_run" and rec["step_mode"] == "in_run"
     assert rec["grad_norm"] is None and ref.geometry_records[0]["grad_norm"] is not None

@@ -129,15 +129,19 @@ def test_padded_micro_batches_are_exact(tmp_path):
     _assert_exact(H.check_step(engine, path, data, loss_fn), "in_run")
 
 
-@pytest.mark.parametrize("weight_grads", ["host", "rows"])
-def test_geometry_leaves_verl_loss_and_gradient_bit_identical(env, weight_grads):
+@pytest.mark.parametrize(("weight_grads", "batched"),
+                         [("host", False), ("rows", False), ("rows", True)])
+def test_geometry_leaves_verl_loss_and_gradient_bit_identical(env, weight_grads, batched):
     """The loss and its per-token gradient are verl's own (the log-prob tap is an identity), and
     without gradient checkpointing the capture adds no node to verl's autograd graph (no input
     taps: only gradient hooks on module outputs), so with ``weight_grads="host"`` even float32
-    ``.grad`` is bit for bit the same with and without the geometry. With the default
-    ``"rows"`` each Linear's ``dW`` is the sum of the per-row gradients: equal to float32
-    rounding (``ROWS_GRAD_RTOL``), the loss still bit-identical."""
-    engine = _fresh(env, every=2, weight_grads=weight_grads)  # step 0 measured, step 1 not
+    ``.grad`` is bit for bit the same with and without the geometry. With ``"rows"`` each
+    Linear's ``dW`` is the sum of the per-row gradients: equal to float32 rounding
+    (``ROWS_GRAD_RTOL``), the loss still bit-identical. With the defaults (``"rows"`` and
+    ``batch_small_calls``) every Linear of this tiny step is a small call, batched after the
+    backward: verl forms its ``dW``, bit for bit."""
+    engine = _fresh(env, every=2, weight_grads=weight_grads,  # step 0 measured, step 1 not
+                    batch_small_calls=batched)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode="gspo")
     g_on, out_on = H.measured_step(engine, _data(env), loss_fn)
     g_off, out_off = H.measured_step(engine, _data(env), loss_fn)
@@ -145,9 +149,11 @@ def test_geometry_leaves_verl_loss_and_gradient_bit_identical(env, weight_grads)
     assert out_on["metrics"]["geometry/failed"] == [0.0]
     assert all(not mb.capture.input_taps for mb in engine.geometry.micro)
     assert out_on["loss"] == out_off["loss"]
-    assert bool(engine.geometry.micro[0].capture.from_rows) == (weight_grads == "rows")
+    cap = engine.geometry.micro[0].capture
+    assert bool(cap.from_rows) == (weight_grads == "rows" and not batched)
+    assert bool(cap.batched) == batched
     for name in g_off:
-        if weight_grads == "host":
+        if weight_grads == "host" or batched:
             assert torch.equal(g_on[name], g_off[name]), name
         else:
             err = (g_on[name] - g_off[name]).abs().max() / g_off[name].abs().max()

@@ -14,8 +14,8 @@ Scenarios (same batch of 4 groups x 4 rollouts in every process count):
   on the last rank only: every rank must finish both steps, agree that step 0's geometry failed
   (with the injected reason) and measure step 1.
 * ``pass_failure``: the same with groups spread over the ranks (second pass), the failure injected
-  inside the second pass's capture (a Linear's term, early in its backward) on the last rank:
-  its backward still runs to the end, so no rank waits in FSDP's collectives.
+  inside the second pass's capture (a Linear's term, in its backward or batched after it) on the
+  last rank: its backward still runs to the end, so no rank waits in FSDP's collectives.
 """
 
 from __future__ import annotations
@@ -94,17 +94,20 @@ def _pass_failure_scenario(engine, mixed, rank, world, vg) -> dict:
     from real_model.gram_capture import GramCapture
 
     engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
-    real_pass, real_linear = vg._pass, GramCapture.add_linear
+    real_pass = vg._pass
+    real = {name: getattr(GramCapture, name) for name in ("add_linear", "_add_small")}
 
     def broken_linear(*a, **k):
         raise RuntimeError(f"injected second-pass failure on rank {rank}")
 
-    def failing_pass(*a, **k):
-        GramCapture.add_linear = broken_linear
+    def failing_pass(*a, **k):  # a Linear's term fails, added in the backward or batched after it
+        for name in real:
+            setattr(GramCapture, name, broken_linear)
         try:
             return real_pass(*a, **k)
         finally:
-            GramCapture.add_linear = real_linear
+            for name, fn in real.items():
+                setattr(GramCapture, name, fn)
 
     steps = []
     loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2)
