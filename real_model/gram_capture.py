@@ -515,18 +515,34 @@ class GramCapture:
             raise RuntimeError("a GramCapture serves one forward + backward: make a new one")
         self._install_trl_intercept()  # first: it may refuse (another capture around TRL)
         for name, (mod, _, _) in self.plan.modules.items():
-            self._handles.append(mod.register_forward_pre_hook(
-                functools.partial(self._pre, name), with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(
-                functools.partial(self._post, name), with_kwargs=True))
-            if self._rows_module(name):
+            rows = self._rows_module(name)
+            if self.input_taps or rows:
+                self._handles.append(mod.register_forward_pre_hook(
+                    functools.partial(self._pre, name), with_kwargs=True))
+                self._handles.append(mod.register_forward_hook(
+                    functools.partial(self._post, name), with_kwargs=True))
+            else:  # nothing to change before the call: one hook opens the call and hooks it
+                self._handles.append(mod.register_forward_hook(
+                    functools.partial(self._pre_and_post, name), with_kwargs=True))
+            if rows:
                 mod.forward = functools.partial(self._linear_forward, name, mod)
                 self._rows_modules[name] = mod
         return self
 
+    def _pre_and_post(self, name: str, mod: nn.Module, args: tuple, kwargs: dict,
+                      out: Any) -> None:
+        """Forward hook without input taps: :meth:`_pre` (which then leaves the arguments as
+        they are) and :meth:`_post` of the call, one hook dispatch instead of two."""
+        self._pre(name, mod, args, kwargs)
+        self._post(name, mod, args, kwargs, out)
+
     def _rows_module(self, name: str) -> bool:
         """Whether ``weight_grads="rows"`` applies to module ``name`` (see the class doc)."""
         mod, kind, names = self.plan.modules[name]
+        if (self.batch_small_calls and self.packed is not None and names == ["weight"]
+                and kind == "linear" and name not in self.embedding_of_head
+                and self._small(self.packed.tokens, sum(mod.weight.shape))):
+            return False  # every call of the packed rows is small: batched, the host's dW
         return (self.weight_grads == "rows" and kind == "linear"
                 and self.linear_method in ("auto", "per_sample")
                 and type(mod).forward is nn.Linear.forward and "forward" not in vars(mod)
@@ -993,9 +1009,12 @@ class GramCapture:
             if layout is None:  # batch-first rows of T tokens each, as packed segments
                 layout = PackedRows(torch.arange(0, self.n * T + 1, T), t.device)
                 self._uniform_rows[key] = layout
-        if layout.tokens > SMALL_CALL_TOKENS or layout.tokens * width > SMALL_CALL_ELEMENTS:
-            return None
-        return layout
+        return layout if self._small(layout.tokens, width) else None
+
+    @staticmethod
+    def _small(tokens: int, width: int) -> bool:
+        """A call of ``tokens`` tokens reading ``width`` entries per token is small."""
+        return tokens <= SMALL_CALL_TOKENS and tokens * width <= SMALL_CALL_ELEMENTS
 
     def _small_linear_tokens(self, name: str, x: torch.Tensor) -> PackedRows | None:
         """:meth:`_small_layout` of a weight-only Linear call on input ``x`` (not a tied head)."""

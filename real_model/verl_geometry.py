@@ -366,7 +366,9 @@ class VerlGeometry:
         (1) gather each rank's rows, in-run Grams and errors; (2) plan the second passes (the
         same plan everywhere); (3) gather the rows that change rank, with each rank's errors;
         (4) run the same number of second passes on every rank; (5) gather their Grams and
-        errors; rank 0 builds the records and metrics and broadcasts them.
+        errors; rank 0 builds the records and metrics and broadcasts them. A plan without second
+        passes (every group in-run) skips (3)-(5): every rank builds the records and metrics
+        from the gathered data of (1), rank 0 writes the JSONL (one collective per step).
         """
         t0 = time.perf_counter()
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -380,15 +382,18 @@ class VerlGeometry:
                          max_rows=int(self.config.second_pass_rows))
         except Exception as e:
             return self._failed(step, [f"planning: {type(e).__name__}: {e}"], t_step, t0)
-        inputs, reasons = self._exchange_rows(plan, rank)
-        if reasons:
-            return self._failed(step, reasons, t_step, t0)
-        errors, grams = self._run_passes(engine, plan, rank, inputs)
-        results = _all_gather({"errors": errors, "grams": grams})
-        payload = None
-        if rank == 0:
-            payload = self._build_payload(step, plan, results, t_step, t0)
-        payload = _broadcast(payload)
+        if plan.n_passes == 0:  # every group in-run: each rank holds what rank 0 would build
+            payload = self._build_payload(step, plan, [], t_step, t0, write=rank == 0)
+        else:
+            inputs, reasons = self._exchange_rows(plan, rank)
+            if reasons:
+                return self._failed(step, reasons, t_step, t0)
+            errors, grams = self._run_passes(engine, plan, rank, inputs)
+            results = _all_gather({"errors": errors, "grams": grams})
+            payload = None
+            if rank == 0:
+                payload = self._build_payload(step, plan, results, t_step, t0)
+            payload = _broadcast(payload)
         if not payload["ok"]:
             return self._failed(step, payload["reasons"], t_step, t0)
         self.last_record = payload["record"]
@@ -432,12 +437,13 @@ class VerlGeometry:
                     raise ValueError(f"micro-batch {mb.index}: {len(mb.sink)} log-prob gradients "
                                      "(expected one backward through verl's log-probs)")
                 g = mb.sink[0].detach().cpu().double() * scale
+                bounds = mb.offsets.tolist()
+                ends = [b - 1 for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+                if ends and bool(g[ends].ne(0).any()):  # each row's last log-prob: one check
+                    raise ValueError("verl's loss depends on the wrapped-around last "
+                                     "log-prob of a row: unexpected layout")
                 for j, k in enumerate(mb.keys):
-                    u = g[int(mb.offsets[j]):int(mb.offsets[j + 1])]
-                    if u.numel() and float(u[-1]) != 0.0:
-                        raise ValueError("verl's loss depends on the wrapped-around last "
-                                         "log-prob of a row: unexpected layout")
-                    self.rows[k].u = u
+                    self.rows[k].u = g[bounds[j]:bounds[j + 1]]
                 cap = mb.capture
                 if not cap.ok:
                     raise ValueError(f"micro-batch {mb.index}: " + "; ".join(cap.problems()))
@@ -475,7 +481,8 @@ class VerlGeometry:
         return errors, grams
 
     def _build_payload(self, step: int, plan: _Plan, results: list, t_step: float,
-                       t0: float) -> dict[str, Any]:
+                       t0: float, *, write: bool = True) -> dict[str, Any]:
+        """Records and metrics of the step (``write``: append the JSONL record)."""
         reasons = _reasons(results)
         if reasons:
             return {"ok": False, "reasons": reasons}
@@ -489,7 +496,7 @@ class VerlGeometry:
             rec = {"step": step, "world_size": plan.world, "failed": None,
                    "layout": plan.layout(), "aggregate": agg, "seconds": seconds,
                    "config": asdict(self.config), "groups": records}
-            if self.config.jsonl_path:
+            if self.config.jsonl_path and write:
                 _append_jsonl(self.config.jsonl_path, rec)
             metrics = metrics_for_verl(agg, plan.layout(), seconds)
             return {"ok": True, "metrics": metrics, "record": rec}
@@ -642,11 +649,14 @@ def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
     lens = rm.sum(-1)
     a_mean = (adv * rm).sum(-1) / lens.clamp(min=1)
     varies = ((adv - a_mean[:, None]).abs() * rm).amax(-1) > 1e-6 * a_mean.abs().clamp(min=1)
+    # per-row values as Python numbers in one conversion each (not one per row)
+    rewards = (None if scores is None else scores.to(torch.float64).sum(-1).tolist())
+    a_list, v_list, l_list = a_mean.tolist(), varies.tolist(), lens.to(torch.int64).tolist()
     out = []
     for i, (row_ids, row_pos) in enumerate(zip(ids.unbind(), pos.unbind(), strict=True)):
-        reward = None if scores is None else float(scores[i].double().sum())
-        r = _Row(key=(rank << ROW_SHIFT) | i, uid=uids[i], reward=reward,
-                 advantage=float(a_mean[i]), adv_varies=bool(varies[i]), length=int(lens[i]),
+        r = _Row(key=(rank << ROW_SHIFT) | i, uid=uids[i],
+                 reward=None if rewards is None else float(rewards[i]),
+                 advantage=float(a_list[i]), adv_varies=bool(v_list[i]), length=int(l_list[i]),
                  ids=row_ids.detach().cpu(), pos=row_pos.detach().cpu())
         r.temperature = float(temperature)  # type: ignore[attr-defined]
         out.append(r)
@@ -769,7 +779,8 @@ def metrics_for_verl(aggregate: Mapping[str, Any], layout: Mapping[str, int],
     """The step's aggregates as verl's engine metrics: ``{"geometry/<metric>/<stat>": [value]}``.
 
     Values are one-element lists, as verl's micro-batch metrics are (its worker all-gathers them
-    over ranks and flattens the lists; the trainer averages: every rank sends the same values).
+    over ranks and flattens the lists; the trainer averages: every rank sends the same values,
+    but for the timings ``seconds_*`` of a step without second passes: each rank's own).
     Only finite numbers are sent.
     """
     out: dict[str, list[float]] = {"geometry/failed": [0.0]}

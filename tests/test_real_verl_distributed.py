@@ -76,6 +76,21 @@ def test_paths_in_2_processes(runs):
     assert set(interleaved.values()) == {"second_pass"}  # every group on both ranks
 
 
+def test_both_ranks_send_the_same_metrics_with_and_without_second_passes(runs):
+    """In-run only (no second pass: each rank builds the metrics from the one gathered summary)
+    and with second passes (rank 0 builds them and broadcasts): the same values on both ranks;
+    the in-run-only step exact."""
+    r0, r1 = runs[2]
+    for cfg in ("in_run_only", "contiguous/vanilla/token-mean", "interleaved/vanilla"):
+        assert r0[cfg]["metrics"] and r0[cfg]["metrics"] == r1[cfg]["metrics"], cfg
+    assert r0["in_run_only"]["metrics"]["geometry/second_passes"] == [0.0]
+    assert r0["interleaved/vanilla"]["metrics"]["geometry/second_passes"][0] > 0
+    assert set(r0["in_run_only"]["paths"].values()) == {"in_run"}
+    for res in runs[2]:
+        assert res["in_run_only"]["sum_err"] <= TOL
+        assert max(res["in_run_only"]["gram_err"].values()) <= TOL
+
+
 def test_failure_on_one_rank_is_agreed_and_both_ranks_finish(runs):
     ranks = runs[2]
     for res in ranks:

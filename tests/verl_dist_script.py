@@ -55,6 +55,11 @@ def main() -> None:
             loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=policy,
                                    loss_agg_mode=agg)
             out[f"contiguous/{policy}/{agg}"] = _public(H.check_step(engine, path, data, loss))
+    # in-run only (no score pass, whole groups): no second pass at all in the step
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+    data = vc.rank_slice(batch, rank, world, micro_batch_size=4)
+    out["in_run_only"] = _public(H.check_step(engine, path, data,
+                                              vc.make_loss_fn(rollout_n=4, micro_batch_size=4)))
     mixed = tu.index_select_tensor_dict(batch, H.INTERLEAVED)
     for policy in policies:
         engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
@@ -127,7 +132,11 @@ def _pass_failure_scenario(engine, mixed, rank, world, vg) -> dict:
 
 
 def _public(res: dict) -> dict:
-    return {k: v for k, v in res.items() if k != "metrics"}
+    """The check's results, with the engine's geometry metrics but their timings."""
+    out = {k: v for k, v in res.items() if k != "metrics"}
+    out["metrics"] = {k: v for k, v in res.get("metrics", {}).items()
+                      if k.startswith("geometry/") and "seconds" not in k}
+    return out
 
 
 if __name__ == "__main__":
