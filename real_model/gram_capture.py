@@ -42,6 +42,7 @@ in :attr:`GramCapture.errors`, later work is skipped, and :meth:`GramCapture.res
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 import weakref
@@ -100,6 +101,12 @@ def _in_backward() -> bool:
     """Whether autograd is running a backward on this thread (checkpoint recomputation)."""
     task = getattr(torch._C, "_current_graph_task_id", None)
     return task is not None and task() != -1
+
+
+def _routed(route: list, method: str, *args: Any) -> Any:
+    """A hook or patched ``forward`` of a capture: ``route[0]`` (the capture that holds the
+    hooks now, see :meth:`GramCapture.handover`) runs it."""
+    return getattr(route[0], method)(*args)
 
 
 class GramCaptureError(ValueError):
@@ -476,33 +483,40 @@ class GramCapture:
         if linear_method == "triton":
             gram_triton.require(dev)  # clear, early errors (no triton; CPU without interpreter)
         self.anchor = torch.zeros((), device=dev, requires_grad=True)
+        self.input_taps = checkpointing_enabled(model) if input_taps is None else bool(input_taps)
+        self.scratch = gm.Scratch()
+        self.tied_embeddings = {emb for emb, _ in self.plan.tied.values()}
+        self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
+        self.norm_closed_form_ok = NORM_CLOSED_FORM_CHECKED  # per process (see add_leaf)
+        self.weight_grads = weight_grads
+        self.batch_small_calls = bool(batch_small_calls)
+        self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
+        self._handles: list[Any] = []
+        self._route = [self]  # the hooks' capture (:meth:`handover` passes them on)
+        self._trl: tuple[Any, Any] | None = None
+        self.pass_index = 0  # passes before this one on the same hooks (:meth:`handover`)
+        self._new_pass(None if segments is None else PackedRows(segments, dev))
+
+    def _new_pass(self, packed: PackedRows | None) -> None:
+        """The state of one forward + backward (the rest is the capture's configuration)."""
         self.n: int | None = None
         self.acc: _Blocks | None = None
-        self.packed = None if segments is None else PackedRows(segments, dev)
-        self.input_taps = checkpointing_enabled(model) if input_taps is None else bool(input_taps)
+        self.packed = packed
         self.counts: dict[str, int] = defaultdict(int)
         self.called: dict[str, int] = defaultdict(int)
         self.errors: list[str] = []
         self.failed = False
-        self.scratch = gm.Scratch()
-        self.tied_embeddings = {emb for emb, _ in self.plan.tied.values()}
-        self.embedding_of_head = {lin: emb for emb, lin in self.plan.tied.values()}
         self.tied_rows: dict[str, torch.Tensor] = {}
         self.tied_values: dict[str, list[torch.Tensor]] = {}
-        self.norm_closed_form_ok = NORM_CLOSED_FORM_CHECKED  # per process (see add_leaf)
         self._open: dict[str, list[_Call]] = defaultdict(list)
-        self.weight_grads = weight_grads
-        self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
         self._pending: dict[str, _Call] = {}  # rows calls opened by the pre-hook
         self.from_rows: set[str] = set()  # modules whose dW came from the rows (weight_grads)
-        self.batch_small_calls = bool(batch_small_calls)
         self.batched: set[str] = set()  # modules whose small calls were batched (flush)
         self._small_linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]] = []
         self._small_embedding: list[tuple[PackedRows, torch.Tensor, torch.Tensor, Any]] = []
         self._small_rows: list[torch.Tensor] = []
+        self._small_norms: list[tuple[torch.Tensor, torch.Tensor]] = []  # packed (delta, z)
         self._uniform_rows: dict[tuple[int, int, torch.device], PackedRows] = {}
-        self._handles: list[Any] = []
-        self._trl: tuple[Any, Any] | None = None
         self._busy = False
         self._exited = False
         self._live = 0  # tapped calls whose graph is alive
@@ -514,20 +528,50 @@ class GramCapture:
         if self._handles or self._exited:
             raise RuntimeError("a GramCapture serves one forward + backward: make a new one")
         self._install_trl_intercept()  # first: it may refuse (another capture around TRL)
+        route = self._route
         for name, (mod, _, _) in self.plan.modules.items():
             rows = self._rows_module(name)
             if self.input_taps or rows:
                 self._handles.append(mod.register_forward_pre_hook(
-                    functools.partial(self._pre, name), with_kwargs=True))
+                    functools.partial(_routed, route, "_pre", name), with_kwargs=True))
                 self._handles.append(mod.register_forward_hook(
-                    functools.partial(self._post, name), with_kwargs=True))
+                    functools.partial(_routed, route, "_post", name), with_kwargs=True))
             else:  # nothing to change before the call: one hook opens the call and hooks it
                 self._handles.append(mod.register_forward_hook(
-                    functools.partial(self._pre_and_post, name), with_kwargs=True))
+                    functools.partial(_routed, route, "_pre_and_post", name), with_kwargs=True))
             if rows:
-                mod.forward = functools.partial(self._linear_forward, name, mod)
+                mod.forward = functools.partial(_routed, route, "_linear_forward", name, mod)
                 self._rows_modules[name] = mod
         return self
+
+    def handover(self, *, blocks: Sequence[Sequence[int]] | None = None,
+                 segments: Any = None) -> GramCapture:
+        """The capture of the NEXT forward + backward (its rows: ``blocks``, ``segments`` as in
+        the constructor), which takes over this entered capture's hooks instead of installing
+        its own: a host that runs many small micro-batches saves the per-module hook
+        registration. Call it after this capture's backward; this capture then keeps its
+        result (its small calls are added now) and is exited. The new capture has the same
+        model, plan and options, and is entered; leave it with ``__exit__`` as usual.
+
+        Raises:
+            RuntimeError: this capture is not entered, or has input taps (a tapped graph may
+                still be recomputed by this capture's hooks).
+        """
+        if not self._handles or self._exited or self.input_taps:
+            raise RuntimeError("handover needs an entered capture without input taps")
+        self.flush()
+        new = copy.copy(self)  # configuration, plan, scratch and the route are shared
+        new.blocks = validate_blocks(blocks)
+        new._new_pass(None if segments is None else PackedRows(segments, self.anchor.device))
+        new.pass_index = self.pass_index + 1
+        new._handles, self._handles = self._handles, []
+        new._rows_modules, self._rows_modules = self._rows_modules, {}
+        new._trl, self._trl = self._trl, None
+        if new._trl is not None:  # TRL's fused head now reports to the new capture
+            new._trl[0]._ChunkedLogProbFunction.capture = new
+        self._route[0] = new
+        self._exited = True
+        return new
 
     def _pre_and_post(self, name: str, mod: nn.Module, args: tuple, kwargs: dict,
                       out: Any) -> None:
@@ -664,6 +708,19 @@ class GramCapture:
             self.fail(f"{what}: {type(e).__name__}: {e}")
         return None
 
+    def _try(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`_guard` of ``fn(*args)`` for module ``name``, the per-call form: no closure,
+        no message formatted unless it fails."""
+        try:
+            return fn(*args)
+        except GramCaptureError as e:
+            if self.strict:
+                raise
+            self.fail(str(e))
+        except Exception as e:  # noqa: BLE001 - never stop the host's step (see module doc)
+            self.fail(f"module {name!r}: {type(e).__name__}: {e}")
+        return None
+
     # ----------------------------------------------------------------- forward side
     def _rows(self, name: str, x: torch.Tensor) -> None:
         """Check that ``x`` is batch-first over the ``n`` rows (fixing ``n`` at the first call),
@@ -692,7 +749,7 @@ class GramCapture:
         if self._busy or not torch.is_grad_enabled() or (self._exited and not _in_backward()):
             return None
         kind = self.plan.modules[name][1]
-        call = self._guard(f"module {name!r}", lambda: self._open_call(name, kind, args, kwargs))
+        call = self._try(name, self._open_call, name, kind, args, kwargs)
         if call is None:
             return None
         if name in self._rows_modules and self._rows_call(name, args[call.slot]):
@@ -812,7 +869,10 @@ class GramCapture:
             return None
         if isinstance(out, torch.Tensor) and out.requires_grad:
             self.called[name] += 1
-        call = next((c for v in args if (c := getattr(v, self._attr, None)) is not None), None)
+        call = None
+        if self.input_taps:  # a tapped input carries its call
+            call = next((c for v in args if (c := getattr(v, self._attr, None)) is not None),
+                        None)
         if call is None:
             stack = self._open.get(name)
             if not stack or (self.input_taps and self.plan.modules[name][1] != "embedding"):
@@ -826,7 +886,7 @@ class GramCapture:
                 "one tensor: unsupported by the capture"))
             return None
         if out.requires_grad:
-            self._guard(name, lambda: self._rows(name, out))
+            self._try(name, self._rows, name, out)
             if call.kind == "generic" and call.x is not None:
                 call.out_fn = out.grad_fn  # its saved tensors live until its backward
             out.register_hook(functools.partial(self._on_delta, call))
@@ -961,6 +1021,8 @@ class GramCapture:
         args = tuple(x.detach() if i == call.slot else v for i, v in enumerate(call.held))
 
         def add() -> bool:
+            if self._defer_norm(call.name, mod, names, delta, host_fn):
+                return True
             grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=packed.n,
                                        row_sums=packed.row_sums)
             if grads is not None:
@@ -1023,6 +1085,22 @@ class GramCapture:
             return None
         return self._small_layout(x, x.shape[-1] + mod.weight.shape[0])
 
+    def _defer_norm(self, name: str, mod: nn.Module, names: list[str], delta: torch.Tensor,
+                    host_fn: Any) -> bool:
+        """Keep a small packed ``weight * z`` norm call's ``delta`` and ``z`` (read from the
+        host's node now: autograd frees it after its backward) for :meth:`flush`."""
+        p = self.packed
+        if (not self.batch_small_calls or p is None or names != ["weight"]
+                or mod.weight.dim() != 1 or not p.is_packed(delta)
+                or not self._small(p.tokens, 2 * delta.shape[-1])):
+            return False
+        z = gm.scaled_norm_factor(mod, delta, host_fn)
+        if z is None:
+            return False
+        self._small_norms.append((delta[0, : p.tokens], z[0, : p.tokens]))
+        self.batched.add(name)
+        return True
+
     def _defer_embedding(self, name: str, mod: nn.Module, ids: torch.Tensor,
                          delta: torch.Tensor) -> bool:
         """Keep a small (untied) embedding call's ids and ``delta`` for :meth:`flush`: its term
@@ -1059,14 +1137,34 @@ class GramCapture:
         """Add the contributions of the small calls kept so far (``batch_small_calls``); called
         by :meth:`result` and :meth:`problems`, or by the host after its backward to free the
         kept tensors early. Idempotent; failures are recorded like any other."""
-        if not (self._small_linear or self._small_embedding or self._small_rows):
+        if not (self._small_linear or self._small_embedding or self._small_rows
+                or self._small_norms):
             return
         linear, self._small_linear = self._small_linear, []
         emb, self._small_embedding = self._small_embedding, []
         rows, self._small_rows = self._small_rows, []
+        norms, self._small_norms = self._small_norms, []
+        if norms and not self.failed:  # their per-row gradients join the leaves' rows
+            got = self._guard("small calls, batched", functools.partial(self._norm_rows, norms))
+            rows = rows + ([] if got is None else got)
         if not self.failed:
             self._guard("small calls, batched",
                         functools.partial(self._add_small, linear, rows, emb))
+
+    def _norm_rows(self, norms: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Per-row gradients ``[n, M d]`` of the kept packed norm calls, ``M`` calls of width
+        ``d`` at once: ``S (delta * z)`` with ``S`` the packed rows' indicator."""
+        assert self.packed is not None
+        shapes: dict[tuple, list] = {}
+        for d, z in norms:
+            shapes.setdefault((d.shape[-1], d.dtype, z.dtype), []).append((d, z))
+        out = []
+        for calls in shapes.values():
+            D = torch.stack([d for d, _ in calls])
+            P = D * torch.stack([z for _, z in calls]).to(D.dtype)  # [M, N, d]
+            S = self.packed.indicator(P.dtype, P.device)
+            out.append((S @ P).transpose(0, 1).reshape(S.shape[0], -1))  # [n, M d]
+        return out
 
     def _add_small(self, linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]],
                    rows: list[torch.Tensor],

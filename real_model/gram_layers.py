@@ -537,6 +537,29 @@ def embedding_rows_gram(
             K.add_(cross + cross.T)
 
 
+def scaled_norm_factor(module: torch.nn.Module, delta: torch.Tensor,
+                       grad_fn: Any) -> torch.Tensor | None:
+    """The ``z`` of ``out = weight * z`` (RMSNorm family), detached, read from the output's
+    autograd node ``grad_fn`` (a ``MulBackward0`` that saved the module's weight itself and a
+    ``z`` shaped as ``delta`` whose trailing axes are the weight's); ``None`` when the node is
+    not that product. Per row, ``dL_i/dweight = sum_t delta_it * z_it``."""
+    w = getattr(module, "weight", None)
+    if not isinstance(w, torch.Tensor) or type(grad_fn).__name__ != "MulBackward0":
+        return None
+    try:
+        pair = (grad_fn._saved_self, grad_fn._saved_other)
+    except (AttributeError, RuntimeError):
+        return None
+    for wv, z in (pair, pair[::-1]):
+        if not (isinstance(wv, torch.Tensor) and isinstance(z, torch.Tensor)
+                and wv.shape == w.shape and wv.data_ptr() == w.data_ptr()):
+            continue
+        k = w.dim()
+        if k and z.shape == delta.shape and tuple(z.shape[delta.dim() - k:]) == tuple(w.shape):
+            return z.detach()
+    return None
+
+
 def fast_leaf_grads(
     module: torch.nn.Module,
     names: list[str],
@@ -567,19 +590,10 @@ def fast_leaf_grads(
             return t.reshape(R, -1, t.shape[-1]).sum(dim=1)
 
     if names == ["weight"] and type(grad_fn).__name__ == "MulBackward0":
-        w = module.weight
-        try:
-            pair = (grad_fn._saved_self, grad_fn._saved_other)
-        except (AttributeError, RuntimeError):
+        z = scaled_norm_factor(module, delta, grad_fn)
+        if z is None:
             return None
-        for wv, z in (pair, pair[::-1]):
-            if not (isinstance(wv, torch.Tensor) and isinstance(z, torch.Tensor)
-                    and wv.shape == w.shape and wv.data_ptr() == w.data_ptr()):
-                continue
-            k = w.dim()
-            if k and z.shape == delta.shape and tuple(z.shape[delta.dim() - k:]) == tuple(w.shape):
-                return row_sums((delta * z.detach()).flatten(delta.dim() - k))
-        return None
+        return row_sums((delta * z).flatten(delta.dim() - module.weight.dim()))
     if (
         isinstance(module, torch.nn.LayerNorm) and module.elementwise_affine
         and len(args) == 1 and isinstance(args[0], torch.Tensor)

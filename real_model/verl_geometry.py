@@ -320,11 +320,14 @@ class VerlGeometry:
         return loss_with_tap
 
     def open_micro_batch(self, module: torch.nn.Module, micro_batch: Any) -> None:
-        """Start the capture of one micro-batch (closes the previous one)."""
-        self.close_micro_batch()
+        """Start the capture of one micro-batch; the previous micro-batch's capture ends (it
+        hands its hooks over to the new one when the core's capture can:
+        ``GramCapture.handover``, no hooks re-installed per micro-batch)."""
         if not self.active:
+            self.close_micro_batch()
             return
-        self._guard("opening a micro-batch", self._open, module, micro_batch)
+        if not self._guard("opening a micro-batch", self._open, module, micro_batch):
+            self.close_micro_batch()
 
     def _open(self, module: torch.nn.Module, micro_batch: Any) -> None:
         from verl.utils import tensordict_utils as tu
@@ -336,15 +339,38 @@ class VerlGeometry:
             blocks.setdefault(self.rows[k].uid, []).append(j)
             self.rows[k].mb = len(self.micro)
         packed = bool(tu.get_non_tensor_data(micro_batch, "use_remove_padding", True))
+        segments = offsets if packed else None
         mb = _MicroBatch(len(self.micro), keys, offsets, blocks)
-        self.micro.append(mb)
-        mb.capture = self.capture_factory(module, rows=len(keys),
-                                          segments=offsets if packed else None,
-                                          blocks=list(blocks.values()), **self.options,
-                                          weight_grads=self.config.weight_grads,
-                                          batch_small_calls=bool(self.config.batch_small_calls),
-                                          input_taps=self.input_taps)
-        mb.capture.__enter__()
+        cap = self._handover(segments, list(blocks.values()))
+        if cap is None:
+            self.close_micro_batch()
+            cap = self.capture_factory(module, rows=len(keys), segments=segments,
+                                       blocks=list(blocks.values()), **self.options,
+                                       weight_grads=self.config.weight_grads,
+                                       batch_small_calls=bool(self.config.batch_small_calls),
+                                       input_taps=self.input_taps)
+            self.micro.append(mb)
+            mb.capture = cap
+            cap.__enter__()
+        else:
+            self.micro.append(mb)
+            mb.capture = cap
+
+    def _handover(self, segments: torch.Tensor | None,
+                  blocks: list[list[int]]) -> GramCapture | None:
+        """The previous micro-batch's capture handed over to this one's rows (its Gram kept,
+        its small calls added), or ``None``: a new capture is needed (none open, a custom
+        capture factory, input taps, or the handover refused)."""
+        prev = self.micro[-1] if self.micro and not self.micro[-1].closed else None
+        if (prev is None or self.capture_factory is not _capture
+                or not isinstance(prev.capture, GramCapture) or prev.capture.input_taps):
+            return None
+        try:
+            cap = prev.capture.handover(segments=segments, blocks=blocks)
+        except Exception:  # noqa: BLE001 - the usual close-and-build path instead
+            return None
+        prev.closed = True
+        return cap
 
     def close_micro_batch(self) -> None:
         """End the current micro-batch's capture (after verl's backward of it)."""

@@ -477,7 +477,7 @@ def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatc
         terms = packed_terms(tied, ids, pos, u, cu)
         K_ref = per_row_gram(tied, terms)
         calls.clear()
-        with GramCapture(tied, segments=cu, input_taps=False) as cap:
+        with GramCapture(tied, segments=cu, input_taps=False, batch_small_calls=False) as cap:
             terms().sum().backward()
         K = cap.result()
     else:
@@ -840,3 +840,49 @@ def test_calls_above_the_small_bound_are_not_batched(monkeypatch, untied):
     assert not any(n in cap.batched for n in linear_names(untied))
     assert rel_err(cap.result(), K) <= RTOL
     untied.zero_grad(set_to_none=True)
+
+
+def hook_counts(model):
+    return [(len(m._forward_hooks), len(m._forward_pre_hooks), "forward" in vars(m))
+            for m in model.modules()]
+
+
+@pytest.mark.parametrize(("weight_grads", "batched"), [("host", True), ("rows", False)])
+def test_handover_gives_each_pass_its_own_gram_with_one_set_of_hooks(untied, weight_grads,
+                                                                     batched):
+    """``handover`` after a backward: the next pass (other rows, other blocks) gets the Gram a
+    fresh capture gives, the first keeps its own, the hooks (and the rows path's ``forward``)
+    are those installed once, all gone after the last exit; with input taps it refuses."""
+    opts = {"input_taps": False, "weight_grads": weight_grads, "batch_small_calls": batched}
+    first, second = packed_batch([5, 3, 7, 4], seed=6), packed_batch([2, 6, 4], seed=7)
+    bare = hook_counts(untied)
+    fresh = []
+    for (cu, ids, pos, u), blocks in ((first, [[0, 2], [1, 3]]), (second, [[0, 1, 2]])):
+        with GramCapture(untied, segments=cu, blocks=blocks, **opts) as cap:
+            packed_terms(untied, ids, pos, u, cu)().sum().backward()
+        fresh.append(cap.result())
+    cap = GramCapture(untied, segments=first[0], blocks=[[0, 2], [1, 3]], **opts).__enter__()
+    nxt = cap
+    try:
+        installed = hook_counts(untied)
+        assert any(patched for _, _, patched in installed) == (weight_grads == "rows")
+        packed_terms(untied, *first[1:], first[0])().sum().backward()
+        nxt = cap.handover(segments=second[0], blocks=[[0, 1, 2]])
+        assert hook_counts(untied) == installed and cap._exited and not nxt._exited
+        assert (cap.pass_index, nxt.pass_index) == (0, 1)
+        cap.__exit__(None, None, None)  # the first's exit leaves the hooks to the second
+        assert hook_counts(untied) == installed
+        packed_terms(untied, *second[1:], second[0])().sum().backward()
+    finally:
+        nxt.__exit__(None, None, None)
+        cap.__exit__(None, None, None)
+    assert hook_counts(untied) == bare
+    untied.zero_grad(set_to_none=True)
+    for got, want in zip(cap.result(), fresh[0], strict=True):
+        assert rel_err(got, want) <= 1e-12
+    (got,) = nxt.result()
+    assert rel_err(got, fresh[1][0]) <= 1e-12 and set(nxt.coverage().values()) == {1}
+    assert bool(nxt.from_rows) == (weight_grads == "rows") and bool(nxt.batched) == batched
+    with GramCapture(untied, input_taps=True) as tapped, pytest.raises(RuntimeError,
+                                                                       match="input taps"):
+        tapped.handover()

@@ -77,6 +77,35 @@ def test_capture_around_trl_fused_head_equals_per_row_reference(monkeypatch, tie
     assert type(trl_utils._ChunkedLogProbFunction).__name__ != "_TrlFusedHead"  # restored
 
 
+def test_handover_passes_trls_fused_head_on_to_the_next_capture():
+    """Two passes on one set of hooks (``handover``, no input taps): each equals its per-row
+    reference, the fused head reporting to the capture of its own pass; TRL's function is
+    restored after the last exit."""
+    model = fused(tied=False)
+    refs = []
+    for ids, am, labels, u in (_inputs(R=4, T=9), _inputs(R=3, T=7)):
+        def terms(ids=ids, am=am, labels=labels, u=u):
+            out = model(input_ids=ids, attention_mask=am, labels=labels, fused_lm_head=True)
+            return (out.log_probs * u).sum(1)
+        refs.append((terms, per_row_gram(model, terms)))
+    model.zero_grad(set_to_none=True)
+    first = GramCapture(model, input_taps=False).__enter__()
+    second = first
+    try:
+        refs[0][0]().sum().backward()
+        second = first.handover()
+        assert trl_utils._ChunkedLogProbFunction.capture is second
+        refs[1][0]().sum().backward()
+    finally:
+        second.__exit__(None, None, None)
+        first.__exit__(None, None, None)
+    model.zero_grad(set_to_none=True)
+    assert type(trl_utils._ChunkedLogProbFunction).__name__ != "_TrlFusedHead"  # restored
+    for cap, (_, K_ref) in zip((first, second), refs, strict=True):
+        assert set(cap.coverage().values()) == {1}
+        assert rel_err(cap.result(), K_ref) <= TRL_RTOL
+
+
 def test_trl_head_contribution_matters():
     """Removing the intercept (the head never counted) is reported, not silently wrong."""
     model = fused(tied=False)

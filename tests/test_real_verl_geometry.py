@@ -129,6 +129,10 @@ def test_padded_micro_batches_are_exact(tmp_path):
     _assert_exact(H.check_step(engine, path, data, loss_fn), "in_run")
 
 
+def hooks(engine):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in engine.module.modules())
+
+
 @pytest.mark.parametrize(("weight_grads", "batched"),
                          [("host", False), ("rows", False), ("rows", True)])
 def test_geometry_leaves_verl_loss_and_gradient_bit_identical(env, weight_grads, batched):
@@ -143,6 +147,7 @@ def test_geometry_leaves_verl_loss_and_gradient_bit_identical(env, weight_grads,
     engine = _fresh(env, every=2, weight_grads=weight_grads,  # step 0 measured, step 1 not
                     batch_small_calls=batched)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode="gspo")
+    before = hooks(engine)
     g_on, out_on = H.measured_step(engine, _data(env), loss_fn)
     g_off, out_off = H.measured_step(engine, _data(env), loss_fn)
     assert "geometry/failed" in out_on["metrics"] and "geometry/failed" not in out_off["metrics"]
@@ -150,6 +155,9 @@ def test_geometry_leaves_verl_loss_and_gradient_bit_identical(env, weight_grads,
     assert all(not mb.capture.input_taps for mb in engine.geometry.micro)
     assert out_on["loss"] == out_off["loss"]
     cap = engine.geometry.micro[0].capture
+    # one set of hooks for the step: each micro-batch's capture handed over to the next
+    assert [mb.capture.pass_index for mb in engine.geometry.micro] == [0, 1, 2, 3]
+    assert hooks(engine) == before  # and none left after the step
     assert bool(cap.from_rows) == (weight_grads == "rows" and not batched)
     assert bool(cap.batched) == batched
     for name in g_off:
