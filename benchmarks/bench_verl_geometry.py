@@ -20,7 +20,14 @@ of each per round, so that load changes hit all modes alike), median step time p
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_verl_geometry.py
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 benchmarks/bench_verl_geometry.py
 
-``--kinds`` adds a sixth mode, in-run with timers around the core's per-module contributions,
+``--floors`` adds two modes that measure what any in-run capture of this design pays before its
+arithmetic: ``protocol only`` (the in-run protocol with a capture that installs nothing and
+returns zero Grams: reading the batch, tagging rows, the log-prob tap, the per-step gather and
+metrics) and ``protocol + empty hooks`` (the same capture with one forward hook per trainable
+module that hooks its output's gradient with a no-op: the least that sees every module's input
+and output gradient).
+
+``--kinds`` adds a mode, in-run with timers around the core's per-module contributions,
 and prints where the in-run overhead goes per step: Linear layers by identity (``identity``:
 from the ``[N, N]`` token kernels, "ghost" norms) and per-sample method, norms, the embedding,
 the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, the extra autograd
@@ -57,6 +64,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--kinds", action="store_true",
                     help="also time the in-run overhead per module kind (an extra mode)")
+    ap.add_argument("--floors", action="store_true",
+                    help="also time the protocol alone and with empty hooks (two extra modes)")
     args = ap.parse_args()
     if args.rounds < 1 or args.warmup < 0:
         ap.error(f"--rounds must be >= 1 and --warmup >= 0 (got {args.rounds}, {args.warmup})")
@@ -84,6 +93,10 @@ def main() -> None:
         "in-run + score": vg.GeometryConfig(),
         "every 10": vg.VerlGeometry(vg.GeometryConfig(every=10)),
     }
+    if args.floors:
+        for name, hooks in (("protocol only", False), ("protocol + empty hooks", True)):
+            modes[name] = vg.VerlGeometry(vg.GeometryConfig(score_every=0),
+                                          capture_factory=EmptyCapture.factory(hooks))
     timers = KindTimers() if args.kinds else None
     if timers is not None:
         modes["in-run (timed)"] = vg.GeometryConfig(score_every=0)
@@ -94,7 +107,7 @@ def main() -> None:
                 timers.active = mode == "in-run (timed)" and r >= args.warmup
             if isinstance(cfg, vg.VerlGeometry):
                 engine.geometry = cfg
-                if r == args.warmup:
+                if r == args.warmup and mode == "every 10":
                     cfg.step = 0  # the first timed round is a measured step
             else:
                 engine.geometry = None if cfg is None else vg.VerlGeometry(cfg)
@@ -116,6 +129,46 @@ def main() -> None:
         if timers is not None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))
+
+
+class EmptyCapture:
+    """A capture that measures nothing (``--floors``): zero Grams, and with ``hooks`` one forward
+    hook per trainable module that registers a no-op gradient hook on the output."""
+
+    def __init__(self, module: Any, *, blocks: list[list[int]], hooks: bool, **_: Any) -> None:
+        from real_model.gram_plan import plan_of
+
+        self.modules = [m for m, _, _ in plan_of(module).modules.values()] if hooks else []
+        self.blocks, self.handles, self.ok, self.input_taps = blocks, [], True, False
+
+    @classmethod
+    def factory(cls, hooks: bool) -> Any:
+        return lambda module, **kw: cls(module, hooks=hooks, **kw)
+
+    def __enter__(self) -> EmptyCapture:
+        self.handles = [m.register_forward_hook(_hook_output) for m in self.modules]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def problems(self) -> list[str]:
+        return []
+
+    def result(self) -> list[Any]:
+        import torch
+
+        return [torch.zeros(len(b), len(b), dtype=torch.float64) for b in self.blocks]
+
+
+def _hook_output(module: Any, args: Any, out: Any) -> None:
+    if getattr(out, "requires_grad", False):
+        out.register_hook(_no_op)
+
+
+def _no_op(grad: Any) -> None:
+    return None
 
 
 class KindTimers:
@@ -186,10 +239,10 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")
     mean0 = statistics.fmean(times["off"])
-    print(f"{'mode':<18}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
+    print(f"{'mode':<24}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
     for mode, ts in times.items():
         med, mean = statistics.median(ts), statistics.fmean(ts)
-        print(f"{mode:<18}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
+        print(f"{mode:<24}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
     print("(ratios: each mode's median (mean) step over the plain engine's, modes interleaved)")
     inrun = statistics.median(times["in-run"]) / base - 1
     every10 = amortised_mean(times["every 10"], every=10) / mean0 - 1

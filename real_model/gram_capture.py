@@ -279,15 +279,24 @@ class PackedRows:
         self.n = len(lengths)
         self.tokens = seg[-1]
         self.T = max(1, max(lengths))
-        row = torch.repeat_interleave(torch.arange(self.n), torch.tensor(lengths))
-        # packed token p of row i -> padded [n, T] position i T + (p - start_i)
-        start = torch.tensor(seg[:-1])
-        self.index = (row * self.T + torch.arange(self.tokens) - start[row]).to(device)
-        self.row = row.to(device)  # the row of each packed token
+        self.device = device
+        self.row = torch.repeat_interleave(torch.arange(self.n), torch.tensor(lengths)).to(
+            device)  # the row of each packed token
         self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
+        self._index: torch.Tensor | None = None
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
         self._indicators: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         self._blocks: dict[tuple[Any, ...], tuple[slice | torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def index(self) -> torch.Tensor:
+        """Packed token ``p`` of row ``i`` -> its padded ``[n, T]`` position ``i T + (p -
+        start_i)`` (formed at first use: batched small calls never unpack)."""
+        if self._index is None:
+            row = self.row.cpu()
+            start = torch.tensor([a for a, _ in self.bounds], dtype=torch.long)
+            self._index = (row * self.T + torch.arange(self.tokens) - start[row]).to(self.device)
+        return self._index
 
     def is_packed(self, x: torch.Tensor) -> bool:
         """Whether ``x`` is one packed sequence ``[1, >= N, ...]`` of these rows."""
