@@ -452,8 +452,10 @@ class GramCapture:
 
     Usage: enter, run ONE forward + backward over ``n`` rows (batch-first inputs), exit; then
     :meth:`result` (float64 ``[n, n]``, or one matrix per block), :meth:`coverage` and
-    :meth:`problems`. The rows count ``n`` is the first axis of the first trainable module's
-    input. Calls under ``torch.no_grad()`` are ignored. ``.grad`` fields are never touched.
+    :meth:`problems`. For the next forward + backward, :meth:`handover` gives a capture that
+    keeps the installed hooks (no input taps). The rows count ``n`` is the first axis of the
+    first trainable module's input. Calls under ``torch.no_grad()`` are ignored. ``.grad``
+    fields are never touched.
     """
 
     def __init__(
