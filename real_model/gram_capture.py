@@ -707,21 +707,11 @@ class GramCapture:
         if self.strict:
             raise GramCaptureError(message)
 
-    def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
-        """Run ``fn``; any exception becomes a recorded problem (re-raised under ``strict``)."""
-        try:
-            return fn()
-        except GramCaptureError as e:
-            if self.strict:
-                raise
-            self.fail(str(e))
-        except Exception as e:  # noqa: BLE001 - never stop the host's step (see module doc)
-            self.fail(f"{what}: {type(e).__name__}: {e}")
-        return None
-
-    def _try(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """:meth:`_guard` of ``fn(*args)`` for module ``name``, the per-call form: no closure,
-        no message formatted unless it fails."""
+    def _guard(self, what: str, fn: Callable[..., Any], *args: Any,
+               module: bool = False) -> Any:
+        """Run ``fn(*args)``; any exception becomes a recorded problem (re-raised under
+        ``strict``) named by ``what`` (``module=True``: the module ``what``; the message is
+        formatted only on failure, so per-call guards cost no string)."""
         try:
             return fn(*args)
         except GramCaptureError as e:
@@ -729,7 +719,8 @@ class GramCapture:
                 raise
             self.fail(str(e))
         except Exception as e:  # noqa: BLE001 - never stop the host's step (see module doc)
-            self.fail(f"module {name!r}: {type(e).__name__}: {e}")
+            label = f"module {what!r}" if module else what
+            self.fail(f"{label}: {type(e).__name__}: {e}")
         return None
 
     # ----------------------------------------------------------------- forward side
@@ -760,7 +751,7 @@ class GramCapture:
         if self._busy or not torch.is_grad_enabled() or (self._exited and not _in_backward()):
             return None
         kind = self.plan.modules[name][1]
-        call = self._try(name, self._open_call, name, kind, args, kwargs)
+        call = self._guard(name, self._open_call, name, kind, args, kwargs, module=True)
         if call is None:
             return None
         if name in self._rows_modules and self._rows_call(name, args[call.slot]):
@@ -897,7 +888,7 @@ class GramCapture:
                 "one tensor: unsupported by the capture"))
             return None
         if out.requires_grad:
-            self._try(name, self._rows, name, out)
+            self._guard(name, self._rows, name, out, module=True)
             if call.kind == "generic" and call.x is not None:
                 call.out_fn = out.grad_fn  # its saved tensors live until its backward
             out.register_hook(functools.partial(self._on_delta, call))
