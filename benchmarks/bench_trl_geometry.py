@@ -33,6 +33,8 @@ import json
 import time
 from typing import Any
 
+from ratios import boot_medians, central, paired
+
 
 def all_mixed_reward(completions: list[str], *, group_size: int, **_: Any) -> list[float]:
     """Benchmark only: rows ``0 .. R/2 - 1`` of every group score 1, the others 0.
@@ -195,21 +197,6 @@ def summarize(steps: list[dict[str, Any]], *, warmup: int = 1) -> list[dict[str,
     return out
 
 
-def _boot_medians(x: Any, *, rng: Any, draws: int) -> Any:
-    """Medians of ``draws`` resamples of ``x`` with replacement, ``[draws]``."""
-    import numpy as np
-
-    return np.median(rng.choice(x, size=(draws, len(x))), axis=1)
-
-
-def _central(values: Any, level: float) -> tuple[float, float]:
-    """The central ``level`` quantiles of ``values``."""
-    import numpy as np
-
-    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
-
-
 def ratio_interval(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
                    level: float = 0.95, draws: int = 2000,
                    seed: int = 0) -> tuple[float, float]:
@@ -231,8 +218,8 @@ def ratio_interval(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
     if not len(off) or not len(mine):
         raise ValueError(f"no counted steps of 'off' or {cond!r}")
     rng = np.random.default_rng(seed)
-    num = _boot_medians(mine, rng=rng, draws=draws)
-    return _central(num / _boot_medians(off, rng=rng, draws=draws), level)
+    num = boot_medians(mine, rng=rng, draws=draws)
+    return central(num / boot_medians(off, rng=rng, draws=draws), level)
 
 
 def paired_ratio(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
@@ -251,20 +238,17 @@ def paired_ratio(steps: list[dict[str, Any]], cond: str, *, warmup: int = 1,
     >>> tuple(round(x, 6) for x in paired_ratio(st, "in_run"))
     (1.1, 1.1, 1.1)
     """
-    import numpy as np
-
     counted = steps[warmup:]
     k = len(CONDITIONS)
-    ratios = []
+    offs, mine = [], []
     for r in range(len(counted) // k):
         t = {s["condition"]: s["seconds"] for s in counted[r * k:(r + 1) * k]}
         if cond in t and "off" in t:
-            ratios.append(t[cond] / t["off"])
-    if not ratios:
+            offs.append(t["off"])
+            mine.append(t[cond])
+    if not offs:
         raise ValueError(f"no complete round with 'off' and {cond!r}")
-    x = np.array(ratios)
-    lo, hi = _central(_boot_medians(x, rng=np.random.default_rng(seed), draws=draws), level)
-    return float(np.median(x)), lo, hi
+    return paired(offs, mine, level=level, draws=draws, seed=seed)
 
 
 def every_k(ratio: float, k: int) -> float:

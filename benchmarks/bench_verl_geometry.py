@@ -49,6 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ratios import paired
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -239,11 +241,16 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")
     mean0 = statistics.fmean(times["off"])
-    print(f"{'mode':<24}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}")
+    print(f"{'mode':<24}{'median step s':>14}{'vs off':>9}{'mean step s':>13}{'vs off':>9}"
+          f"   paired in rounds (95% interval)")
     for mode, ts in times.items():
         med, mean = statistics.median(ts), statistics.fmean(ts)
-        print(f"{mode:<24}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x")
-    print("(ratios: each mode's median (mean) step over the plain engine's, modes interleaved)")
+        mid, lo, hi = paired(times["off"], ts)
+        print(f"{mode:<24}{med:>14.4f}{med / base:>8.3f}x{mean:>13.4f}{mean / mean0:>8.3f}x"
+              f"   {mid:.3f}x ({lo:.3f}-{hi:.3f})")
+    print("(ratios: each mode's median (mean) step over the plain engine's, modes interleaved; "
+          "paired: the median over rounds of the step over the plain step of its round, with a "
+          "seeded bootstrap interval over rounds)")
     inrun = statistics.median(times["in-run"]) / base - 1
     every10 = amortised_mean(times["every 10"], every=10) / mean0 - 1
     print(f"in-run geometry overhead, every step: {100 * inrun:+.1f}% of the step (medians); "

@@ -249,6 +249,8 @@ class VerlGeometry:
         self.options = {"linear_method": config.linear_method,
                         "gram_precision": config.gram_precision}
         self.rows: dict[int, _Row] = {}
+        self.order: list[int] = []  # the rows' keys in batch order, and the next one's index
+        self.next_row = 0
         self.micro: list[_MicroBatch] = []
         self.errors: list[str] = []
         self.active = False
@@ -301,9 +303,14 @@ class VerlGeometry:
         self.input_taps = checkpointing_enabled(engine.module)
         rows = _rows_of_batch(data, [str(u) for u in uids], rank)
         self.rows = {r.key: r for r in rows}
-        data[ROW_KEY] = torch.tensor([r.key for r in rows], dtype=torch.int64)
         if len(rows) != n:
             raise ValueError(f"read {len(rows)} rows of a batch of {n}")
+        self.order, self.next_row = [r.key for r in rows], 0
+        if tu.get_non_tensor_data(data, "use_dynamic_bsz", True):
+            # verl rearranges rows into token-balanced micro-batches: tag each row (a key
+            # column verl carries along; without dynamic batches rows keep their order and
+            # are matched by position, which spares verl the extra column)
+            data[ROW_KEY] = torch.tensor(self.order, dtype=torch.int64)
 
     def _tapped(self, loss_function: Callable) -> Callable:
         geometry = self
@@ -332,8 +339,16 @@ class VerlGeometry:
     def _open(self, module: torch.nn.Module, micro_batch: Any) -> None:
         from verl.utils import tensordict_utils as tu
 
-        keys = [int(k) for k in micro_batch[ROW_KEY].tolist()]
         offsets = micro_batch["input_ids"].offsets().detach().cpu().long()
+        if ROW_KEY in micro_batch.keys():
+            keys = [int(k) for k in micro_batch[ROW_KEY].tolist()]
+        else:  # verl cut the batch into micro-batches in order: the next rows, lengths checked
+            n = int(micro_batch.batch_size[0])
+            keys = self.order[self.next_row:self.next_row + n]
+            self.next_row += n
+            if offsets.diff().tolist() != [self.rows[k].ids.numel() for k in keys]:
+                raise ValueError("a micro-batch's rows are not the batch's next rows in order "
+                                 "(use_dynamic_bsz=False): rows cannot be matched")
         blocks: dict[str, list[int]] = {}
         for j, k in enumerate(keys):
             blocks.setdefault(self.rows[k].uid, []).append(j)

@@ -400,3 +400,45 @@ def test_gradient_checkpointing_takes_input_taps_and_stays_exact(tmp_path):
     res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
     _assert_exact(res, "in_run")
     assert all(mb.capture.input_taps for mb in engine.geometry.micro)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_rows_are_matched_by_position_or_by_key_with_dynamic_micro_batches(env, monkeypatch,
+                                                                           dynamic):
+    """``use_dynamic_bsz=True``: verl rearranges the rows into token-balanced micro-batches, so
+    the rows carry a key column for the step (gone after it) and every group is exact (spread
+    over micro-batches here: second pass). Without dynamic batches verl cuts the batch in order:
+    no column is added, the rows are matched by position, in-run."""
+    from verl.utils import tensordict_utils as tu
+
+    keyed, opened = [], vg.VerlGeometry._open
+
+    def spy(self, module, micro_batch):
+        keyed.append(vg.ROW_KEY in micro_batch.keys())
+        return opened(self, module, micro_batch)
+
+    monkeypatch.setattr(vg.VerlGeometry, "_open", spy)
+    engine = _fresh(env)
+    data = _data(env)
+    if dynamic:
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=40)
+    res = H.check_step(engine, env["path"], data, vc.make_loss_fn(rollout_n=4,
+                                                                   micro_batch_size=4))
+    _assert_exact(res, "second_pass" if dynamic else "in_run")
+    assert keyed and set(keyed) == {dynamic} and vg.ROW_KEY not in data.keys()
+    order = [k for mb in engine.geometry.micro for k in mb.keys]
+    assert (order != sorted(order)) == dynamic  # rearranged only by the dynamic batches
+
+
+def test_rows_out_of_order_without_dynamic_batches_fail_the_step_not_verl(env, monkeypatch):
+    """Matched by position, a micro-batch whose row lengths are not the next rows' (here: the
+    geometry reads the rows in reverse) is reported, the step's geometry skipped, verl's step
+    done."""
+    rows_of_batch = vg._rows_of_batch
+    monkeypatch.setattr(vg, "_rows_of_batch", lambda *a: rows_of_batch(*a)[::-1])
+    engine = _fresh(env)
+    with engine.train_mode():
+        out = engine.train_batch(_data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    assert out["metrics"]["geometry/failed"] == [1.0]
+    assert any("not the batch's next rows in order" in r
+               for r in engine.geometry.last_record["failed"])
