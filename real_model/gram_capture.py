@@ -594,9 +594,9 @@ class GramCapture:
     def _rows_module(self, name: str) -> bool:
         """Whether ``weight_grads="rows"`` applies to module ``name`` (see the class doc)."""
         mod, kind, names = self.plan.modules[name]
-        if (self.batch_small_calls and self.packed is not None and names == ["weight"]
-                and kind == "linear" and name not in self.embedding_of_head
-                and self._small(self.packed.tokens, sum(mod.weight.shape))):
+        width = self._small_linear_width(name)
+        if self.batch_small_calls and self.packed is not None and width is not None and (
+                self._small(self.packed.tokens, width)):
             return False  # every call of the packed rows is small: batched, the host's dW
         return (self.weight_grads == "rows" and kind == "linear"
                 and self.linear_method in ("auto", "per_sample")
@@ -1080,12 +1080,20 @@ class GramCapture:
         """A call of ``tokens`` tokens reading ``width`` entries per token is small."""
         return tokens <= SMALL_CALL_TOKENS and tokens * width <= SMALL_CALL_ELEMENTS
 
-    def _small_linear_tokens(self, name: str, x: torch.Tensor) -> PackedRows | None:
-        """:meth:`_small_layout` of a weight-only Linear call on input ``x`` (not a tied head)."""
-        mod, _, names = self.plan.modules[name]
-        if names != ["weight"] or name in self.embedding_of_head or x.dim() < 2:
+    def _small_linear_width(self, name: str) -> int | None:
+        """``d_in + d_out`` of module ``name`` when its calls may be batched (a weight-only
+        ``nn.Linear``-kind module, not a tied head), else ``None``."""
+        mod, kind, names = self.plan.modules[name]
+        if kind != "linear" or names != ["weight"] or name in self.embedding_of_head:
             return None
-        return self._small_layout(x, x.shape[-1] + mod.weight.shape[0])
+        return int(sum(mod.weight.shape))
+
+    def _small_linear_tokens(self, name: str, x: torch.Tensor) -> PackedRows | None:
+        """:meth:`_small_layout` of a call on input ``x`` of a Linear that may be batched."""
+        width = self._small_linear_width(name)
+        if width is None or x.dim() < 2:
+            return None
+        return self._small_layout(x, width)
 
     def _defer_norm(self, name: str, mod: nn.Module, names: list[str], delta: torch.Tensor,
                     host_fn: Any) -> bool:
@@ -1155,17 +1163,16 @@ class GramCapture:
 
     def _norm_rows(self, norms: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
         """Per-row gradients ``[n, M d]`` of the kept packed norm calls, ``M`` calls of width
-        ``d`` at once: ``S (delta * z)`` with ``S`` the packed rows' indicator."""
+        ``d`` at once: each row's sum of ``delta * z`` over its tokens."""
         assert self.packed is not None
         shapes: dict[tuple, list] = {}
         for d, z in norms:
             shapes.setdefault((d.shape[-1], d.dtype, z.dtype), []).append((d, z))
         out = []
         for calls in shapes.values():
-            D = torch.stack([d for d, _ in calls])
-            P = D * torch.stack([z for _, z in calls]).to(D.dtype)  # [M, N, d]
-            S = self.packed.indicator(P.dtype, P.device)
-            out.append((S @ P).transpose(0, 1).reshape(S.shape[0], -1))  # [n, M d]
+            D = torch.stack([d for d, _ in calls], dim=1)  # [N, M, d]
+            P = D * torch.stack([z for _, z in calls], dim=1).to(D.dtype)
+            out.append(self.packed.row_sums(P.reshape(1, P.shape[0], -1)))  # [n, M d]
         return out
 
     def _add_small(self, linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]],
@@ -1193,15 +1200,11 @@ class GramCapture:
             for calls in shapes.values():
                 for m0 in range(0, len(calls), step):
                     part = calls[m0:m0 + step]
-                    A = torch.stack([a for a, _ in part]).to(dt)
-                    G = torch.stack([g for _, g in part]).to(dt)
-                    tok += (A @ A.mT).mul_(G @ G.mT).to(torch.float64).sum(dim=0)
+                    tok += gm.linear_token_kernel(
+                        torch.stack([a for a, _ in part]), torch.stack([g for _, g in part]),
+                        product_dtype=dt).sum(dim=0)
             for ids, g, keep in embs:
-                same = ids[:, None] == ids[None, :]
-                if keep is not None:
-                    same &= keep[:, None] & keep[None, :]
-                gd = g.to(dt)
-                tok += (gd @ gd.T).to(torch.float64).mul_(same)
+                tok += gm.embedding_token_kernel(ids, g, keep=keep, product_dtype=dt)
             for b, K, _ in self.acc.each():
                 t, S = layout.block(self.acc.index[b], dev)
                 sub = tok[t, t] if isinstance(t, slice) else tok[t][:, t]

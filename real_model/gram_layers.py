@@ -245,10 +245,33 @@ def linear_weight_gram_identity_packed(
     Returns:
         float64 ``[n, n]`` (memory ``N^2`` entries: the caller bounds ``N``).
     """
+    return indicator @ linear_token_kernel(a, delta, product_dtype=product_dtype) @ indicator.T
+
+
+def linear_token_kernel(a: torch.Tensor, delta: torch.Tensor, *,
+                        product_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The Linear identity's token kernel ``(a a^T) * (delta delta^T)``, float64: ``[..., N, N]``
+    for ``a`` ``[..., N, d_in]`` and ``delta`` ``[..., N, d_out]`` (leading axes batched, e.g. the
+    calls of one shape stacked); ``<dW_i, dW_j>`` is its sum over row ``i``'s and row ``j``'s
+    tokens. Kernels in float64, or float32 for any lower ``product_dtype`` (as
+    :func:`linear_weight_gram_identity_packed`)."""
     dt = _kernel_dtype(product_dtype)
     ad, gd = a.to(dt), delta.to(dt)
-    tokens = (ad @ ad.T).mul_(gd @ gd.T).to(torch.float64)
-    return indicator @ tokens @ indicator.T
+    return (ad @ ad.mT).mul_(gd @ gd.mT).to(torch.float64)
+
+
+def embedding_token_kernel(ids: torch.Tensor, delta: torch.Tensor, *,
+                           keep: torch.Tensor | None = None,
+                           product_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The embedding's token kernel ``[id_t = id_t'] (delta_t . delta_t')``, float64 ``[N, N]``
+    for ``ids`` ``[N]`` and ``delta`` ``[N, d]``; tokens with ``keep`` False (e.g. at
+    ``padding_idx``) left out. Summed over row ``i``'s and row ``j``'s tokens it is
+    ``<E_i, E_j>`` of :func:`embedding_rows_gram` (which forms the same Gram by scattering)."""
+    same = ids[:, None] == ids[None, :]
+    if keep is not None:
+        same &= keep[:, None] & keep[None, :]
+    gd = delta.to(_kernel_dtype(product_dtype))
+    return (gd @ gd.T).to(torch.float64).mul_(same)
 
 
 def linear_weight_gram_per_sample(

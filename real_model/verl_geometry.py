@@ -356,11 +356,12 @@ class VerlGeometry:
         packed = bool(tu.get_non_tensor_data(micro_batch, "use_remove_padding", True))
         segments = offsets if packed else None
         mb = _MicroBatch(len(self.micro), keys, offsets, blocks)
-        cap = self._handover(segments, list(blocks.values()))
+        row_blocks = list(blocks.values())
+        cap = self._handover(segments, row_blocks)
         if cap is None:
             self.close_micro_batch()
             cap = self.capture_factory(module, rows=len(keys), segments=segments,
-                                       blocks=list(blocks.values()), **self.options,
+                                       blocks=row_blocks, **self.options,
                                        weight_grads=self.config.weight_grads,
                                        batch_small_calls=bool(self.config.batch_small_calls),
                                        input_taps=self.input_taps)

@@ -311,3 +311,51 @@ def test_naive_with_few_stored_gradients_equals_full_naive(models, stored):
                             return_logprobs=True)
     assert rel_err(K, K_all) <= 1e-12
     assert torch.equal(lp, lp_all)
+
+
+# ------------------------------------------------------------------ token kernels (hand-checked)
+def test_linear_token_kernel_of_two_tokens_by_hand():
+    """``(a a^T) * (delta delta^T)``: tokens a = (1, 0), (1, 2); delta = (3), (-1):
+    a a^T = [[1, 1], [1, 5]], delta delta^T = [[9, -3], [-3, 1]] -> [[9, -3], [-3, 5]]; batched
+    over a leading axis; summed over all pairs it is ||dW||^2 of the one row holding both."""
+    from real_model.gram_layers import linear_token_kernel
+
+    a = torch.tensor([[1.0, 0.0], [1.0, 2.0]])
+    d = torch.tensor([[3.0], [-1.0]])
+    want = torch.tensor([[9.0, -3.0], [-3.0, 5.0]], dtype=torch.float64)
+    assert torch.equal(linear_token_kernel(a, d), want)
+    assert torch.equal(linear_token_kernel(torch.stack([a, a]), torch.stack([d, d])),
+                       torch.stack([want, want]))
+    dW = d.T @ a  # [1, 2] = (2, -2)
+    assert float(linear_token_kernel(a, d).sum()) == float((dW * dW).sum()) == 8.0
+
+
+def test_embedding_token_kernel_by_hand():
+    """ids (5, 7, 5), delta (1, 2, 3): equal ids at (0, 2): kernel [[1, 0, 3], [0, 4, 0],
+    [3, 0, 9]]; with token 2 left out (padding) its row and column vanish; the sum is the
+    squared norm of the one row's embedding gradient (id 5: 1 + 3 = 4, id 7: 2 -> 16 + 4)."""
+    from real_model.gram_layers import embedding_token_kernel
+
+    ids = torch.tensor([5, 7, 5])
+    d = torch.tensor([[1.0], [2.0], [3.0]])
+    K = embedding_token_kernel(ids, d)
+    assert torch.equal(K, torch.tensor([[1.0, 0, 3], [0, 4, 0], [3, 0, 9]], dtype=torch.float64))
+    assert float(K.sum()) == 20.0
+    keep = torch.tensor([True, True, False])
+    assert torch.equal(embedding_token_kernel(ids, d, keep=keep),
+                       torch.tensor([[1.0, 0, 0], [0, 4, 0], [0, 0, 0]], dtype=torch.float64))
+
+
+def test_scaled_norm_factor_reads_z_of_weight_times_z():
+    """``out = weight * z`` with the module's own weight: the node's ``z``; any other product
+    (a weight that is not the module's, or a sum): ``None``."""
+    from real_model.gram_layers import scaled_norm_factor
+
+    norm = nn.Module()
+    norm.weight = nn.Parameter(torch.tensor([2.0, 3.0]))
+    z = torch.tensor([[1.0, -1.0]], requires_grad=True)
+    out = norm.weight * z
+    assert torch.equal(scaled_norm_factor(norm, torch.ones(1, 2), out.grad_fn), z.detach())
+    other = torch.tensor([2.0, 3.0], requires_grad=True) * z
+    assert scaled_norm_factor(norm, torch.ones(1, 2), other.grad_fn) is None
+    assert scaled_norm_factor(norm, torch.ones(1, 2), (norm.weight + z).grad_fn) is None
