@@ -88,11 +88,13 @@ def main() -> None:
     batch = vc.grpo_batch(rewards, seed=0, prompt_len=args.prompt_len, vocab=args.vocab,
                           max_response=args.max_response, model_path=path, logp_noise=0.1)
     loss = vc.make_loss_fn(rollout_n=args.rollouts, micro_batch_size=args.micro_batch)
+    # one geometry per mode for the whole run, as an engine keeps its own
     modes: dict[str, Any] = {
         "off": None,
-        "in-run": vg.GeometryConfig(score_every=0),
-        "in-run, per call": vg.GeometryConfig(score_every=0, batch_small_calls=False),
-        "in-run + score": vg.GeometryConfig(),
+        "in-run": vg.VerlGeometry(vg.GeometryConfig(score_every=0)),
+        "in-run, per call": vg.VerlGeometry(vg.GeometryConfig(score_every=0,
+                                                              batch_small_calls=False)),
+        "in-run + score": vg.VerlGeometry(vg.GeometryConfig()),
         "every 10": vg.VerlGeometry(vg.GeometryConfig(every=10)),
     }
     if args.floors:
@@ -101,18 +103,15 @@ def main() -> None:
                                           capture_factory=EmptyCapture.factory(hooks))
     timers = KindTimers() if args.kinds else None
     if timers is not None:
-        modes["in-run (timed)"] = vg.GeometryConfig(score_every=0)
+        modes["in-run (timed)"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
     times: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(args.warmup + args.rounds):
         for mode, cfg in modes.items():
             if timers is not None:
                 timers.active = mode == "in-run (timed)" and r >= args.warmup
-            if isinstance(cfg, vg.VerlGeometry):
-                engine.geometry = cfg
-                if r == args.warmup and mode == "every 10":
-                    cfg.step = 0  # the first timed round is a measured step
-            else:
-                engine.geometry = None if cfg is None else vg.VerlGeometry(cfg)
+            engine.geometry = cfg
+            if r == args.warmup and mode == "every 10":
+                cfg.step = 0  # the first timed round is a measured step
             data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
             t0 = time.perf_counter()
             with engine.train_mode():
@@ -179,6 +178,7 @@ class KindTimers:
     def __init__(self) -> None:
         from real_model import gram_capture as gc
         from real_model import gram_layers as gm
+        from real_model import gram_small_calls as gs
 
         self.active = False
         self.seconds: dict[str, float] = {}
@@ -191,8 +191,8 @@ class KindTimers:
         # weight_grads="rows": the Linear's dW and Grams from its per-row gradients (the
         # batched products replace verl's own dW product, so this is not all overhead)
         self._wrap(gc.GramCapture, "_rows_grad", lambda *a, **k: "linear layers (rows, dW)")
-        # batch_small_calls: the small calls' terms, added after each micro-batch's backward
-        self._wrap(gc.GramCapture, "_add_small", lambda *a, **k: "small calls (batched)")
+        # batch_small_calls: the small calls' terms, added after the backward, batched
+        self._wrap(gs, "add_small_calls", lambda *a, **k: "small calls (batched)")
 
     @staticmethod
     def _kind_of_call(cap: Any, call: Any, *args: Any, **kwargs: Any) -> str:

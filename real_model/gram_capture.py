@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from real_model import gram_layers as gm
+from real_model import gram_small_calls as gs
 from real_model import gram_triton
 from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_tiles
 from real_model.gram_plan import plan_of
@@ -504,6 +505,7 @@ class GramCapture:
         self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
         self._handles: list[Any] = []
         self._route = [self]  # the hooks' capture (:meth:`handover` passes them on)
+        self._chain: list[GramCapture] = []  # handed-over passes whose small calls wait
         self._trl: tuple[Any, Any] | None = None
         self.pass_index = 0  # passes before this one on the same hooks (:meth:`handover`)
         self._new_pass(None if segments is None else PackedRows(segments, dev))
@@ -526,7 +528,9 @@ class GramCapture:
         self._small_linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]] = []
         self._small_embedding: list[tuple[PackedRows, torch.Tensor, torch.Tensor, Any]] = []
         self._small_rows: list[torch.Tensor] = []
-        self._small_norms: list[tuple[torch.Tensor, torch.Tensor]] = []  # packed (delta, z)
+        self._small_norms: list[tuple[PackedRows, torch.Tensor, torch.Tensor]] = []
+        self._recorded: list[tuple] = []  # small calls whose output gradient is read at flush
+        self._packed_small: dict[str, str] | None = None  # modules small on the packed rows
         self._uniform_rows: dict[tuple[int, int, torch.device], PackedRows] = {}
         self._busy = False
         self._exited = False
@@ -561,8 +565,11 @@ class GramCapture:
         the constructor), which takes over this entered capture's hooks instead of installing
         its own: a host that runs many small micro-batches saves the per-module hook
         registration. Call it after this capture's backward; this capture then keeps its
-        result (its small calls are added now) and is exited. The new capture has the same
-        model, plan and options, and is entered; leave it with ``__exit__`` as usual.
+        result and is exited. Its small calls wait, to be added with those of the next passes
+        in one batched product (:mod:`real_model.gram_small_calls`) at the first :meth:`flush`
+        of a later capture of the chain (or of this one: :meth:`result` flushes), or now when
+        the waiting calls hold more than :data:`SMALL_CALL_TOKENS` tokens. The new capture has
+        the same model, plan and options, and is entered; leave it with ``__exit__`` as usual.
 
         Raises:
             RuntimeError: this capture is not entered, or has input taps (a tapped graph may
@@ -570,7 +577,11 @@ class GramCapture:
         """
         if not self._handles or self._exited or self.input_taps:
             raise RuntimeError("handover needs an entered capture without input taps")
-        self.flush()
+        self._exited = True
+        if self._small_pending():
+            self._chain.append(self)
+            if sum(c._small_tokens() for c in self._chain) > SMALL_CALL_TOKENS:
+                self.flush()
         new = copy.copy(self)  # configuration, plan, scratch and the route are shared
         new.blocks = validate_blocks(blocks)
         new._new_pass(None if segments is None else PackedRows(segments, self.anchor.device))
@@ -581,13 +592,16 @@ class GramCapture:
         if new._trl is not None:  # TRL's fused head now reports to the new capture
             new._trl[0]._ChunkedLogProbFunction.capture = new
         self._route[0] = new
-        self._exited = True
         return new
 
     def _pre_and_post(self, name: str, mod: nn.Module, args: tuple, kwargs: dict,
                       out: Any) -> None:
-        """Forward hook without input taps: :meth:`_pre` (which then leaves the arguments as
-        they are) and :meth:`_post` of the call, one hook dispatch instead of two."""
+        """Forward hook without input taps: a small call is recorded (:meth:`_record_small`);
+        any other gets :meth:`_pre` (which then leaves the arguments as they are) and
+        :meth:`_post`, one hook dispatch instead of two."""
+        if (self.batch_small_calls and not self._busy and not self._exited
+                and torch.is_grad_enabled() and self._record_small(name, mod, args, kwargs, out)):
+            return
         self._pre(name, mod, args, kwargs)
         self._post(name, mod, args, kwargs, out)
 
@@ -647,7 +661,9 @@ class GramCapture:
 
     # ----------------------------------------------------------------- results
     def coverage(self) -> dict[str, int]:
-        """Contributions added per trainable module (exactly 1 each for a valid result)."""
+        """Contributions added per trainable module (exactly 1 each for a valid result); the
+        small calls kept so far are added first (:meth:`flush`)."""
+        self.flush()
         return {name: self.counts.get(name, 0) for name in self.plan.modules}
 
     def problems(self) -> list[str]:
@@ -1099,17 +1115,24 @@ class GramCapture:
                     host_fn: Any) -> bool:
         """Keep a small packed ``weight * z`` norm call's ``delta`` and ``z`` (read from the
         host's node now: autograd frees it after its backward) for :meth:`flush`."""
-        p = self.packed
-        if (not self.batch_small_calls or p is None or names != ["weight"]
-                or mod.weight.dim() != 1 or not p.is_packed(delta)
-                or not self._small(p.tokens, 2 * delta.shape[-1])):
+        p = self._small_norm_layout(mod, names, delta)
+        z = None if p is None else gm.scaled_norm_factor(mod, delta, host_fn)
+        if p is None or z is None:
             return False
-        z = gm.scaled_norm_factor(mod, delta, host_fn)
-        if z is None:
-            return False
-        self._small_norms.append((delta[0, : p.tokens], z[0, : p.tokens]))
+        self._small_norms.append((p, delta[0, : p.tokens], z[0, : p.tokens]))
         self.batched.add(name)
         return True
+
+    def _small_norm_layout(self, mod: nn.Module, names: list[str],
+                           t: torch.Tensor) -> PackedRows | None:
+        """The packed rows, when a norm call whose output (gradient) is ``t`` may be batched: a
+        1-d weight only, packed rows, ``t`` packed, ``N 2 d`` small."""
+        p = self.packed
+        if (not self.batch_small_calls or p is None or names != ["weight"]
+                or mod.weight.dim() != 1 or not p.is_packed(t)
+                or not self._small(p.tokens, 2 * t.shape[-1])):
+            return None
+        return p
 
     def _defer_embedding(self, name: str, mod: nn.Module, ids: torch.Tensor,
                          delta: torch.Tensor) -> bool:
@@ -1143,77 +1166,181 @@ class GramCapture:
         self.batched.add(name)
         return True
 
-    def flush(self) -> None:
-        """Add the contributions of the small calls kept so far (``batch_small_calls``); called
-        by :meth:`result` and :meth:`problems`, or by the host after its backward to free the
-        kept tensors early. Idempotent; failures are recorded like any other."""
-        if not (self._small_linear or self._small_embedding or self._small_rows
-                or self._small_norms):
-            return
-        linear, self._small_linear = self._small_linear, []
-        emb, self._small_embedding = self._small_embedding, []
-        rows, self._small_rows = self._small_rows, []
-        norms, self._small_norms = self._small_norms, []
-        if norms and not self.failed:  # their per-row gradients join the leaves' rows
-            got = self._guard("small calls, batched", functools.partial(self._norm_rows, norms))
-            rows = rows + ([] if got is None else got)
-        if not self.failed:
-            self._guard("small calls, batched",
-                        functools.partial(self._add_small, linear, rows, emb))
+    def _record_small(self, name: str, mod: nn.Module, args: tuple, kwargs: dict,
+                      out: Any) -> bool:
+        """Forward hook of a small call (no input taps): keep its input and output, and have
+        autograd keep the output's gradient (``retain_grad``: no Python hook in the backward);
+        :meth:`flush` reads it. Small: a Linear or untied embedding call as
+        :meth:`_small_layout`, a packed ``weight * z`` norm whose closed form was checked
+        (:data:`NORM_CLOSED_FORM_CHECKED`). ``False`` (nothing done): the usual per-call path,
+        which also reports any problem of the call."""
+        if (kwargs or len(args) != 1 or not isinstance(out, torch.Tensor)
+                or not out.requires_grad or not isinstance(args[0], torch.Tensor)
+                or self.failed):
+            return False
+        x = args[0]
+        if self.packed is not None:
+            return self._record_packed(name, mod, x, out)
+        _, kind, names = self.plan.modules[name]
+        z = None
+        try:  # on any doubt, the usual path (which reports what is wrong)
+            self._rows(name, x)
+            if kind == "linear":
+                layout = self._small_linear_tokens(name, x) if x.is_floating_point() else None
+            elif kind == "embedding":
+                layout = None if name in self.tied_embeddings else self._small_layout(
+                    x, out.shape[-1], features=False)
+            elif self.norm_closed_form_ok.get(type(mod)) is True and x.is_floating_point():
+                layout = self._small_norm_layout(mod, names, out)
+                z = None if layout is None else gm.scaled_norm_factor(mod, out, out.grad_fn)
+                layout = None if z is None else layout
+            else:
+                layout = None
+            if layout is None:
+                return False
+            self._rows(name, out)
+        except Exception:  # noqa: BLE001
+            return False
+        out.retain_grad()
+        self._recorded.append((name, kind, layout, x.detach(), out, out._version, z))
+        self.called[name] += 1
+        self.batched.add(name)
+        return True
 
-    def _norm_rows(self, norms: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        """Per-row gradients ``[n, M d]`` of the kept packed norm calls, ``M`` calls of width
-        ``d`` at once: each row's sum of ``delta * z`` over its tokens."""
-        assert self.packed is not None
-        shapes: dict[tuple, list] = {}
-        for d, z in norms:
-            shapes.setdefault((d.shape[-1], d.dtype, z.dtype), []).append((d, z))
-        out = []
-        for calls in shapes.values():
-            D = torch.stack([d for d, _ in calls], dim=1)  # [N, M, d]
-            P = D * torch.stack([z for _, z in calls], dim=1).to(D.dtype)
-            out.append(self.packed.row_sums(P.reshape(1, P.shape[0], -1)))  # [n, M d]
-        return out
+    def _record_packed(self, name: str, mod: nn.Module, x: torch.Tensor,
+                       out: torch.Tensor) -> bool:
+        """:meth:`_record_small` on packed rows: whether a module's calls are small is known
+        from the rows' token count alone (:meth:`_packed_small_calls`)."""
+        p = self.packed
+        kind = self._packed_small_calls().get(name)
+        if kind is None or not (p.is_packed(x) and p.is_packed(out)):  # type: ignore[union-attr]
+            return False
+        z = None
+        if kind == "generic":
+            if (self.norm_closed_form_ok.get(type(mod)) is not True or not x.is_floating_point()
+                    or out.shape[-1] != mod.weight.shape[0]):
+                return False
+            z = gm.scaled_norm_factor(mod, out, out.grad_fn)
+            if z is None:
+                return False
+        elif kind == "linear" and not x.is_floating_point():
+            return False
+        if self.n is None:
+            try:
+                self._rows(name, x)
+            except Exception:  # noqa: BLE001 - the usual path reports it
+                return False
+        out.retain_grad()
+        self._recorded.append((name, kind, p, x.detach(), out, out._version, z))
+        self.called[name] += 1
+        self.batched.add(name)
+        return True
 
-    def _add_small(self, linear: list[tuple[PackedRows, torch.Tensor, torch.Tensor]],
-                   rows: list[torch.Tensor],
-                   embedding: Sequence[tuple[PackedRows, torch.Tensor, torch.Tensor, Any]] = (),
-                   ) -> None:
-        """``K_b += S_b (sum_m (a_m a_m^T) * (delta_m delta_m^T))[b, b] S_b^T`` per token layout,
-        the Linear calls of one ``(d_in, d_out)`` shape in one batched product (kernels in
-        :attr:`product_dtype`, as the per-call identity; their products summed in float64; at
-        most :attr:`chunk` kernel entries at once), an embedding's ``a a^T`` the id-equality
-        kernel ``[id_t = id_t']``; then the Gram of the leaves' concatenated rows."""
-        assert self.acc is not None
-        dt = self.product_dtype
-        layouts: dict[int, tuple[PackedRows, dict[tuple, list], list]] = {}
-        for layout, a, g in linear:
-            shapes = layouts.setdefault(id(layout), (layout, {}, []))[1]
-            shapes.setdefault((a.shape[-1], g.shape[-1]), []).append((a, g))
-        for layout, ids, g, keep in embedding:
-            layouts.setdefault(id(layout), (layout, {}, []))[2].append((ids, g, keep))
-        for layout, shapes, embs in layouts.values():
+    def _packed_small_calls(self) -> dict[str, str]:
+        """Module -> kind, for the modules whose calls on this pass's packed rows are small: a
+        weight-only Linear (not a tied head), an untied embedding, a module with one 1-d
+        ``weight`` (a norm: :meth:`_record_packed` checks its ``weight * z`` form)."""
+        if self._packed_small is None:
+            assert self.packed is not None
+            N = self.packed.tokens
+            small: dict[str, str] = {}
+            for name, (mod, kind, names) in self.plan.modules.items():
+                w = getattr(mod, "weight", None)
+                if kind == "linear":
+                    width = self._small_linear_width(name)
+                elif kind == "embedding" and name not in self.tied_embeddings:
+                    width = int(w.shape[-1]) if isinstance(w, torch.Tensor) else None
+                elif kind == "generic" and names == ["weight"] and w.dim() == 1:
+                    width = 2 * int(w.shape[0])
+                else:
+                    width = None
+                if width is not None and self._small(N, width):
+                    small[name] = kind
+            self._packed_small = small
+        return self._packed_small
+
+    def _read_recorded(self) -> None:
+        """The recorded small calls' output gradients, kept as their terms' inputs (a call whose
+        output got no gradient is not counted: :meth:`problems` names it)."""
+        recorded, self._recorded = self._recorded, []
+        for name, kind, layout, x, out, version, z in recorded:
+            if self.failed:
+                return
+            delta = out.grad
+            if delta is None:
+                continue
+            out.grad = None
+            if out._version != version:
+                mod = self.plan.modules[name][0]
+                self._guard(name, self.fail, f"module {name!r} ({type(mod).__name__}): its output "
+                            "was modified in place after its forward, so the gradient kept for "
+                            "it is not its own; use batch_small_calls=False (a hook per call)")
+                return
+            self.counts[name] += 1
             N = layout.tokens
-            dev = (next(iter(shapes.values()))[0][0] if shapes else embs[0][1]).device
-            tok = torch.zeros(N, N, dtype=torch.float64, device=dev)
-            step = max(1, self.chunk // max(1, N * N))
-            for calls in shapes.values():
-                for m0 in range(0, len(calls), step):
-                    part = calls[m0:m0 + step]
-                    tok += gm.linear_token_kernel(
-                        torch.stack([a for a, _ in part]), torch.stack([g for _, g in part]),
-                        product_dtype=dt).sum(dim=0)
-            for ids, g, keep in embs:
-                tok += gm.embedding_token_kernel(ids, g, keep=keep, product_dtype=dt)
-            for b, K, _ in self.acc.each():
-                t, S = layout.block(self.acc.index[b], dev)
-                sub = tok[t, t] if isinstance(t, slice) else tok[t][:, t]
-                K.add_(S @ sub @ S.T)
-        if rows:
-            dt = functools.reduce(torch.promote_types, (r.dtype for r in rows))
-            flat = torch.cat([r.to(dt) for r in rows], dim=1)
-            for _, K, sel in self.acc.each():
-                gm.flat_gram(K, sel(flat), self.scratch, product_dtype=self.product_dtype)
+            packed = layout is self.packed
+            if kind == "linear":
+                self._small_linear.append(
+                    (layout, *((x[0, :N], delta[0, :N]) if packed
+                               else (x.reshape(N, -1), delta.reshape(N, -1)))))
+            elif kind == "embedding":
+                ids = x[0, :N] if packed else x.reshape(N)
+                pad = getattr(self.plan.modules[name][0], "padding_idx", None)
+                self._small_embedding.append(
+                    (layout, ids, delta[0, :N] if packed else delta.reshape(N, -1),
+                     None if pad is None else ids != pad))
+            else:
+                self._small_norms.append((layout, delta[0, :N], z[0, :N]))
+
+    def _small_pending(self) -> bool:
+        return bool(self._recorded or self._small_linear or self._small_embedding
+                    or self._small_rows or self._small_norms)
+
+    def _small_tokens(self) -> int:
+        """Tokens of the layouts of this pass's waiting small calls."""
+        layouts = {id(e[2]): e[2] for e in self._recorded}
+        for entries in (self._small_linear, self._small_embedding, self._small_norms):
+            layouts.update((id(e[0]), e[0]) for e in entries)
+        return sum(int(lay.tokens) for lay in layouts.values())
+
+    def _take_small(self) -> gs.PassCalls | None:
+        """This pass's kept small calls (emptied here), ``None`` when it has failed."""
+        calls = gs.PassCalls(n=int(self.n or 0), K=self.acc.K if self.acc else [],
+                             index=self.acc.index if self.acc else [],
+                             linear=self._small_linear, embedding=self._small_embedding,
+                             norms=self._small_norms, rows=self._small_rows)
+        self._small_linear, self._small_embedding, self._small_rows, self._small_norms = (
+            [], [], [], [])
+        return None if self.failed or self.acc is None else calls
+
+    def flush(self) -> None:
+        """Add the terms of the small calls kept so far (``batch_small_calls``), with those of
+        the passes handed over before this one (:meth:`handover`), batched across passes
+        (:func:`real_model.gram_small_calls.add_small_calls`); called by :meth:`result` and
+        :meth:`problems`, or by the host after its backward to free the kept tensors early.
+        Idempotent; failures are recorded, by every pass of the failed batch.
+        """
+        ready = [c for c in self._chain if c is not self and c._exited] + [self]
+        if len(ready) == 1 and not self._small_pending():
+            return
+        self._chain[:] = [c for c in self._chain if all(c is not r for r in ready)]
+        passes = []
+        for c in ready:
+            c._read_recorded()
+            calls = c._take_small()
+            if calls:
+                passes.append((c, calls))
+        if not passes:
+            return
+        try:
+            gs.add_small_calls([p for _, p in passes], chunk_size=self.chunk,
+                               product_dtype=self.product_dtype, scratch=self.scratch)
+        except Exception as e:  # noqa: BLE001 - never stop the host's step (see module doc)
+            for c, _ in passes:
+                c.errors.append(f"small calls, batched: {type(e).__name__}: {e}")
+                c.failed = True
+            if self.strict:
+                raise GramCaptureError(self.errors[-1] if self.errors else str(e)) from e
 
     # ----------------------------------------------------------------- per-layer identities
     def add_linear(

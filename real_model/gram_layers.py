@@ -263,15 +263,16 @@ def linear_token_kernel(a: torch.Tensor, delta: torch.Tensor, *,
 def embedding_token_kernel(ids: torch.Tensor, delta: torch.Tensor, *,
                            keep: torch.Tensor | None = None,
                            product_dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """The embedding's token kernel ``[id_t = id_t'] (delta_t . delta_t')``, float64 ``[N, N]``
-    for ``ids`` ``[N]`` and ``delta`` ``[N, d]``; tokens with ``keep`` False (e.g. at
-    ``padding_idx``) left out. Summed over row ``i``'s and row ``j``'s tokens it is
-    ``<E_i, E_j>`` of :func:`embedding_rows_gram` (which forms the same Gram by scattering)."""
-    same = ids[:, None] == ids[None, :]
+    """The embedding's token kernel ``[id_t = id_t'] (delta_t . delta_t')``, float64 ``[..., N,
+    N]`` for ``ids`` ``[..., N]`` and ``delta`` ``[..., N, d]`` (leading axes batched); tokens
+    with ``keep`` False (e.g. at ``padding_idx``) left out. Summed over row ``i``'s and row
+    ``j``'s tokens it is ``<E_i, E_j>`` of :func:`embedding_rows_gram` (which forms the same Gram
+    by scattering)."""
+    same = ids[..., :, None] == ids[..., None, :]
     if keep is not None:
-        same &= keep[:, None] & keep[None, :]
+        same &= keep[..., :, None] & keep[..., None, :]
     gd = delta.to(_kernel_dtype(product_dtype))
-    return (gd @ gd.T).to(torch.float64).mul_(same)
+    return (gd @ gd.mT).to(torch.float64).mul_(same)
 
 
 def linear_weight_gram_per_sample(

@@ -220,7 +220,9 @@ class _MicroBatch:
 
 @dataclass
 class _Row:
-    """What the geometry keeps of one local row of verl's batch."""
+    """What the geometry keeps of one local row of verl's batch: its ``tokens`` are
+    ``ids_all[start:stop]`` of the packed batch (:attr:`ids`, :attr:`pos`: copied on use, by
+    the second passes only)."""
 
     key: int
     uid: str
@@ -228,10 +230,20 @@ class _Row:
     advantage: float
     adv_varies: bool
     length: int
-    ids: torch.Tensor
-    pos: torch.Tensor
+    tokens: int
+    packed: tuple[torch.Tensor, torch.Tensor, int] = field(repr=False)  # ids, pos, start
     mb: int = -1
     u: torch.Tensor | None = None
+
+    @property
+    def ids(self) -> torch.Tensor:
+        ids, _, start = self.packed
+        return ids[start:start + self.tokens].detach().cpu()
+
+    @property
+    def pos(self) -> torch.Tensor:
+        _, pos, start = self.packed
+        return pos[start:start + self.tokens].detach().cpu()
 
 
 class VerlGeometry:
@@ -246,6 +258,7 @@ class VerlGeometry:
         self.config = config
         self.step = 0
         self.capture_factory = capture_factory or _capture
+        self.config_record = asdict(config)  # frozen: one conversion for every step's record
         self.options = {"linear_method": config.linear_method,
                         "gram_precision": config.gram_precision}
         self.rows: dict[int, _Row] = {}
@@ -346,7 +359,7 @@ class VerlGeometry:
             n = int(micro_batch.batch_size[0])
             keys = self.order[self.next_row:self.next_row + n]
             self.next_row += n
-            if offsets.diff().tolist() != [self.rows[k].ids.numel() for k in keys]:
+            if offsets.diff().tolist() != [self.rows[k].tokens for k in keys]:
                 raise ValueError("a micro-batch's rows are not the batch's next rows in order "
                                  "(use_dynamic_bsz=False): rows cannot be matched")
         blocks: dict[str, list[int]] = {}
@@ -537,7 +550,7 @@ class VerlGeometry:
             seconds = {"step_with_hooks": t_step, "geometry": time.perf_counter() - t0}
             rec = {"step": step, "world_size": plan.world, "failed": None,
                    "layout": plan.layout(), "aggregate": agg, "seconds": seconds,
-                   "config": asdict(self.config), "groups": records}
+                   "config": self.config_record, "groups": records}
             if self.config.jsonl_path and write:
                 _append_jsonl(self.config.jsonl_path, rec)
             metrics = metrics_for_verl(agg, plan.layout(), seconds)
@@ -695,11 +708,15 @@ def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
     rewards = (None if scores is None else scores.to(torch.float64).sum(-1).tolist())
     a_list, v_list, l_list = a_mean.tolist(), varies.tolist(), lens.to(torch.int64).tolist()
     out = []
-    for i, (row_ids, row_pos) in enumerate(zip(ids.unbind(), pos.unbind(), strict=True)):
+    bounds = ids.offsets().tolist()  # the rows' tokens in the packed values (not unbound here)
+    if pos.offsets().tolist() != bounds:
+        raise ValueError("verl's position ids and input ids have different row lengths")
+    values = (ids.values(), pos.values())
+    for i in range(len(bounds) - 1):
         r = _Row(key=(rank << ROW_SHIFT) | i, uid=uids[i],
                  reward=None if rewards is None else float(rewards[i]),
                  advantage=float(a_list[i]), adv_varies=bool(v_list[i]), length=int(l_list[i]),
-                 ids=row_ids.detach().cpu(), pos=row_pos.detach().cpu())
+                 tokens=bounds[i + 1] - bounds[i], packed=(*values, bounds[i]))
         r.temperature = float(temperature)  # type: ignore[attr-defined]
         out.append(r)
     return out

@@ -25,6 +25,7 @@ pytest.importorskip("transformers")
 from real_gram_helpers import V, batch, llama, nemotron, per_row_gram, qwen2, rel_err  # noqa: E402
 
 from real_model import gram_layers as gm  # noqa: E402
+from real_model import gram_small_calls  # noqa: E402
 from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
 from real_model.gram_capture import (  # noqa: E402
     GramCapture,
@@ -247,7 +248,7 @@ def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied, batc
         raise RuntimeError("injected failure")
 
     if batched:  # the small calls' contributions fail when they are added, after the backward
-        monkeypatch.setattr(GramCapture, "_add_small", broken)
+        monkeypatch.setattr(gram_small_calls, "add_small_calls", broken)
     else:
         monkeypatch.setattr(gm, "linear_weight_gram", broken)
     with GramCapture(untied, batch_small_calls=batched) as cap:
@@ -406,7 +407,7 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
 
     monkeypatch.setattr(GramCapture, "_on_delta", on_delta)
     monkeypatch.setattr(GramCapture, "add_linear", boom)
-    monkeypatch.setattr(GramCapture, "_add_small", boom)  # small calls, batched after it
+    monkeypatch.setattr(gram_small_calls, "add_small_calls", boom)  # small calls, batched
     ids, am, cm = batch(R=2, T=6)
     with pytest.raises(GramCaptureError, match="boom in a Linear"):
         trajectory_gram(untied, ids, am, cm)
@@ -777,21 +778,23 @@ def untied_pad():
     return llama(tied=False, bias=False, kv_heads=2, pad=0, seed=5)  # ids 0: no gradient row
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["batch-first", "packed"])
+@pytest.mark.parametrize("packed", [False, "no taps", True],
+                         ids=["batch-first", "batch-first-no-taps", "packed"])
 @pytest.mark.parametrize("which", ["tied", "untied", "untied_pad"])
 def test_small_calls_batched_give_the_per_call_gram_and_the_reference(request, which, packed):
     """``batch_small_calls`` (the default) adds the small calls' terms at ``flush``: the same Gram
     as each call adding its own (float64 model: to rounding) and as the per-row reference, blocks
     by index; an embedding with a ``padding_idx`` among the ids; with ``weight_grads="rows"`` a
-    batched module keeps the host's ``dW``, bit for bit."""
+    batched module keeps the host's ``dW``, bit for bit. Without input taps the small calls are
+    recorded in the forward and their output gradients read after the backward."""
     model = request.getfixturevalue(which)
     blocks = [[0, 2], [3, 1]]
-    if packed:
+    if packed is True:
         cu, ids, pos, u = packed_batch([5, 3, 7, 4], seed=5)
         terms, opts = packed_terms(model, ids, pos, u, cu), {"segments": cu, "input_taps": False}
     else:
         ids, am, cm = batch(R=4, T=9)
-        terms, opts = weighted_terms(model, ids, am, cm), {}
+        terms, opts = weighted_terms(model, ids, am, cm), {"input_taps": packed != "no taps"}
         assert which != "untied_pad" or bool((ids == 0).any())  # the padding id occurs
     K_ref = per_row_gram(model, terms)
     model.zero_grad(set_to_none=True)
@@ -886,3 +889,69 @@ def test_handover_gives_each_pass_its_own_gram_with_one_set_of_hooks(untied, wei
     with GramCapture(untied, input_taps=True) as tapped, pytest.raises(RuntimeError,
                                                                        match="input taps"):
         tapped.handover()
+
+
+def test_a_recorded_output_changed_in_place_is_a_named_problem_and_per_call_works():
+    """A small call's output gradient is read after the backward (no hook): when the host
+    modifies that output in place (``ReLU(inplace=True)``), the gradient kept is not the call's
+    own, and the capture says so by name instead of adding it; ``batch_small_calls=False`` (a
+    hook per call) gives the per-row reference."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3, bias=False), nn.ReLU(inplace=True),
+                          nn.Linear(3, 1, bias=False)).double()
+    cu = torch.tensor([0, 2, 5])
+    x = torch.randn(1, 5, 3, dtype=torch.float64)
+
+    def row_grads():
+        out = []
+        for a, b in ((0, 2), (2, 5)):
+            model.zero_grad(set_to_none=True)
+            model(x[:, a:b].clone()).sum().backward()
+            out.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+        model.zero_grad(set_to_none=True)
+        return torch.stack(out)
+
+    G = row_grads()
+    for batched in (True, False):
+        with GramCapture(model, segments=cu, input_taps=False, batch_small_calls=batched) as cap:
+            model(x.clone()).sum().backward()
+        if batched:
+            assert any("'0'" in p and "modified in place" in p for p in cap.problems())
+        else:
+            assert rel_err(cap.result(), G @ G.T) <= 1e-12
+    model.zero_grad(set_to_none=True)
+
+
+def test_handover_adds_the_waiting_small_calls_once_they_hold_many_tokens(monkeypatch, untied):
+    """Handed-over passes wait for one batched flush; past ``SMALL_CALL_TOKENS`` waiting tokens
+    the handover flushes them itself. Either way each pass's Gram is a fresh capture's."""
+    from real_model import gram_capture
+
+    opts = {"input_taps": False}
+    batches = [packed_batch([5, 3], seed=s) for s in (8, 9, 10)]
+    fresh = []
+    for cu, ids, pos, u in batches:
+        with GramCapture(untied, segments=cu, **opts) as cap:
+            packed_terms(untied, ids, pos, u, cu)().sum().backward()
+        fresh.append(cap.result())
+    for bound in (10_000, 9):  # never reached / passed at the second handover (8 tokens a pass)
+        monkeypatch.setattr(gram_capture, "SMALL_CALL_TOKENS", bound)
+        flushes = []
+        real_flush = GramCapture.flush
+
+        def flush(self, real_flush=real_flush, flushes=flushes):
+            flushes.append(self.pass_index)
+            return real_flush(self)
+
+        monkeypatch.setattr(GramCapture, "flush", flush)
+        caps = [GramCapture(untied, segments=batches[0][0], **opts).__enter__()]
+        for k, (cu, ids, pos, u) in enumerate(batches):
+            if k:
+                caps.append(caps[-1].handover(segments=cu))
+            packed_terms(untied, ids, pos, u, cu)().sum().backward()
+        caps[-1].__exit__(None, None, None)
+        assert flushes == ([] if bound > 100 else [1])  # 16 waiting tokens > 9: flushed
+        for cap, want in zip(caps, fresh, strict=True):
+            assert rel_err(cap.result(), want) <= 1e-12 and set(cap.coverage().values()) == {1}
+        monkeypatch.setattr(GramCapture, "flush", real_flush)
+    untied.zero_grad(set_to_none=True)

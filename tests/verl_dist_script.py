@@ -96,23 +96,25 @@ def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:
 
 
 def _pass_failure_scenario(engine, mixed, rank, world, vg) -> dict:
+    from real_model import gram_small_calls
     from real_model.gram_capture import GramCapture
 
     engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
     real_pass = vg._pass
-    real = {name: getattr(GramCapture, name) for name in ("add_linear", "_add_small")}
+    real = {(owner, name): getattr(owner, name) for owner, name in (
+        (GramCapture, "add_linear"), (gram_small_calls, "add_small_calls"))}
 
     def broken_linear(*a, **k):
         raise RuntimeError(f"injected second-pass failure on rank {rank}")
 
     def failing_pass(*a, **k):  # a Linear's term fails, added in the backward or batched after it
-        for name in real:
-            setattr(GramCapture, name, broken_linear)
+        for owner, name in real:
+            setattr(owner, name, broken_linear)
         try:
             return real_pass(*a, **k)
         finally:
-            for name, fn in real.items():
-                setattr(GramCapture, name, fn)
+            for (owner, name), fn in real.items():
+                setattr(owner, name, fn)
 
     steps = []
     loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2)
