@@ -33,6 +33,12 @@ from the ``[N, N]`` token kernels, "ghost" norms) and per-sample method, norms, 
 the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, the extra autograd
 nodes, building the captures, the per-step protocol) as the difference.
 
+Every step is on-policy, as the first update after verl's ``compute_log_prob``: before each
+(timed) step the batch's ``old_log_probs`` are set from the engine's current weights (untimed
+``infer_batch``). Without it the rounds would train one batch again and again against the same
+old log-probs, and after a few steps every token's ratio leaves the clip range: the loss's
+gradient, and every Gram, is zero (so were the figures of this benchmark before 2026-11-27).
+
 Needs the ``verl`` extra. Timings on a shared CPU are noisy: compare the ratios of one run (the
 modes run interleaved, one step each per round); the load average (``os.getloadavg``, as
 ``uptime`` prints it) is printed at the start and the end.
@@ -105,6 +111,7 @@ def main() -> None:
     if timers is not None:
         modes["in-run (timed)"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
     times: dict[str, list[float]] = {m: [] for m in modes}
+    measured = [0, 0]  # in-run: groups with a nonzero gradient, groups
     for r in range(args.warmup + args.rounds):
         for mode, cfg in modes.items():
             if timers is not None:
@@ -113,12 +120,17 @@ def main() -> None:
             if r == args.warmup and mode == "every 10":
                 cfg.step = 0  # the first timed round is a measured step
             data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
+            vc.set_old_log_probs(engine, data)  # on-policy, untimed (see the module doc)
             t0 = time.perf_counter()
             with engine.train_mode():
                 engine.train_batch(data, loss)
             dt = time.perf_counter() - t0
             if r >= args.warmup:
                 times[mode].append(dt)
+                if mode == "in-run":  # what the geometry measured: not a vanished gradient
+                    groups = (cfg.last_record or {}).get("groups") or []
+                    measured[0] += sum(bool(g.get("grad_norm")) for g in groups)
+                    measured[1] += len(groups)
         if rank == 0:  # progress, on stderr
             print(f"warm-up {r + 1}/{args.warmup} done" if r < args.warmup else
                   f"round {r - args.warmup + 1}/{args.rounds}: "
@@ -127,6 +139,8 @@ def main() -> None:
     if rank == 0:
         tokens = float(batch["input_ids"].offsets().diff().float().mean())
         _report(args, world, times, load0, tokens)
+        print(f"in-run steps: {measured[0]} of {measured[1]} groups had a nonzero gradient "
+              "(||sum_i g_i|| > 0)")
         if timers is not None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))

@@ -34,7 +34,7 @@ Input rules (errors name the problem, nothing is clamped silently):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -276,7 +276,7 @@ class SpectralMetrics:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # flat: no deep copy
         d["singular_values"] = list(self.singular_values)
         return d
 

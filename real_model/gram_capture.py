@@ -272,7 +272,8 @@ class PackedRows:
     """
 
     def __init__(self, segments: Any, device: torch.device) -> None:
-        seg = [int(s) for s in torch.as_tensor(segments).detach().reshape(-1).cpu().tolist()]
+        seg = ([int(s) for s in segments] if isinstance(segments, (list, tuple)) else
+               [int(s) for s in torch.as_tensor(segments).detach().reshape(-1).cpu().tolist()])
         lengths = [b - a for a, b in zip(seg[:-1], seg[1:], strict=True)]
         if len(seg) < 2 or seg[0] != 0 or min(lengths) < 0:
             raise ValueError("segments must be cumulative row lengths [0, l_0, l_0 + l_1, ...] "
@@ -281,13 +282,21 @@ class PackedRows:
         self.tokens = seg[-1]
         self.T = max(1, max(lengths))
         self.device = device
-        self.row = torch.repeat_interleave(torch.arange(self.n), torch.tensor(lengths)).to(
-            device)  # the row of each packed token
+        self._lengths = lengths
+        self._row: torch.Tensor | None = None
         self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
         self._index: torch.Tensor | None = None
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
         self._indicators: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         self._blocks: dict[tuple[Any, ...], tuple[slice | torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def row(self) -> torch.Tensor:
+        """``[N]``: the row of each packed token (formed at first use)."""
+        if self._row is None:
+            self._row = torch.repeat_interleave(torch.arange(self.n),
+                                                torch.tensor(self._lengths)).to(self.device)
+        return self._row
 
     @property
     def index(self) -> torch.Tensor:
@@ -323,7 +332,8 @@ class PackedRows:
         S = self._indicators.get(key)
         if S is None:
             S = torch.zeros(self.n, self.tokens, dtype=dtype, device=device)
-            S[self.row.to(device), torch.arange(self.tokens, device=device)] = 1
+            for i, (t0, t1) in enumerate(self.bounds):
+                S[i, t0:t1] = 1
             self._indicators[key] = S
         return S
 
@@ -505,7 +515,7 @@ class GramCapture:
         self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
         self._handles: list[Any] = []
         self._route = [self]  # the hooks' capture (:meth:`handover` passes them on)
-        self._chain: list[GramCapture] = []  # handed-over passes whose small calls wait
+        self._limits: list[dict[str, tuple[str, int]]] = []  # :meth:`_small_token_limits`
         self._trl: tuple[Any, Any] | None = None
         self.pass_index = 0  # passes before this one on the same hooks (:meth:`handover`)
         self._new_pass(None if segments is None else PackedRows(segments, dev))
@@ -530,7 +540,10 @@ class GramCapture:
         self._small_rows: list[torch.Tensor] = []
         self._small_norms: list[tuple[PackedRows, torch.Tensor, torch.Tensor]] = []
         self._recorded: list[tuple] = []  # small calls whose output gradient is read at flush
-        self._packed_small: dict[str, str] | None = None  # modules small on the packed rows
+        self._small_now: dict[str, str] | None = None  # packed: module -> kind, if small here
+        if packed is not None and self.batch_small_calls:
+            self._small_now = {name: kind for name, (kind, most)
+                               in self._small_token_limits().items() if packed.tokens <= most}
         self._uniform_rows: dict[tuple[int, int, torch.device], PackedRows] = {}
         self._busy = False
         self._exited = False
@@ -565,11 +578,8 @@ class GramCapture:
         the constructor), which takes over this entered capture's hooks instead of installing
         its own: a host that runs many small micro-batches saves the per-module hook
         registration. Call it after this capture's backward; this capture then keeps its
-        result and is exited. Its small calls wait, to be added with those of the next passes
-        in one batched product (:mod:`real_model.gram_small_calls`) at the first :meth:`flush`
-        of a later capture of the chain (or of this one: :meth:`result` flushes), or now when
-        the waiting calls hold more than :data:`SMALL_CALL_TOKENS` tokens. The new capture has
-        the same model, plan and options, and is entered; leave it with ``__exit__`` as usual.
+        result (its small calls are added now) and is exited. The new capture has the same
+        model, plan and options, and is entered; leave it with ``__exit__`` as usual.
 
         Raises:
             RuntimeError: this capture is not entered, or has input taps (a tapped graph may
@@ -577,11 +587,8 @@ class GramCapture:
         """
         if not self._handles or self._exited or self.input_taps:
             raise RuntimeError("handover needs an entered capture without input taps")
+        self.flush()
         self._exited = True
-        if self._small_pending():
-            self._chain.append(self)
-            if sum(c._small_tokens() for c in self._chain) > SMALL_CALL_TOKENS:
-                self.flush()
         new = copy.copy(self)  # configuration, plan, scratch and the route are shared
         new.blocks = validate_blocks(blocks)
         new._new_pass(None if segments is None else PackedRows(segments, self.anchor.device))
@@ -599,8 +606,14 @@ class GramCapture:
         """Forward hook without input taps: a small call is recorded (:meth:`_record_small`);
         any other gets :meth:`_pre` (which then leaves the arguments as they are) and
         :meth:`_post`, one hook dispatch instead of two."""
-        if (self.batch_small_calls and not self._busy and not self._exited
-                and torch.is_grad_enabled() and self._record_small(name, mod, args, kwargs, out)):
+        small = self._small_now
+        if small is not None:  # packed rows: the small modules at this token count are known
+            kind = small.get(name)
+            if (kind is not None and not self._busy and not self._exited
+                    and self._record_packed(name, kind, mod, args, kwargs, out)):
+                return
+        elif (self.batch_small_calls and not self._busy and not self._exited
+              and torch.is_grad_enabled() and self._record_small(name, mod, args, kwargs, out)):
             return
         self._pre(name, mod, args, kwargs)
         self._post(name, mod, args, kwargs, out)
@@ -1179,8 +1192,6 @@ class GramCapture:
                 or self.failed):
             return False
         x = args[0]
-        if self.packed is not None:
-            return self._record_packed(name, mod, x, out)
         _, kind, names = self.plan.modules[name]
         z = None
         try:  # on any doubt, the usual path (which reports what is wrong)
@@ -1207,13 +1218,17 @@ class GramCapture:
         self.batched.add(name)
         return True
 
-    def _record_packed(self, name: str, mod: nn.Module, x: torch.Tensor,
-                       out: torch.Tensor) -> bool:
-        """:meth:`_record_small` on packed rows: whether a module's calls are small is known
-        from the rows' token count alone (:meth:`_packed_small_calls`)."""
-        p = self.packed
-        kind = self._packed_small_calls().get(name)
-        if kind is None or not (p.is_packed(x) and p.is_packed(out)):  # type: ignore[union-attr]
+    def _record_packed(self, name: str, kind: str, mod: nn.Module, args: tuple, kwargs: dict,
+                       out: Any) -> bool:
+        """:meth:`_record_small` on packed rows, for a module of ``kind`` whose calls are small
+        at this pass's token count (:attr:`_small_now`)."""
+        if (kwargs or len(args) != 1 or self.failed or not torch.is_grad_enabled()
+                or not isinstance(out, torch.Tensor) or not out.requires_grad):
+            return False
+        x = args[0]
+        N = self.packed.tokens  # type: ignore[union-attr]
+        if (not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[0] != 1
+                or x.shape[1] < N or out.dim() < 2 or out.shape[0] != 1 or out.shape[1] < N):
             return False
         z = None
         if kind == "generic":
@@ -1231,43 +1246,41 @@ class GramCapture:
             except Exception:  # noqa: BLE001 - the usual path reports it
                 return False
         out.retain_grad()
-        self._recorded.append((name, kind, p, x.detach(), out, out._version, z))
+        self._recorded.append((name, kind, self.packed, x.detach(), out, out._version, z))
         self.called[name] += 1
         self.batched.add(name)
         return True
 
-    def _packed_small_calls(self) -> dict[str, str]:
-        """Module -> kind, for the modules whose calls on this pass's packed rows are small: a
-        weight-only Linear (not a tied head), an untied embedding, a module with one 1-d
-        ``weight`` (a norm: :meth:`_record_packed` checks its ``weight * z`` form)."""
-        if self._packed_small is None:
-            assert self.packed is not None
-            N = self.packed.tokens
-            small: dict[str, str] = {}
-            for name, (mod, kind, names) in self.plan.modules.items():
-                w = getattr(mod, "weight", None)
-                if kind == "linear":
-                    width = self._small_linear_width(name)
-                elif kind == "embedding" and name not in self.tied_embeddings:
-                    width = int(w.shape[-1]) if isinstance(w, torch.Tensor) else None
-                elif kind == "generic" and names == ["weight"] and w.dim() == 1:
-                    width = 2 * int(w.shape[0])
-                else:
-                    width = None
-                if width is not None and self._small(N, width):
-                    small[name] = kind
-            self._packed_small = small
-        return self._packed_small
+    def _small_token_limits(self) -> dict[str, tuple[str, int]]:
+        """Module -> (kind, the most packed tokens at which its calls are small), for the
+        modules whose calls may be batched: a weight-only Linear (not a tied head), an untied
+        embedding, a module with one 1-d ``weight`` (a norm: :meth:`_record_packed` checks its
+        ``weight * z`` form). Formed once for the captures that share these hooks."""
+        if self._limits:
+            return self._limits[0]
+        limits: dict[str, tuple[str, int]] = {}
+        for name, (mod, kind, names) in self.plan.modules.items():
+            w = getattr(mod, "weight", None)
+            if kind == "linear":
+                width = self._small_linear_width(name)
+            elif kind == "embedding" and name not in self.tied_embeddings:
+                width = int(w.shape[-1]) if isinstance(w, torch.Tensor) else None
+            elif kind == "generic" and names == ["weight"] and w.dim() == 1:
+                width = 2 * int(w.shape[0])
+            else:
+                width = None
+            if width is not None:
+                limits[name] = (kind, min(SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS // max(1, width)))
+        self._limits.append(limits)
+        return limits
 
     def _read_recorded(self) -> None:
         """The recorded small calls' output gradients, kept as their terms' inputs (a call whose
         output got no gradient is not counted: :meth:`problems` names it)."""
         recorded, self._recorded = self._recorded, []
         for name, kind, layout, x, out, version, z in recorded:
-            if self.failed:
-                return
             delta = out.grad
-            if delta is None:
+            if delta is None or self.failed:
                 continue
             out.grad = None
             if out._version != version:
@@ -1275,33 +1288,29 @@ class GramCapture:
                 self._guard(name, self.fail, f"module {name!r} ({type(mod).__name__}): its output "
                             "was modified in place after its forward, so the gradient kept for "
                             "it is not its own; use batch_small_calls=False (a hook per call)")
-                return
+                continue
             self.counts[name] += 1
             N = layout.tokens
-            packed = layout is self.packed
-            if kind == "linear":
-                self._small_linear.append(
-                    (layout, *((x[0, :N], delta[0, :N]) if packed
-                               else (x.reshape(N, -1), delta.reshape(N, -1)))))
-            elif kind == "embedding":
-                ids = x[0, :N] if packed else x.reshape(N)
-                pad = getattr(self.plan.modules[name][0], "padding_idx", None)
-                self._small_embedding.append(
-                    (layout, ids, delta[0, :N] if packed else delta.reshape(N, -1),
-                     None if pad is None else ids != pad))
+            if layout is not self.packed:  # batch-first rows: tokens are the leading axes
+                x, delta = x.reshape(N, -1), delta.reshape(N, -1)
+                z = None if z is None else z.reshape(N, -1)
+            elif x.shape[1] == N and delta.shape[1] == N:  # packed, no padding after the rows
+                x, delta, z = x[0], delta[0], None if z is None else z[0]
             else:
-                self._small_norms.append((layout, delta[0, :N], z[0, :N]))
+                x, delta, z = x[0, :N], delta[0, :N], None if z is None else z[0, :N]
+            if kind == "linear":
+                self._small_linear.append((layout, x, delta))
+            elif kind == "embedding":
+                ids = x.reshape(N)
+                pad = getattr(self.plan.modules[name][0], "padding_idx", None)
+                self._small_embedding.append((layout, ids, delta,
+                                              None if pad is None else ids != pad))
+            else:
+                self._small_norms.append((layout, delta, z))
 
     def _small_pending(self) -> bool:
         return bool(self._recorded or self._small_linear or self._small_embedding
                     or self._small_rows or self._small_norms)
-
-    def _small_tokens(self) -> int:
-        """Tokens of the layouts of this pass's waiting small calls."""
-        layouts = {id(e[2]): e[2] for e in self._recorded}
-        for entries in (self._small_linear, self._small_embedding, self._small_norms):
-            layouts.update((id(e[0]), e[0]) for e in entries)
-        return sum(int(lay.tokens) for lay in layouts.values())
 
     def _take_small(self) -> gs.PassCalls | None:
         """This pass's kept small calls (emptied here), ``None`` when it has failed."""
@@ -1314,33 +1323,19 @@ class GramCapture:
         return None if self.failed or self.acc is None else calls
 
     def flush(self) -> None:
-        """Add the terms of the small calls kept so far (``batch_small_calls``), with those of
-        the passes handed over before this one (:meth:`handover`), batched across passes
-        (:func:`real_model.gram_small_calls.add_small_calls`); called by :meth:`result` and
-        :meth:`problems`, or by the host after its backward to free the kept tensors early.
-        Idempotent; failures are recorded, by every pass of the failed batch.
-        """
-        ready = [c for c in self._chain if c is not self and c._exited] + [self]
-        if len(ready) == 1 and not self._small_pending():
+        """Add the terms of the small calls kept so far (``batch_small_calls``), batched
+        (:func:`real_model.gram_small_calls.add_small_calls`); called by :meth:`result`,
+        :meth:`problems`, :meth:`coverage` and :meth:`handover`, or by the host after its
+        backward to free the kept tensors early. Idempotent; failures are recorded like any
+        other."""
+        if not self._small_pending():
             return
-        self._chain[:] = [c for c in self._chain if all(c is not r for r in ready)]
-        passes = []
-        for c in ready:
-            c._read_recorded()
-            calls = c._take_small()
-            if calls:
-                passes.append((c, calls))
-        if not passes:
-            return
-        try:
-            gs.add_small_calls([p for _, p in passes], chunk_size=self.chunk,
-                               product_dtype=self.product_dtype, scratch=self.scratch)
-        except Exception as e:  # noqa: BLE001 - never stop the host's step (see module doc)
-            for c, _ in passes:
-                c.errors.append(f"small calls, batched: {type(e).__name__}: {e}")
-                c.failed = True
-            if self.strict:
-                raise GramCaptureError(self.errors[-1] if self.errors else str(e)) from e
+        self._read_recorded()
+        calls = self._take_small()
+        if calls:
+            self._guard("small calls, batched", functools.partial(
+                gs.add_small_calls, [calls], chunk_size=self.chunk,
+                product_dtype=self.product_dtype, scratch=self.scratch))
 
     # ----------------------------------------------------------------- per-layer identities
     def add_linear(

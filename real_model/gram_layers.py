@@ -248,6 +248,26 @@ def linear_weight_gram_identity_packed(
     return indicator @ linear_token_kernel(a, delta, product_dtype=product_dtype) @ indicator.T
 
 
+def token_gram(t: torch.Tensor, *, product_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``t t^T`` over the last two axes, ``[..., N, d] -> [..., N, N]``: one factor of a token
+    kernel (:func:`identity_kernel`), in float64, or float32 for any lower ``product_dtype`` (as
+    :func:`linear_weight_gram_identity_packed`: each entry a sum of ``d`` products)."""
+    td = t.to(_kernel_dtype(product_dtype))
+    return td @ td.mT
+
+
+def identity_kernel(input_kernel: torch.Tensor, grad_kernel: torch.Tensor) -> torch.Tensor:
+    """The token kernel of a layer's weight gradient ``sum_t delta_t a_t^T``, float64
+    ``[..., N, N]``: ``(a a^T) * (delta delta^T)`` from its two factors (``input_kernel`` ``a a^T``
+    and ``grad_kernel`` ``delta delta^T``, e.g. :func:`token_gram`, rounded to their dtype once
+    more by the product). Its sum over row ``i``'s and row ``j``'s tokens is ``<dW_i, dW_j>``.
+    Any layer whose per-token gradient is such an outer product has one: a Linear (:func:`
+    linear_token_kernel`), an embedding (``a`` the one-hot of the token id, ``a a^T`` the
+    id-equality kernel: :func:`embedding_token_kernel`), a ``weight * z`` norm (``a = 1``,
+    ``delta * z`` for ``delta``)."""
+    return (input_kernel * grad_kernel).to(torch.float64)
+
+
 def linear_token_kernel(a: torch.Tensor, delta: torch.Tensor, *,
                         product_dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The Linear identity's token kernel ``(a a^T) * (delta delta^T)``, float64: ``[..., N, N]``
@@ -255,9 +275,17 @@ def linear_token_kernel(a: torch.Tensor, delta: torch.Tensor, *,
     calls of one shape stacked); ``<dW_i, dW_j>`` is its sum over row ``i``'s and row ``j``'s
     tokens. Kernels in float64, or float32 for any lower ``product_dtype`` (as
     :func:`linear_weight_gram_identity_packed`)."""
-    dt = _kernel_dtype(product_dtype)
-    ad, gd = a.to(dt), delta.to(dt)
-    return (ad @ ad.mT).mul_(gd @ gd.mT).to(torch.float64)
+    return identity_kernel(token_gram(a, product_dtype=product_dtype),
+                           token_gram(delta, product_dtype=product_dtype))
+
+
+def id_equality(ids: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """``[id_t = id_t']``, bool ``[..., N, N]`` for ``ids`` ``[..., N]``: the embedding's input
+    kernel (its input is the one-hot of the id); tokens with ``keep`` False left out."""
+    same = ids[..., :, None] == ids[..., None, :]
+    if keep is not None:
+        same &= keep[..., :, None] & keep[..., None, :]
+    return same
 
 
 def embedding_token_kernel(ids: torch.Tensor, delta: torch.Tensor, *,
@@ -268,11 +296,8 @@ def embedding_token_kernel(ids: torch.Tensor, delta: torch.Tensor, *,
     with ``keep`` False (e.g. at ``padding_idx``) left out. Summed over row ``i``'s and row
     ``j``'s tokens it is ``<E_i, E_j>`` of :func:`embedding_rows_gram` (which forms the same Gram
     by scattering)."""
-    same = ids[..., :, None] == ids[..., None, :]
-    if keep is not None:
-        same &= keep[..., :, None] & keep[..., None, :]
-    gd = delta.to(_kernel_dtype(product_dtype))
-    return (gd @ gd.mT).to(torch.float64).mul_(same)
+    return identity_kernel(id_equality(ids, keep),
+                           token_gram(delta, product_dtype=product_dtype))
 
 
 def linear_weight_gram_per_sample(

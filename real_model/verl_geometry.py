@@ -77,7 +77,7 @@ from grpo_theory.spectral import DEFAULT_RTOL
 
 from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
 from .gram import reshard_fsdp, trajectory_gram
-from .gram_capture import WEIGHT_GRADS, GramCapture, checkpointing_enabled
+from .gram_capture import WEIGHT_GRADS, GramCapture, GramCaptureError, checkpointing_enabled
 from .trl_geometry import TemperatureScaled
 
 __all__ = [
@@ -192,7 +192,7 @@ def _keep_values(sink: list, grad: torch.Tensor) -> None:
         pass
 
 
-def _capture(module: torch.nn.Module, *, rows: int, segments: torch.Tensor | None,
+def _capture(module: torch.nn.Module, *, rows: int, segments: Any,
              blocks: list[list[int]], input_taps: bool | None = None,
              **options: Any) -> GramCapture:
     """The core's capture of one verl micro-batch: batch-first, or packed (``segments``: verl's
@@ -211,7 +211,7 @@ class _MicroBatch:
 
     index: int
     keys: list[int]
-    offsets: torch.Tensor
+    offsets: list[int]
     blocks: dict[str, list[int]]
     capture: Any = None
     closed: bool = False
@@ -352,14 +352,15 @@ class VerlGeometry:
     def _open(self, module: torch.nn.Module, micro_batch: Any) -> None:
         from verl.utils import tensordict_utils as tu
 
-        offsets = micro_batch["input_ids"].offsets().detach().cpu().long()
+        offsets = micro_batch["input_ids"].offsets().tolist()
         if ROW_KEY in micro_batch.keys():
             keys = [int(k) for k in micro_batch[ROW_KEY].tolist()]
         else:  # verl cut the batch into micro-batches in order: the next rows, lengths checked
             n = int(micro_batch.batch_size[0])
             keys = self.order[self.next_row:self.next_row + n]
             self.next_row += n
-            if offsets.diff().tolist() != [self.rows[k].tokens for k in keys]:
+            if [b - a for a, b in zip(offsets[:-1], offsets[1:], strict=True)] != [
+                    self.rows[k].tokens for k in keys]:
                 raise ValueError("a micro-batch's rows are not the batch's next rows in order "
                                  "(use_dynamic_bsz=False): rows cannot be matched")
         blocks: dict[str, list[int]] = {}
@@ -492,17 +493,18 @@ class VerlGeometry:
                     raise ValueError(f"micro-batch {mb.index}: {len(mb.sink)} log-prob gradients "
                                      "(expected one backward through verl's log-probs)")
                 g = mb.sink[0].detach().cpu().double() * scale
-                bounds = mb.offsets.tolist()
+                bounds = mb.offsets
                 ends = [b - 1 for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
                 if ends and bool(g[ends].ne(0).any()):  # each row's last log-prob: one check
                     raise ValueError("verl's loss depends on the wrapped-around last "
                                      "log-prob of a row: unexpected layout")
                 for j, k in enumerate(mb.keys):
                     self.rows[k].u = g[bounds[j]:bounds[j + 1]]
-                cap = mb.capture
-                if not cap.ok:
-                    raise ValueError(f"micro-batch {mb.index}: " + "; ".join(cap.problems()))
-                for uid, K in zip(mb.blocks, cap.result(), strict=True):
+                try:
+                    grams = mb.capture.result()  # raises with every problem of the capture
+                except GramCaptureError as e:
+                    raise ValueError(f"micro-batch {mb.index}: {e}") from e
+                for uid, K in zip(mb.blocks, grams, strict=True):
                     inrun[(uid, rank, mb.index)] = (K.detach().cpu() * (scale * scale)).numpy()
             rows = [_row_meta(r, rank) for r in self.rows.values()]
             return {"rows": rows, "inrun": inrun, "entropy": self.entropy_in_loss}

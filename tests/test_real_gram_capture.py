@@ -922,11 +922,9 @@ def test_a_recorded_output_changed_in_place_is_a_named_problem_and_per_call_work
     model.zero_grad(set_to_none=True)
 
 
-def test_handover_adds_the_waiting_small_calls_once_they_hold_many_tokens(monkeypatch, untied):
-    """Handed-over passes wait for one batched flush; past ``SMALL_CALL_TOKENS`` waiting tokens
-    the handover flushes them itself. Either way each pass's Gram is a fresh capture's."""
-    from real_model import gram_capture
-
+def test_handover_adds_each_pass_small_calls_before_the_next_pass(monkeypatch, untied):
+    """A handed-over pass's small calls are added at the handover (their tensors go before the
+    next forward), one batched addition per pass; each pass's Gram is a fresh capture's."""
     opts = {"input_taps": False}
     batches = [packed_batch([5, 3], seed=s) for s in (8, 9, 10)]
     fresh = []
@@ -934,24 +932,22 @@ def test_handover_adds_the_waiting_small_calls_once_they_hold_many_tokens(monkey
         with GramCapture(untied, segments=cu, **opts) as cap:
             packed_terms(untied, ids, pos, u, cu)().sum().backward()
         fresh.append(cap.result())
-    for bound in (10_000, 9):  # never reached / passed at the second handover (8 tokens a pass)
-        monkeypatch.setattr(gram_capture, "SMALL_CALL_TOKENS", bound)
-        flushes = []
-        real_flush = GramCapture.flush
+    added: list[int] = []
+    real_add = gram_small_calls.add_small_calls
 
-        def flush(self, real_flush=real_flush, flushes=flushes):
-            flushes.append(self.pass_index)
-            return real_flush(self)
+    def add(passes, **kw):
+        added.append(len(passes))
+        return real_add(passes, **kw)
 
-        monkeypatch.setattr(GramCapture, "flush", flush)
-        caps = [GramCapture(untied, segments=batches[0][0], **opts).__enter__()]
-        for k, (cu, ids, pos, u) in enumerate(batches):
-            if k:
-                caps.append(caps[-1].handover(segments=cu))
-            packed_terms(untied, ids, pos, u, cu)().sum().backward()
-        caps[-1].__exit__(None, None, None)
-        assert flushes == ([] if bound > 100 else [1])  # 16 waiting tokens > 9: flushed
-        for cap, want in zip(caps, fresh, strict=True):
-            assert rel_err(cap.result(), want) <= 1e-12 and set(cap.coverage().values()) == {1}
-        monkeypatch.setattr(GramCapture, "flush", real_flush)
+    monkeypatch.setattr(gram_small_calls, "add_small_calls", add)
+    caps = [GramCapture(untied, segments=batches[0][0], **opts).__enter__()]
+    for k, (cu, ids, pos, u) in enumerate(batches):
+        if k:
+            caps.append(caps[-1].handover(segments=cu))
+            assert added == [1] * k  # the previous pass, added at its handover
+        packed_terms(untied, ids, pos, u, cu)().sum().backward()
+    caps[-1].__exit__(None, None, None)
+    for cap, want in zip(caps, fresh, strict=True):
+        assert rel_err(cap.result(), want) <= 1e-12 and set(cap.coverage().values()) == {1}
+    assert added == [1, 1, 1]
     untied.zero_grad(set_to_none=True)
