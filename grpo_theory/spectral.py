@@ -213,7 +213,7 @@ def numerical_rank(s: Any, *, rtol: float = DEFAULT_RTOL) -> int:
     """
     r = _check_rtol(rtol)
     u = _unit(_as_spectrum(s))
-    return 0 if u is None else int(np.sum(u > r))
+    return 0 if u is None else _rank_of_unit(u, r)
 
 
 def effective_rank(s: Any) -> float:
@@ -225,7 +225,7 @@ def effective_rank(s: Any) -> float:
     2.0
     """
     u = _unit(_as_spectrum(s))
-    return float("nan") if u is None else float(np.sum(u) ** 2 / np.sum(u**2))
+    return float("nan") if u is None else _effective_rank_of_unit(u)
 
 
 def entropy_effective_rank(s: Any) -> float:
@@ -235,10 +235,7 @@ def entropy_effective_rank(s: Any) -> float:
     2.0
     """
     u = _unit(_as_spectrum(s))
-    if u is None:
-        return float("nan")
-    p = u[u > 0] / np.sum(u)
-    return float(np.exp(-np.sum(p * np.log(p))))
+    return float("nan") if u is None else _entropy_effective_rank_of_unit(u)
 
 
 def stable_rank(s: Any) -> float:
@@ -248,7 +245,7 @@ def stable_rank(s: Any) -> float:
     1.25
     """
     u = _unit(_as_spectrum(s))
-    return float("nan") if u is None else float(np.sum(u**2))
+    return float("nan") if u is None else _stable_rank_of_unit(u)
 
 
 def top1_fraction(s: Any) -> float:
@@ -258,7 +255,25 @@ def top1_fraction(s: Any) -> float:
     0.5
     """
     u = _unit(_as_spectrum(s))
-    return float("nan") if u is None else float(1.0 / np.sum(u**2))
+    return float("nan") if u is None else 1.0 / _stable_rank_of_unit(u)
+
+
+# the metrics of a unit spectrum u = s / max(s) (checked, not all zero): one formula each
+def _rank_of_unit(u: np.ndarray, rtol: float) -> int:
+    return int(np.count_nonzero(u > rtol))
+
+
+def _effective_rank_of_unit(u: np.ndarray) -> float:
+    return float(np.sum(u) ** 2 / np.sum(u**2))
+
+
+def _stable_rank_of_unit(u: np.ndarray) -> float:  # sum u^2; the top-1 fraction is 1 / it
+    return float(np.sum(u**2))
+
+
+def _entropy_effective_rank_of_unit(u: np.ndarray) -> float:
+    p = u[u > 0] / np.sum(u)
+    return float(np.exp(-np.sum(p * np.log(p))))
 
 
 @dataclass(frozen=True)
@@ -284,15 +299,18 @@ class SpectralMetrics:
 def _metrics_from_s(s: np.ndarray, rtol: float, scale: float = 1.0) -> SpectralMetrics:
     """Metrics of ``scale * s`` (``s`` may be normalised; every metric but the values is
     scale-free, so they are computed on ``s`` and only the reported values are scaled)."""
+    u = _unit(s)  # s is checked (finite, >= 0): the metrics share one unit spectrum
+    nan = float("nan")
+    square_sum = nan if u is None else _stable_rank_of_unit(u)
     return SpectralMetrics(
         singular_values=tuple(float(x) * scale for x in s),
-        rank=numerical_rank(s, rtol=rtol),
-        effective_rank=effective_rank(s),
-        entropy_effective_rank=entropy_effective_rank(s),
-        stable_rank=stable_rank(s),
-        top1_fraction=top1_fraction(s),
+        rank=0 if u is None else _rank_of_unit(u, rtol),
+        effective_rank=nan if u is None else _effective_rank_of_unit(u),
+        entropy_effective_rank=nan if u is None else _entropy_effective_rank_of_unit(u),
+        stable_rank=square_sum,  # sum s^2 / s_max^2 (stable_rank)
+        top1_fraction=1.0 / square_sum,  # s_1^2 / sum s^2 (top1_fraction)
         rtol=rtol,
-        degenerate=bool(s.size == 0 or s.max() <= 0),
+        degenerate=u is None,
     )
 
 

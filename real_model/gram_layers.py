@@ -252,20 +252,26 @@ def token_gram(t: torch.Tensor, *, product_dtype: torch.dtype = torch.float64) -
     """``t t^T`` over the last two axes, ``[..., N, d] -> [..., N, N]``: one factor of a token
     kernel (:func:`identity_kernel`), in float64, or float32 for any lower ``product_dtype`` (as
     :func:`linear_weight_gram_identity_packed`: each entry a sum of ``d`` products)."""
-    td = t.to(_kernel_dtype(product_dtype))
+    dt = _kernel_dtype(product_dtype)
+    td = t if t.dtype == dt else t.to(dt)
     return td @ td.mT
 
 
-def identity_kernel(input_kernel: torch.Tensor, grad_kernel: torch.Tensor) -> torch.Tensor:
+def identity_kernel(input_kernel: torch.Tensor, grad_kernel: torch.Tensor, *,
+                    sum_dim: int | None = None) -> torch.Tensor:
     """The token kernel of a layer's weight gradient ``sum_t delta_t a_t^T``, float64
     ``[..., N, N]``: ``(a a^T) * (delta delta^T)`` from its two factors (``input_kernel`` ``a a^T``
     and ``grad_kernel`` ``delta delta^T``, e.g. :func:`token_gram`, rounded to their dtype once
-    more by the product). Its sum over row ``i``'s and row ``j``'s tokens is ``<dW_i, dW_j>``.
+    more by the product); ``sum_dim``: the kernels of several calls stacked on that axis, summed
+    (in float64). Its sum over row ``i``'s and row ``j``'s tokens is ``<dW_i, dW_j>``.
     Any layer whose per-token gradient is such an outer product has one: a Linear (:func:`
     linear_token_kernel`), an embedding (``a`` the one-hot of the token id, ``a a^T`` the
     id-equality kernel: :func:`embedding_token_kernel`), a ``weight * z`` norm (``a = 1``,
     ``delta * z`` for ``delta``)."""
-    return (input_kernel * grad_kernel).to(torch.float64)
+    product = input_kernel * grad_kernel
+    if sum_dim is not None:
+        return product.sum(dim=sum_dim, dtype=torch.float64)
+    return product.to(torch.float64)
 
 
 def linear_token_kernel(a: torch.Tensor, delta: torch.Tensor, *,

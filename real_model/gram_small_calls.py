@@ -26,7 +26,7 @@ factors are :func:`real_model.gram_layers.token_gram`, combined by
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,26 +91,23 @@ def add_small_calls(passes: Sequence[PassCalls], *, chunk_size: int,
             _add_pass(p, chunk_size=chunk_size, product_dtype=product_dtype, scratch=scratch)
 
 
-# one term of a layout's token kernel: (input kernel, the output gradients that share it)
-_Term = tuple[Callable[[], torch.Tensor], list[torch.Tensor]]
-
-
 def _add_pass(p: PassCalls, *, chunk_size: int, product_dtype: torch.dtype,
               scratch: gm.Scratch | None) -> None:
     dev = p.K[0].device
     K = torch.zeros(p.n, p.n, dtype=torch.float64, device=dev)
-    for layout, terms in _terms(p, product_dtype).items():
+    for layout, (inputs, grads) in _terms(p).items():
         N = int(layout.tokens)
         if not N:
             continue
-        tok = torch.zeros(N, N, dtype=torch.float64, device=dev)
         step = max(1, chunk_size // (N * N))
-        for t0 in range(0, len(terms), step):
-            part = terms[t0:t0 + step]
-            ka = torch.stack([input_kernel() for input_kernel, _ in part])
-            kg = torch.stack([gm.token_gram(g[0] if len(g) == 1 else torch.cat(g, dim=-1),
-                                            product_dtype=product_dtype) for _, g in part])
-            tok += gm.identity_kernel(ka, kg).sum(dim=0)
+        tok = None
+        for t0 in range(0, len(inputs), step):
+            ka = torch.stack([_input_kernel(x, N, product_dtype, dev)
+                              for x in inputs[t0:t0 + step]])
+            kg = torch.stack([gm.token_gram(g, product_dtype=product_dtype)
+                              for g in grads[t0:t0 + step]])
+            part = gm.identity_kernel(ka, kg, sum_dim=0)
+            tok = part if tok is None else tok.add_(part)
         S = layout.indicator(torch.float64, dev)
         K += S @ tok @ S.T
     if p.rows:
@@ -121,29 +118,49 @@ def _add_pass(p: PassCalls, *, chunk_size: int, product_dtype: torch.dtype,
         Kb.add_(K[idx][:, idx] if isinstance(idx, torch.Tensor) else K[idx, idx])
 
 
-def _terms(p: PassCalls, product_dtype: torch.dtype) -> dict[Any, list[_Term]]:
-    """Per layout, the terms of its calls: one per distinct Linear input (same memory, shape,
-    strides and version: the same values), one per embedding call, one for all the norms."""
-    out: dict[Any, list[_Term]] = {}
-    shared: dict[tuple, list[torch.Tensor]] = {}
+def _input_kernel(x: Any, N: int, product_dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """A term's input kernel ``a a^T``: of a Linear's input ``a`` (a tensor), of an embedding's
+    one-hot ids (``(ids, keep)``: the id-equality kernel), of a norm's ``a = 1`` (``None``)."""
+    if isinstance(x, torch.Tensor):
+        return gm.token_gram(x, product_dtype=product_dtype)
+    if x is None:
+        return torch.ones(N, N, dtype=torch.bool, device=device)
+    return gm.id_equality(*x)
+
+
+def _terms(p: PassCalls) -> dict[Any, tuple[list[Any], list[torch.Tensor]]]:
+    """Per layout, its terms as (inputs, output gradients): one per distinct Linear input (same
+    memory, shape, strides and version: the same values) with the output gradients of its calls
+    side by side, one per embedding call, one for all the norms (``a = 1``, ``delta * z`` side
+    by side)."""
+    out: dict[Any, tuple[list[Any], list[torch.Tensor]]] = {}
+    shared: dict[tuple, tuple[dict, int]] = {}
+    merged: dict[tuple[int, int], list[torch.Tensor]] = {}
     for layout, a, g in p.linear:
-        key = (id(layout), a.data_ptr(), tuple(a.shape), a.stride(), a._version, a.dtype, g.dtype)
-        grads = shared.get(key)
-        if grads is None:
-            grads = shared[key] = []
-            out.setdefault(layout, []).append(
-                (functools.partial(gm.token_gram, a, product_dtype=product_dtype), grads))
-        grads.append(g)
+        key = (id(layout), a.data_ptr(), a.shape, a.stride(), a._version, a.dtype, g.dtype)
+        hit = shared.get(key)
+        if hit is None:
+            terms = out.setdefault(layout, ([], []))
+            shared[key] = (terms, len(terms[0]))
+            terms[0].append(a)
+            terms[1].append(g)
+        else:
+            terms, i = hit
+            merged.setdefault((id(terms), i), [terms[1][i]]).append(g)
     for layout, ids, g, keep in p.embedding:
-        out.setdefault(layout, []).append(
-            (functools.partial(gm.id_equality, ids, keep), [g]))
+        terms = out.setdefault(layout, ([], []))
+        terms[0].append((ids, keep))
+        terms[1].append(g)
     norms: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
     for layout, d, z in p.norms:
         norms.setdefault((layout, d.dtype), []).append((d, z))
     for (layout, dt), calls in norms.items():
-        N = int(layout.tokens)
         d, z = (torch.cat(t, dim=-1) for t in zip(*calls, strict=True))
-        out.setdefault(layout, []).append(
-            (functools.partial(torch.ones, N, N, dtype=torch.bool, device=d.device),
-             [d * z.to(dt)]))
+        terms = out.setdefault(layout, ([], []))
+        terms[0].append(None)
+        terms[1].append(d * z.to(dt))
+    by_id = {id(t): t for t in out.values()}
+    for (tid, i), grads in merged.items():
+        by_id[tid][1][i] = torch.cat(grads, dim=-1)
     return out
