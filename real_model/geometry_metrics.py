@@ -7,7 +7,9 @@ rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is ``c_i
 ``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
 :func:`grpo_theory.mass.gradient_mass`; score geometry :func:`real_model.geometry.score_geometry`;
 ``cos(S, F)``), :func:`gradient_row_metrics` the same spectra from the Gram of a host's actual
-gradient rows ``K_ij = <g_i, g_j>`` (captured in-run, e.g. by the verl adapter), and
+gradient rows ``K_ij = <g_i, g_j>`` (captured in-run, e.g. by the verl adapter; for many groups
+at once :func:`gradient_row_metrics_batch`, one :func:`grpo_theory.spectral.spectral_metrics_batch`
+per group size), and
 :func:`aggregate_groups` the per-step mean / sd / min / max / count over the mixed groups. No host
 framework is imported here.
 """
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from grpo_theory.mass import gradient_mass
-from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics
+from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics, spectral_metrics_batch
 
 from .geometry import score_geometry
 
@@ -31,6 +33,7 @@ __all__ = [
     "cos_success_failure",
     "group_records",
     "gradient_row_metrics",
+    "gradient_row_metrics_batch",
     "metric_stats",
     "aggregate_groups",
 ]
@@ -154,10 +157,51 @@ def gradient_row_metrics(K: Any, *, rtol: float = DEFAULT_RTOL) -> dict[str, Any
     >>> (m["rank"], m["effective_rank"], m["grad_norm"])
     (2, 2.0, 1.4142135623730951)
     """
-    k = np.asarray(K, dtype=np.float64)
-    m = spectral_metrics(k, np.ones(k.shape[0]), rtol=rtol).as_dict()
-    out = {key: _none_if_nan(val) if isinstance(val, float) else val for key, val in m.items()}
-    out["grad_norm"] = float(math.sqrt(max(float(k.sum()), 0.0)))
+    return gradient_row_metrics_batch([K], rtol=rtol)[0]
+
+
+def gradient_row_metrics_batch(
+    Ks: Sequence[Any], *, rtol: float = DEFAULT_RTOL
+) -> list[dict[str, Any]]:
+    """:func:`gradient_row_metrics` of each Gram ``Ks[i] [R_i, R_i]``, in input order.
+
+    The Grams are stacked by size ``R`` (``[G_R, R, R]``) and each stack's metrics are one call
+    of :func:`grpo_theory.spectral.spectral_metrics_batch` (unit weights ``[G_R, R]``), its
+    ``grad_norm = sqrt(1^T K 1)`` one sum; the results equal the per-Gram function's. A Gram
+    that fails (not square, not symmetric, not PSD, not finite) is a ``ValueError`` with the
+    message of :func:`spectral_metrics` for it, prefixed ``Ks[i]: `` when there are several.
+
+    >>> ms = gradient_row_metrics_batch([np.eye(2), np.ones((3, 3)), np.eye(2)])
+    >>> [(m["rank"], m["grad_norm"]) for m in ms]
+    [(2, 1.4142135623730951), (1, 3.0), (2, 1.4142135623730951)]
+    """
+    ks = [np.asarray(K, dtype=np.float64) for K in Ks]
+    prefix = [f"Ks[{i}]: " if len(ks) > 1 else "" for i in range(len(ks))]
+    by_size: dict[int, list[int]] = {}
+    for i, k in enumerate(ks):
+        if k.ndim != 2 or k.shape[0] != k.shape[1]:
+            raise ValueError(f"{prefix[i]}K must be a square R x R matrix, got shape {k.shape}")
+        by_size.setdefault(k.shape[0], []).append(i)
+    out: list[dict[str, Any]] = [{} for _ in ks]
+    for R, idx in by_size.items():
+        stack = np.stack([ks[i] for i in idx])  # [G_R, R, R]
+        try:
+            ms = spectral_metrics_batch(stack, np.ones((len(idx), R)), rtol=rtol)
+        except ValueError as exc:  # error path: name the first failing Gram by its input index
+            for i in idx:
+                try:
+                    spectral_metrics(ks[i], np.ones(R), rtol=rtol)
+                except ValueError as one:
+                    if str(one) == str(exc) or not prefix[i]:  # not about one Gram (rtol)
+                        raise one from None
+                    raise ValueError(f"{prefix[i]}{one}") from exc
+            raise
+        norms = np.sqrt(np.maximum(stack.reshape(len(idx), -1).sum(axis=1), 0.0)).tolist()
+        for i, m, norm in zip(idx, ms, norms, strict=True):
+            d = m.as_dict()
+            out[i] = {key: _none_if_nan(val) if isinstance(val, float) else val
+                      for key, val in d.items()}
+            out[i]["grad_norm"] = norm
     return out
 
 

@@ -75,7 +75,12 @@ import torch
 
 from grpo_theory.spectral import DEFAULT_RTOL
 
-from .geometry_metrics import aggregate_groups, gradient_row_metrics, group_records
+from .geometry_metrics import (
+    aggregate_groups,
+    gradient_row_metrics,
+    gradient_row_metrics_batch,
+    group_records,
+)
 from .gram import reshard_fsdp, trajectory_gram
 from .gram_capture import WEIGHT_GRADS, GramCapture, GramCaptureError, checkpointing_enabled
 from .trl_geometry import TemperatureScaled
@@ -176,11 +181,24 @@ class GeometryConfig:
 def tap_log_probs(model_output: Mapping[str, Any], sink: list) -> None:
     """Append the gradient of verl's loss w.r.t. the nested ``log_probs`` (its ``values()``, one
     entry per packed token) to ``sink`` when the backward reaches them: a gradient hook on the
-    nested tensor itself (verl's autograd graph and its outputs unchanged)."""
+    jagged tensor's values when the jagged tensor is a view of them (the same numbers, without
+    the nested tensor's slower unwrapping), else on the nested tensor itself (verl's autograd
+    graph and its outputs unchanged either way)."""
     lp = model_output["log_probs"]
     if not lp.requires_grad:
         raise ValueError("verl's log-probs need no gradient: nothing to attribute per token")
+    values = getattr(lp, "_values", None)  # a jagged view's values: its gradient is plain
+    if (lp.is_nested and isinstance(values, torch.Tensor) and not values.is_nested
+            and values.requires_grad and values.grad_fn is not None
+            and lp.grad_fn is not None and _feeds(lp.grad_fn, values.grad_fn)):
+        lp = values
     lp.register_hook(functools.partial(_keep_values, sink))
+
+
+def _feeds(node: Any, target: Any) -> bool:
+    """Whether autograd node ``node`` passes its gradient straight to ``target`` (the jagged
+    view's ``ViewFromJagged`` node reading the values)."""
+    return any(nxt is target for nxt, _ in node.next_functions)
 
 
 def _keep_values(sink: list, grad: torch.Tensor) -> None:
@@ -233,7 +251,16 @@ class _Row:
     tokens: int
     packed: tuple[torch.Tensor, torch.Tensor, int] = field(repr=False)  # ids, pos, start
     mb: int = -1
-    u: torch.Tensor | None = None
+    u_span: tuple[torch.Tensor, int, int, float] | None = field(default=None, repr=False)
+
+    @property
+    def u(self) -> torch.Tensor | None:
+        """``dL/dlogp`` of the row's tokens, float64, scaled for the data-parallel average
+        (formed on use, by the second passes only)."""
+        if self.u_span is None:
+            return None
+        g, a, b, scale = self.u_span
+        return g[a:b].detach().cpu().double() * scale
 
     @property
     def ids(self) -> torch.Tensor:
@@ -492,20 +519,22 @@ class VerlGeometry:
                 if len(mb.sink) != 1:
                     raise ValueError(f"micro-batch {mb.index}: {len(mb.sink)} log-prob gradients "
                                      "(expected one backward through verl's log-probs)")
-                g = mb.sink[0].detach().cpu().double() * scale
+                g = mb.sink[0]
                 bounds = mb.offsets
                 ends = [b - 1 for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
                 if ends and bool(g[ends].ne(0).any()):  # each row's last log-prob: one check
                     raise ValueError("verl's loss depends on the wrapped-around last "
                                      "log-prob of a row: unexpected layout")
                 for j, k in enumerate(mb.keys):
-                    self.rows[k].u = g[bounds[j]:bounds[j + 1]]
+                    self.rows[k].u_span = (g, bounds[j], bounds[j + 1], scale)
                 try:
                     grams = mb.capture.result()  # raises with every problem of the capture
                 except GramCaptureError as e:
                     raise ValueError(f"micro-batch {mb.index}: {e}") from e
                 for uid, K in zip(mb.blocks, grams, strict=True):
-                    inrun[(uid, rank, mb.index)] = (K.detach().cpu() * (scale * scale)).numpy()
+                    K = K.detach().cpu()
+                    inrun[(uid, rank, mb.index)] = (K if scale == 1.0 else
+                                                    K * (scale * scale)).numpy()
             rows = [_row_meta(r, rank) for r in self.rows.values()]
             return {"rows": rows, "inrun": inrun, "entropy": self.entropy_in_loss}
         except Exception as e:
@@ -547,7 +576,8 @@ class VerlGeometry:
             grams: dict[tuple[str, str], np.ndarray] = {}
             for x in results:
                 grams.update(x["grams"])
-            records = [self._group_record(g, plan, grams) for g in plan.groups]
+            row_metrics = self._row_metrics(plan, grams)
+            records = [self._group_record(g, plan, grams, row_metrics) for g in plan.groups]
             agg = aggregate_groups([r for r in records if "error" not in r])
             seconds = {"step_with_hooks": t_step, "geometry": time.perf_counter() - t0}
             rec = {"step": step, "world_size": plan.world, "failed": None,
@@ -560,7 +590,24 @@ class VerlGeometry:
         except Exception as e:
             return {"ok": False, "reasons": [f"rank 0 metrics: {type(e).__name__}: {e}"]}
 
-    def _group_record(self, uid: str, plan: _Plan, grams: dict) -> dict[str, Any]:
+    def _row_metrics(self, plan: _Plan, grams: dict) -> dict[str, dict[str, Any]]:
+        """The gradient-row metrics of the groups measured without a score Gram, all at once
+        (``gradient_row_metrics_batch``); ``{}`` when one fails (each group then computes its
+        own and records its own error)."""
+        want = {}
+        for uid in plan.groups:
+            Kg = plan.inrun.get(uid) if plan.path[uid] == "in_run" else grams.get(("grad", uid))
+            if Kg is not None and grams.get(("score", uid)) is None:
+                want[uid] = Kg
+        try:
+            return dict(zip(want, gradient_row_metrics_batch(list(want.values()),
+                                                             rtol=self.config.rtol),
+                            strict=True))
+        except Exception:  # noqa: BLE001 - per group below, with the group's own error
+            return {}
+
+    def _group_record(self, uid: str, plan: _Plan, grams: dict,
+                      row_metrics: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
         """One group's JSON record: placement, path, rewards, metrics (and its Grams)."""
         rows = plan.groups[uid]
         rec: dict[str, Any] = {"uid": uid, "R": len(rows), "path": plan.path[uid],
@@ -585,7 +632,9 @@ class VerlGeometry:
                                          exact_structure=False, row_gram=Kg,
                                          success_threshold=self.config.success_threshold))
             elif Kg is not None:
-                rec.update(gradient_row_metrics(Kg, rtol=self.config.rtol))
+                got = row_metrics.get(uid)
+                rec.update(got if got is not None else
+                           gradient_row_metrics(Kg, rtol=self.config.rtol))
             if Kg is None and plan.path[uid] == "unsupported":
                 rec["unsupported"] = plan.reason[uid]
         except Exception as e:
@@ -738,8 +787,9 @@ def _pass_row(r: _Row) -> dict[str, Any]:
     """
     L = r.ids.numel()
     w_grad = torch.zeros(L, dtype=torch.float64)
-    if r.u is not None:
-        w_grad[1:] = r.u[:-1]
+    u = r.u
+    if u is not None:
+        w_grad[1:] = u[:-1]
     w_score = torch.zeros(L, dtype=torch.float64)
     w_score[L - r.length:] = 1.0
     return {"ids": r.ids, "pos": r.pos, "grad": w_grad, "score": w_score}

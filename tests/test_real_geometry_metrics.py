@@ -4,9 +4,14 @@ Gram (used by the verl adapter's in-run geometry)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from grpo_theory.spectral import spectral_metrics_from_matrix
-from real_model.geometry_metrics import gradient_row_metrics, group_records
+from real_model.geometry_metrics import (
+    gradient_row_metrics,
+    gradient_row_metrics_batch,
+    group_records,
+)
 
 KEYS = ("effective_rank", "entropy_effective_rank", "stable_rank", "top1_fraction")
 
@@ -40,3 +45,22 @@ def test_group_records_row_gram_route_is_gradient_row_metrics():
                         row_gram=G @ G.T)
     for key, val in gradient_row_metrics(G @ G.T).items():
         assert rec[key] == val, key
+
+
+def test_batch_over_grams_of_sizes_2_4_2_equals_the_per_gram_function_in_order():
+    rng = np.random.default_rng(2)
+    Ks = []
+    for R in (2, 4, 2):
+        G = rng.standard_normal((R, 6))
+        Ks.append(G @ G.T)
+    batch = gradient_row_metrics_batch(Ks)
+    assert batch == [gradient_row_metrics(K) for K in Ks]
+    assert [len(m["singular_values"]) for m in batch] == [2, 4, 2]
+    assert gradient_row_metrics_batch([]) == []
+
+
+def test_batch_error_names_the_failing_gram():
+    bad = np.eye(2)
+    bad[0, 1] = 0.5
+    with pytest.raises(ValueError, match=r"Ks\[2\]: K must be symmetric"):
+        gradient_row_metrics_batch([np.eye(2), np.eye(4), bad])

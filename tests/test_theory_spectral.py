@@ -24,7 +24,7 @@ from grpo_theory import (
     stable_rank,
     top1_fraction,
 )
-from grpo_theory.spectral import PSD_RTOL
+from grpo_theory.spectral import PSD_RTOL, spectral_metrics_batch
 
 
 @settings(max_examples=40, deadline=None)
@@ -321,3 +321,93 @@ def test_meta_tensor_gram_is_a_named_error() -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="K is a meta tensor"):
         spectral_metrics(torch.empty(2, 2, device="meta"), [1.0, -1.0])
+
+
+# --- batched metrics: spectral_metrics_batch is spectral_metrics group by group ---------------
+def _same_metrics(a: gt.SpectralMetrics, b: gt.SpectralMetrics) -> bool:
+    """Every field equal (NaN equal to NaN), same types."""
+    da, db = a.as_dict(), b.as_dict()
+    return da.keys() == db.keys() and all(
+        type(da[k]) is type(db[k])
+        and (da[k] == db[k] or (isinstance(da[k], float) and da[k] != da[k] and db[k] != db[k]))
+        for k in da
+    )
+
+
+def _mixed_groups(R: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded groups of size R: full-rank and rank-deficient Grams, an all-zero K, all-zero
+    weights, weights with zeros, wide scales, mixed-sign weights."""
+    Ks, ws = [], []
+    for d in (R + 2, max(R // 2, 1), 1, R + 2, R + 2, R + 2, R + 2):
+        psi = rng.standard_normal((R, d)) * rng.uniform(0.1, 3.0, (R, 1))
+        Ks.append(psi @ psi.T)
+        ws.append(rng.standard_normal(R))  # mixed sign
+    Ks[3] = np.zeros((R, R))  # all-zero K
+    ws[4] = np.zeros(R)  # all-zero weights
+    ws[5][: R // 2] = 0.0  # some rows without a gradient
+    Ks[6], ws[6] = Ks[6] * 1e250, ws[6] * 1e-200  # far from order 1 (scale-free)
+    return np.stack(Ks), np.stack(ws)
+
+
+@pytest.mark.parametrize("R", [1, 2, 4, 8])
+def test_batched_metrics_equal_the_single_metrics_field_by_field(R: int) -> None:
+    K, w = _mixed_groups(R, np.random.default_rng(R))
+    batch = spectral_metrics_batch(K, w)
+    single = [spectral_metrics(K[g], w[g]) for g in range(K.shape[0])]
+    assert len(batch) == len(single) == K.shape[0]
+    for g, (a, b) in enumerate(zip(batch, single, strict=True)):
+        assert _same_metrics(a, b), (g, a, b)
+    assert batch[3].degenerate and batch[4].degenerate and not batch[0].degenerate
+    if R > 1:
+        assert batch[2].rank == 1  # d = 1: rank-deficient Gram
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 9), st.integers(0, 5), st.integers(0, 2**32 - 1))
+def test_batched_metrics_equal_the_single_metrics_for_random_groups(
+    R: int, G: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    psi = rng.standard_normal((G, R, int(rng.integers(1, R + 3))))
+    K = psi @ np.swapaxes(psi, 1, 2)
+    w = rng.standard_normal((G, R)) * (rng.random((G, R)) < 0.8)  # some weights zero
+    batch = spectral_metrics_batch(K, w, rtol=1e-8)
+    assert len(batch) == G
+    for g in range(G):
+        assert _same_metrics(batch[g], spectral_metrics(K[g], w[g], rtol=1e-8))
+
+
+def test_batched_metrics_of_no_groups_are_an_empty_list() -> None:
+    assert spectral_metrics_batch(np.zeros((0, 3, 3)), np.zeros((0, 3))) == []
+
+
+def test_batched_asymmetric_gram_error_names_the_group() -> None:
+    K = np.stack([np.eye(3)] * 3)
+    K[1, 0, 1] = 0.5
+    with pytest.raises(ValueError, match=r"K\[1\] must be symmetric: \|K\[1\]\[0,1\] - "
+                                         r"K\[1\]\[1,0\]\| = 0.5"):
+        spectral_metrics_batch(K, np.ones((3, 3)))
+
+
+def test_batched_negative_eigenvalue_error_names_the_group() -> None:
+    K = np.stack([np.eye(4), np.diag([-1.0, 1.0, 1.0, 1.0])])
+    with pytest.raises(ValueError, match=r"K\[1\] is not positive semi-definite: eigenvalue -1"):
+        spectral_metrics_batch(K, np.ones((2, 4)))
+
+
+def test_batched_bad_shapes_and_values_are_named_errors() -> None:
+    batch = spectral_metrics_batch
+    with pytest.raises(ValueError, match=r"K must be a stack of G square R x R matrices"):
+        batch(np.eye(3), np.ones(3))
+    with pytest.raises(ValueError, match=r"K must be a stack .* got shape \(2, 2, 3\)"):
+        batch(np.ones((2, 2, 3)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"weights must be shaped \[G, R\]=\[2, 2\], got shape"):
+        batch(np.stack([np.eye(2)] * 2), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"K\[1\] contains NaN or inf"):
+        batch(np.stack([np.eye(2), np.full((2, 2), np.nan)]), np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"weights\[1\] contains NaN or inf"):
+        batch(np.stack([np.eye(2)] * 2), [[1.0, 1.0], [1.0, np.inf]])
+    with pytest.raises(TypeError, match="weights must be real"):
+        batch(np.stack([np.eye(2)] * 2), np.ones((2, 2)) * 1j)
+    with pytest.raises(ValueError, match=r"diag\(weights\[1\]\) Psi\[1\] exceed the float range"):
+        batch(np.stack([np.eye(3), np.eye(3) * 1e308]), [[1.0, 1.0, 1.0], [1e308, -1e308, 0.0]])
