@@ -53,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -272,28 +273,36 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
           "seeded bootstrap interval over rounds)")
     inrun = statistics.median(times["in-run"]) / base - 1
     every10 = amortised_mean(times["every 10"], every=10) / mean0 - 1
+    every10_med = (amortised_mean(times["every 10"], every=10, center=statistics.median)
+                   / base - 1)
     print(f"in-run geometry overhead, every step: {100 * inrun:+.1f}% of the step (medians); "
-          f"geometry + score every 10 steps: {100 * every10:+.1f}% (means, amortised: "
-          f"(measured + 9 x plain) / 10; the table's every-10 row is the plain mean)")
+          f"geometry + score every 10 steps: {100 * every10_med:+.1f}% (medians) and "
+          f"{100 * every10:+.1f}% (means; one slow step of any mode, e.g. a garbage collection, "
+          "moves the means), amortised: (measured + 9 x plain) / 10; the table's every-10 row "
+          "is the plain median (mean)")
 
 
-def amortised_mean(ts: list[float], *, every: int) -> float:
+def amortised_mean(ts: list[float], *, every: int,
+                   center: Callable[[list[float]], float] = statistics.fmean) -> float:
     """Mean step time when one step in ``every`` is measured: ``ts`` are the timed steps of the
     ``every`` mode, the measured ones at indices ``0, every, 2 every, ...``;
-    ``(mean(measured) + (every - 1) mean(plain)) / every``, so that a run whose length is not a
-    multiple of ``every`` does not weigh the measured steps more (or less) than 1 in ``every``.
-    With only measured steps (one round), their mean.
+    ``(center(measured) + (every - 1) center(plain)) / every``, so that a run whose length is
+    not a multiple of ``every`` does not weigh the measured steps more (or less) than 1 in
+    ``every``. With only measured steps (one round), their ``center``. ``center``: the mean
+    (default), or ``statistics.median`` (robust to a one-off slow step).
 
     >>> amortised_mean([11.0, 1.0, 1.0], every=10)
     2.0
     >>> amortised_mean([3.0], every=10)
     3.0
+    >>> amortised_mean([11.0, 1.0, 1.0, 49.0], every=10, center=statistics.median)  # mean: 16.6
+    2.0
     """
     measured = ts[::every]
     plain = [t for i, t in enumerate(ts) if i % every]
     if not plain:
-        return statistics.fmean(measured)
-    return (statistics.fmean(measured) + (every - 1) * statistics.fmean(plain)) / every
+        return center(measured)
+    return (center(measured) + (every - 1) * center(plain)) / every
 
 
 def _version(name: str) -> str:
