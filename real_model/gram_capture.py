@@ -110,6 +110,12 @@ def _routed(route: list, method: str, *args: Any) -> Any:
     return getattr(route[0], method)(*args)
 
 
+def _most_small_tokens(width: int) -> int:
+    """The most tokens of a small call reading ``width`` entries per token: ``N <=
+    SMALL_CALL_TOKENS`` and ``N width <= SMALL_CALL_ELEMENTS``."""
+    return min(SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS // max(1, width))
+
+
 class GramCaptureError(ValueError):
     """The capture could not attribute the gradient per row (the message says why)."""
 
@@ -282,7 +288,6 @@ class PackedRows:
         self.tokens = seg[-1]
         self.T = max(1, max(lengths))
         self.device = device
-        self._lengths = lengths
         self._row: torch.Tensor | None = None
         self.bounds = list(zip(seg[:-1], seg[1:], strict=True))
         self._index: torch.Tensor | None = None
@@ -294,8 +299,8 @@ class PackedRows:
     def row(self) -> torch.Tensor:
         """``[N]``: the row of each packed token (formed at first use)."""
         if self._row is None:
-            self._row = torch.repeat_interleave(torch.arange(self.n),
-                                                torch.tensor(self._lengths)).to(self.device)
+            lengths = torch.tensor([t1 - t0 for t0, t1 in self.bounds], dtype=torch.long)
+            self._row = torch.repeat_interleave(torch.arange(self.n), lengths).to(self.device)
         return self._row
 
     @property
@@ -1107,7 +1112,7 @@ class GramCapture:
     @staticmethod
     def _small(tokens: int, width: int) -> bool:
         """A call of ``tokens`` tokens reading ``width`` entries per token is small."""
-        return tokens <= SMALL_CALL_TOKENS and tokens * width <= SMALL_CALL_ELEMENTS
+        return tokens <= _most_small_tokens(width)
 
     def _small_linear_width(self, name: str) -> int | None:
         """``d_in + d_out`` of module ``name`` when its calls may be batched (a weight-only
@@ -1181,19 +1186,18 @@ class GramCapture:
 
     def _record_small(self, name: str, mod: nn.Module, args: tuple, kwargs: dict,
                       out: Any) -> bool:
-        """Forward hook of a small call (no input taps): keep its input and output, and have
-        autograd keep the output's gradient (``retain_grad``: no Python hook in the backward);
-        :meth:`flush` reads it. Small: a Linear or untied embedding call as
-        :meth:`_small_layout`, a packed ``weight * z`` norm whose closed form was checked
-        (:data:`NORM_CLOSED_FORM_CHECKED`). ``False`` (nothing done): the usual per-call path,
-        which also reports any problem of the call."""
+        """Forward hook of a small call on batch-first rows (no input taps; packed rows:
+        :meth:`_record_packed`): keep its input and output, and have autograd keep the output's
+        gradient (``retain_grad``: no Python hook in the backward); :meth:`flush` reads it.
+        Small: a Linear or untied embedding call as :meth:`_small_layout` (a norm is batched on
+        packed rows only). ``False`` (nothing done): the usual per-call path, which also
+        reports any problem of the call."""
         if (kwargs or len(args) != 1 or not isinstance(out, torch.Tensor)
                 or not out.requires_grad or not isinstance(args[0], torch.Tensor)
                 or self.failed):
             return False
         x = args[0]
-        _, kind, names = self.plan.modules[name]
-        z = None
+        kind = self.plan.modules[name][1]
         try:  # on any doubt, the usual path (which reports what is wrong)
             self._rows(name, x)
             if kind == "linear":
@@ -1201,10 +1205,6 @@ class GramCapture:
             elif kind == "embedding":
                 layout = None if name in self.tied_embeddings else self._small_layout(
                     x, out.shape[-1], features=False)
-            elif self.norm_closed_form_ok.get(type(mod)) is True and x.is_floating_point():
-                layout = self._small_norm_layout(mod, names, out)
-                z = None if layout is None else gm.scaled_norm_factor(mod, out, out.grad_fn)
-                layout = None if z is None else layout
             else:
                 layout = None
             if layout is None:
@@ -1213,7 +1213,7 @@ class GramCapture:
         except Exception:  # noqa: BLE001
             return False
         out.retain_grad()
-        self._recorded.append((name, kind, layout, x.detach(), out, out._version, z))
+        self._recorded.append((name, kind, layout, x.detach(), out, out._version, None))
         self.called[name] += 1
         self.batched.add(name)
         return True
@@ -1270,7 +1270,7 @@ class GramCapture:
             else:
                 width = None
             if width is not None:
-                limits[name] = (kind, min(SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS // max(1, width)))
+                limits[name] = (kind, _most_small_tokens(width))
         self._limits.append(limits)
         return limits
 
@@ -1293,7 +1293,6 @@ class GramCapture:
             N = layout.tokens
             if layout is not self.packed:  # batch-first rows: tokens are the leading axes
                 x, delta = x.reshape(N, -1), delta.reshape(N, -1)
-                z = None if z is None else z.reshape(N, -1)
             elif x.shape[1] == N and delta.shape[1] == N:  # packed, no padding after the rows
                 x, delta, z = x[0], delta[0], None if z is None else z[0]
             else:

@@ -134,33 +134,22 @@ def _terms(p: PassCalls) -> dict[Any, tuple[list[Any], list[torch.Tensor]]]:
     memory, shape, strides and version: the same values) with the output gradients of its calls
     side by side, one per embedding call, one for all the norms (``a = 1``, ``delta * z`` side
     by side)."""
-    out: dict[Any, tuple[list[Any], list[torch.Tensor]]] = {}
-    shared: dict[tuple, tuple[dict, int]] = {}
-    merged: dict[tuple[int, int], list[torch.Tensor]] = {}
+    terms: dict[Any, list[tuple[Any, list[torch.Tensor]]]] = {}
+    shared: dict[tuple, list[torch.Tensor]] = {}
     for layout, a, g in p.linear:
         key = (id(layout), a.data_ptr(), a.shape, a.stride(), a._version, a.dtype, g.dtype)
-        hit = shared.get(key)
-        if hit is None:
-            terms = out.setdefault(layout, ([], []))
-            shared[key] = (terms, len(terms[0]))
-            terms[0].append(a)
-            terms[1].append(g)
-        else:
-            terms, i = hit
-            merged.setdefault((id(terms), i), [terms[1][i]]).append(g)
+        grads = shared.get(key)
+        if grads is None:
+            grads = shared[key] = []
+            terms.setdefault(layout, []).append((a, grads))
+        grads.append(g)
     for layout, ids, g, keep in p.embedding:
-        terms = out.setdefault(layout, ([], []))
-        terms[0].append((ids, keep))
-        terms[1].append(g)
-    norms: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        terms.setdefault(layout, []).append(((ids, keep), [g]))
+    norms: dict[tuple, list[torch.Tensor]] = {}
     for layout, d, z in p.norms:
-        norms.setdefault((layout, d.dtype), []).append((d, z))
-    for (layout, dt), calls in norms.items():
-        d, z = (torch.cat(t, dim=-1) for t in zip(*calls, strict=True))
-        terms = out.setdefault(layout, ([], []))
-        terms[0].append(None)
-        terms[1].append(d * z.to(dt))
-    by_id = {id(t): t for t in out.values()}
-    for (tid, i), grads in merged.items():
-        by_id[tid][1][i] = torch.cat(grads, dim=-1)
-    return out
+        norms.setdefault((layout, d.dtype), []).append(d * z.to(d.dtype))
+    for (layout, _), h in norms.items():
+        terms.setdefault(layout, []).append((None, h))
+    return {layout: ([x for x, _ in ts], [g[0] if len(g) == 1 else torch.cat(g, dim=-1)
+                                           for _, g in ts])
+            for layout, ts in terms.items()}

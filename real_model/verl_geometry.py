@@ -596,7 +596,7 @@ class VerlGeometry:
         own and records its own error)."""
         want = {}
         for uid in plan.groups:
-            Kg = plan.inrun.get(uid) if plan.path[uid] == "in_run" else grams.get(("grad", uid))
+            Kg = _row_gram(plan, grams, uid)
             if Kg is not None and grams.get(("score", uid)) is None:
                 want[uid] = Kg
         try:
@@ -613,7 +613,7 @@ class VerlGeometry:
         rec: dict[str, Any] = {"uid": uid, "R": len(rows), "path": plan.path[uid],
                                "keys": [r["key"] for r in rows],
                                "placement": sorted({(r["rank"], r["mb"]) for r in rows})}
-        Kg = plan.inrun.get(uid) if plan.path[uid] == "in_run" else grams.get(("grad", uid))
+        Kg = _row_gram(plan, grams, uid)
         Ks = grams.get(("score", uid))
         rewards = [r["reward"] for r in rows]
         A = np.array([r["advantage"] for r in rows])
@@ -643,6 +643,12 @@ class VerlGeometry:
             rec["gram"] = None if Kg is None else np.asarray(Kg).tolist()
             rec["score_gram"] = None if Ks is None else np.asarray(Ks).tolist()
         return rec
+
+
+def _row_gram(plan: _Plan, grams: Mapping[tuple[str, str], np.ndarray],
+              uid: str) -> np.ndarray | None:
+    """Group ``uid``'s Gram of the gradient rows: in-run, or from its second pass."""
+    return plan.inrun.get(uid) if plan.path[uid] == "in_run" else grams.get(("grad", uid))
 
 
 # ---------------------------------------------------------------------------------------------
