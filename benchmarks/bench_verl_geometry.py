@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=5)
     ap.add_argument("--max-response", type=int, default=7)
     ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="compute dtype (bf16: float32 master weights, bf16 compute, as verl's "
+                         "GPU default)")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds (one step per mode)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--kinds", action="store_true",
@@ -91,7 +94,10 @@ def main() -> None:
         f"bench_verl_llama_{args.hidden}_{args.layers}_{args.vocab}")
     path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
     engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
-                            engine_cls=vg.GeometryFSDPEngine)
+                            engine_cls=vg.GeometryFSDPEngine, compute_dtype=args.dtype)
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     rewards = [[(g + i) % 2 for i in range(args.rollouts)] for g in range(args.groups)]
     batch = vc.grpo_batch(rewards, seed=0, prompt_len=args.prompt_len, vocab=args.vocab,
                           max_response=args.max_response, model_path=path, logp_noise=0.1)
@@ -115,6 +121,7 @@ def main() -> None:
     times: dict[str, list[float]] = {m: [] for m in modes}
     measured = [0, 0]  # in-run: groups with a nonzero gradient, groups
     names = list(modes)
+    last: dict[str, float] = {}
     for r in range(args.warmup + args.rounds):
         # the order rotates from round to round: no mode always follows the same one (in 2
         # processes a fixed order put the every-10 mode, after the score pass, at +8-11%)
@@ -127,10 +134,13 @@ def main() -> None:
                 cfg.step = 0  # the first timed round is a measured step
             data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
             vc.set_old_log_probs(engine, data)  # on-policy, untimed (see the module doc)
+            sync()
             t0 = time.perf_counter()
             with engine.train_mode():
                 engine.train_batch(data, loss)
+            sync()
             dt = time.perf_counter() - t0
+            last[mode] = dt
             if r >= args.warmup:
                 times[mode].append(dt)
                 if mode == "in-run":  # what the geometry measured: not a vanished gradient
@@ -138,9 +148,9 @@ def main() -> None:
                     measured[0] += sum(bool(g.get("grad_norm")) for g in groups)
                     measured[1] += len(groups)
         if rank == 0:  # progress, on stderr
-            print(f"warm-up {r + 1}/{args.warmup} done" if r < args.warmup else
-                  f"round {r - args.warmup + 1}/{args.rounds}: "
-                  + ", ".join(f"{m} {times[m][-1]:.3f} s" for m in modes),
+            label = (f"warm-up {r + 1}/{args.warmup}" if r < args.warmup else
+                     f"round {r - args.warmup + 1}/{args.rounds}")
+            print(f"{label}: " + ", ".join(f"{m} {last[m]:.3f} s" for m in modes),
                   file=sys.stderr, flush=True)
     if rank == 0:
         tokens = float(batch["input_ids"].offsets().diff().float().mean())
@@ -254,10 +264,11 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
     import torch
 
     base = statistics.median(times["off"])
-    print(f"verl {_version('verl')}, torch {torch.__version__}, {world} process(es), CPU threads "
-          f"{torch.get_num_threads()}, load average {load0[0]:.2f} at the start, "
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    print(f"verl {_version('verl')}, torch {torch.__version__}, {world} process(es), {device}, "
+          f"CPU threads {torch.get_num_threads()}, load average {load0[0]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
-    print(f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; "
+    print(f"{args.dtype}; Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; "
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")
     mean0 = statistics.fmean(times["off"])

@@ -18,6 +18,11 @@
 #   bench_gram_nemotron_4layer_f32  its 4-layer float32 variant (vocab 32000, R=8, 256 tokens)
 #   bench_rollouts               batched vs per-group rollouts on the offline SmolLM2, bf16
 #   bench_trl_geometry           TRL step time / peak memory: geometry off, second pass, in-run (bf16)
+#   pytest_gpu_verl              only with VERL_PYTHON set (the python of an environment with the
+#                                `verl` extra and without TRL: verl 0.9.1's engine imports
+#                                trl.AutoModelForCausalLMWithValueHead when TRL is installed, which
+#                                TRL 1.x no longer has): tests/test_real_verl_gpu.py, verl's engine
+#                                in float32 / bf16 / flash attention on the GPU
 # plus OUT_DIR/device.txt (GPU, driver, torch, CUDA) and OUT_DIR/summary.txt (each step's exit
 # status). The benchmarks also write their JSON and Markdown tables into OUT_DIR; the tables in
 # docs/real_model_gram.md, docs/real_model.md and docs/trl.md are copied from them with the
@@ -69,6 +74,11 @@ step bench_rollouts python3 benchmarks/bench_rollouts.py --device cuda --dtype b
     --repeat 2 --json "$OUT/bench_rollouts.json"
 step bench_trl_geometry python3 benchmarks/bench_trl_geometry.py --device cuda \
     --dtype bfloat16 --rounds 5 --out "$OUT/trl_geometry" --json "$OUT/bench_trl_geometry.json"
+
+if [ -n "${VERL_PYTHON:-}" ]; then
+    step pytest_gpu_verl "$VERL_PYTHON" -m pytest -m gpu -q -s -p no:cacheprovider \
+        tests/test_real_verl_gpu.py
+fi
 
 echo "== summary (step, exit status): $OUT/summary.txt"
 cat "$OUT/summary.txt"

@@ -490,9 +490,12 @@ def _gram_pass(model: Any, rows: GeometryRows, weights: Any, sel: np.ndarray,
 
     from .gram import rows_gram, trajectory_gram
 
+    # the rows are kept on the CPU (gathered across processes); the pass runs on the model's
+    # device
+    dev = next(model.parameters()).device
     idx = torch.as_tensor(sel, dtype=torch.long, device=rows.input_ids.device)
-    ids, am = rows.input_ids[idx], rows.attention_mask[idx]
-    pos, w = rows.position_ids[idx], weights[idx].to(torch.float64)
+    ids, am = rows.input_ids[idx].to(dev), rows.attention_mask[idx].to(dev)
+    pos, w = rows.position_ids[idx].to(dev), weights[idx].to(dev, torch.float64)
     if config.gram_method == "naive":
         net = model if temperature == 1.0 else TemperatureScaled(model, temperature)
         K = trajectory_gram(net, ids, am, w, method="naive", position_ids=pos)

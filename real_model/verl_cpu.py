@@ -220,10 +220,12 @@ def _register_cpu_engines() -> None:
 
 
 def init_process_group() -> tuple[int, int]:
-    """Initialise the default ``gloo`` process group (``torchrun`` env or one process).
+    """Initialise the default process group (``torchrun`` env or one process).
 
-    Returns ``(rank, world_size)``; idempotent.
+    ``gloo`` without CUDA; with CUDA, ``cpu:gloo,cuda:nccl`` on the device ``LOCAL_RANK`` (as
+    verl's workers do on GPUs). Returns ``(rank, world_size)``; idempotent.
     """
+    import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -232,7 +234,11 @@ def init_process_group() -> tuple[int, int]:
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
-        dist.init_process_group("gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            dist.init_process_group("cpu:gloo,cuda:nccl")
+        else:
+            dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -261,10 +267,17 @@ def save_tiny_llama(path: str | Path, *, seed: int = 0, hidden: int = 64, layers
     return path
 
 
+MIXED_PRECISION = {  # verl's FSDP mixed-precision settings per compute dtype
+    "fp32": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+    "bf16": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+}
+
+
 def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e-3,
                 engine_cls: Any = None, geometry: Any = None, use_remove_padding: bool = True,
-                gradient_checkpointing: bool = False) -> Any:
-    """verl's ``FSDPEngineWithLMHead`` (FSDP2, float32, SDPA) on this process group, initialised.
+                gradient_checkpointing: bool = False, compute_dtype: str = "fp32",
+                attn_implementation: str = "sdpa") -> Any:
+    """verl's ``FSDPEngineWithLMHead`` (FSDP2, SDPA) on this process group, initialised.
 
     Args:
         model_path: a directory written by :func:`save_tiny_llama` (or any HF causal LM).
@@ -274,7 +287,14 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
         geometry: a ``GeometryConfig`` for ``engine_cls`` (passed as its ``geometry`` option).
         use_remove_padding: verl's ``use_remove_padding`` (packed micro-batches; default True).
         gradient_checkpointing: verl's ``enable_gradient_checkpointing`` (default False).
+        compute_dtype: ``"fp32"`` (default: float32 throughout) or ``"bf16"`` (verl's GPU
+            default: float32 master weights, bf16 compute, float32 gradient reduction).
+        attn_implementation: the model's attention (default ``"sdpa"``; ``"flash_attention_2"``
+            where the ``flash_attn`` package is installed).
     """
+    if compute_dtype not in MIXED_PRECISION:
+        raise ValueError(f"compute_dtype must be one of {sorted(MIXED_PRECISION)}, "
+                         f"got {compute_dtype!r}")
     register_cpu_platform()
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
@@ -285,11 +305,11 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
         path=str(model_path), load_tokenizer=False,
         enable_gradient_checkpointing=gradient_checkpointing,
         use_remove_padding=use_remove_padding,
-        override_config={"attn_implementation": "sdpa"},
+        override_config={"attn_implementation": attn_implementation},
     )
     engine_config = FSDPEngineConfig(
         strategy="fsdp2", use_torch_compile=False, model_dtype="fp32",
-        mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        mixed_precision=dict(MIXED_PRECISION[compute_dtype]),
         use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size,
         use_remove_padding=use_remove_padding,
     )
@@ -326,14 +346,16 @@ def make_loss_fn(*, rollout_n: int, loss_agg_mode: str = "token-mean",
 
 
 def grpo_batch(rewards: Any, *, seed: int = 0, prompt_len: int = 5, max_response: int = 7,
-               vocab: int = 256, min_response: int = 2, model_path: str | Path | None = None,
+               vocab: int = 256, min_response: int = 2, min_prompt: int = 2,
+               model_path: str | Path | None = None,
                logp_noise: float = 0.0, uids: Sequence[str] | None = None) -> Any:
     """A GRPO batch as verl's trainer hands it to the actor (after ``left_right_2_no_padding``).
 
     ``rewards`` ``[P, R]``: prompt ``p`` is shared by its ``R`` rollouts (rows ``p R .. p R + R-1``,
     as verl's ``repeat(interleave=True)`` lays them out); prompts are left-padded to
-    ``prompt_len`` (lengths in ``[2, prompt_len]``), responses right-padded to ``max_response``
-    (lengths in ``[min_response, max_response]``). ``advantages``: verl's GRPO advantages (group
+    ``prompt_len`` (lengths in ``[min_prompt, prompt_len]``), responses right-padded to
+    ``max_response`` (lengths in ``[min_response, max_response]``; both minima at their maxima:
+    rows of one length, no padding). ``advantages``: verl's GRPO advantages (group
     mean and std, ``epsilon = 1e-6``) on the response tokens; ``token_level_scores``: the reward on
     the last response token (as verl's reward managers write it); ``old_log_probs``: the log-probs
     of the model saved at ``model_path`` (as verl's ``compute_log_prob`` gives them; zeros without
@@ -351,7 +373,7 @@ def grpo_batch(rewards: Any, *, seed: int = 0, prompt_len: int = 5, max_response
     P, R = r.shape
     n = P * R
     g = torch.Generator().manual_seed(seed)
-    plen = torch.randint(2, prompt_len + 1, (P,), generator=g).repeat_interleave(R)
+    plen = torch.randint(min_prompt, prompt_len + 1, (P,), generator=g).repeat_interleave(R)
     rlen = torch.randint(min_response, max_response + 1, (n,), generator=g)
     prompt_ids = torch.randint(1, vocab, (P, prompt_len), generator=g).repeat_interleave(R, 0)
     resp_ids = torch.randint(1, vocab, (n, max_response), generator=g)
@@ -426,7 +448,7 @@ def full_grads(engine: Any) -> dict[str, Any]:
         if p.grad is None:
             continue
         g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-        out[name] = g.detach().double().clone()
+        out[name] = g.detach().double().cpu().clone()
     return out
 
 
@@ -439,4 +461,5 @@ def set_old_log_probs(engine: Any, data: Any) -> None:
     with engine.eval_mode(), torch.no_grad():
         out = engine.infer_batch(data)
     lp = no_padding_2_padding(out["model_output"]["log_probs"], data)
-    data["old_log_probs"] = (lp.float() * data["response_mask"]).detach()
+    mask = data["response_mask"]
+    data["old_log_probs"] = (lp.float().to(mask.device) * mask).detach()

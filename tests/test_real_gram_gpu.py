@@ -34,6 +34,8 @@ from real_model import gram_layers as gm  # noqa: E402
 from real_model.gram import trajectory_gram  # noqa: E402
 
 DEV = torch.device("cuda")
+CROSS_DEVICE_RTOL = 1e-6  # float64 Grams, CPU vs CUDA: the model's float32 rotary embedding
+F32_FACTOR = 2.0  # float32 exact vs float64 truth, in units of the naive Gram's error
 _MODELS = {
     "llama_tied": lambda: llama(tied=True, bias=True, kv_heads=2, pad=0),
     "qwen2": qwen2,
@@ -72,21 +74,43 @@ def test_default_chunk_size_on_cuda_is_within_its_bounds():
 
 
 @pytest.mark.parametrize("name", sorted(_MODELS))
-def test_cuda_float64_gram_equals_cpu(name):
+def test_cuda_float64_exact_equals_naive_and_cpu_up_to_the_models_float32_rope(name):
+    """On the GPU, float64: the exact Gram equals the naive one to 1e-10 (same device, same
+    model). Against the CPU only to ``CROSS_DEVICE_RTOL``: transformers computes the rotary cos
+    and sin in float32 even in a float64 model (``inv_freq.float()``), and CPU and CUDA round
+    them differently, so the model itself differs between devices (its log-probs, printed on
+    failure; the Grams differed by 1.8-3.4e-7 on an H200, 2026-11-28)."""
     m = _MODELS[name]()
     ids, am, cm = batch(R=4, T=12)
     K_cpu = trajectory_gram(m, ids, am, cm)
-    K_gpu = trajectory_gram(m.to(DEV), *_on(DEV, ids, am, cm))
-    assert rel_err(K_gpu.cpu(), K_cpu) <= 1e-10
+    lp_cpu = _log_probs(m, ids, am)
+    m = m.to(DEV)
+    on = _on(DEV, ids, am, cm)
+    K_gpu = trajectory_gram(m, *on)
+    assert rel_err(K_gpu, trajectory_gram(m, *on, method="naive")) <= 1e-10
+    lp_err = rel_err(_log_probs(m, *on[:2]).cpu(), lp_cpu)
+    assert rel_err(K_gpu.cpu(), K_cpu) <= CROSS_DEVICE_RTOL, f"log-probs differ by {lp_err:.2e}"
+
+
+def _log_probs(m: torch.nn.Module, ids: torch.Tensor, am: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.log_softmax(m(input_ids=ids, attention_mask=am).logits, -1)
 
 
 @pytest.mark.parametrize("name", sorted(_MODELS))
 @pytest.mark.parametrize("linear_method", ["auto", "identity", "per_sample"])
-def test_cuda_float32_exact_equals_naive(name, linear_method):
+def test_cuda_float32_exact_is_as_close_to_float64_truth_as_naive(name, linear_method):
+    """float32 on the GPU: the exact Gram is within ``F32_FACTOR`` times the naive Gram's
+    distance (R float32 backward passes) to the float64 Gram of the same weights on the same
+    device, or 1e-6 (the CPU twin's fixed 1e-6 between exact and naive was exceeded on an H200:
+    1.6e-6 for nemotron, 2026-11-28, cuBLAS' float32 reductions)."""
+    m64 = _MODELS[name]().to(DEV)
     m = _MODELS[name]().float().to(DEV)
     ids, am, cm = _on(DEV, *batch(R=4, T=16))
-    K = trajectory_gram(m, ids, am, cm, linear_method=linear_method)
-    assert rel_err(K, trajectory_gram(m, ids, am, cm, method="naive")) <= 1e-6
+    truth = trajectory_gram(m64, ids, am, cm)
+    err_exact = rel_err(trajectory_gram(m, ids, am, cm, linear_method=linear_method), truth)
+    err_naive = rel_err(trajectory_gram(m, ids, am, cm, method="naive"), truth)
+    assert err_exact <= max(F32_FACTOR * err_naive, 1e-6), (err_exact, err_naive)
 
 
 @pytest.mark.parametrize("name", sorted(_MODELS))

@@ -246,7 +246,12 @@ def test_trajectory_gram_triton_equals_naive_on_cuda(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     dev = torch.device("cuda")
     ids, am, cm = (x.to(dev) for x in batch(R=4, T=16))
-    for m in (llama(tied=True, bias=True, kv_heads=2, pad=0), nemotron()):
-        m = m.float().to(dev)
-        K = trajectory_gram(m, ids, am, cm, linear_method="triton")
-        assert _rel(K, trajectory_gram(m, ids, am, cm, method="naive")) <= 1e-6
+    for make in (lambda: llama(tied=True, bias=True, kv_heads=2, pad=0), nemotron):
+        # as test_real_gram_gpu: within 2x the naive float32 Gram's distance to the float64
+        # truth of the same weights on the same device, or 1e-6 (a fixed 1e-6 against naive was
+        # exceeded on an H200 for nemotron: 1.6e-6, 2026-11-28)
+        truth = trajectory_gram(make().to(dev), ids, am, cm)
+        m = make().float().to(dev)
+        err = _rel(trajectory_gram(m, ids, am, cm, linear_method="triton"), truth)
+        err_naive = _rel(trajectory_gram(m, ids, am, cm, method="naive"), truth)
+        assert err <= max(2.0 * err_naive, 1e-6), (err, err_naive)

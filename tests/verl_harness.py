@@ -27,7 +27,7 @@ INTERLEAVED = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]  # every 2 
 def full_params(engine: Any) -> dict[str, torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
-    return {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+    return {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu().clone()
             for n, p in engine.module.named_parameters()}
 
 
@@ -92,12 +92,14 @@ def measured_step(engine: Any, data: Any, loss_fn: Any) -> tuple[dict, dict]:
     return grads, out
 
 
-def check_step(engine: Any, model_path: Any, data: Any, loss_fn: Any) -> dict[str, Any]:
+def check_step(engine: Any, model_path: Any, data: Any, loss_fn: Any, *,
+               with_grad: bool = False) -> dict[str, Any]:
     """Run one measured step and compare it with the independent reference (this rank's view).
 
     Returns ``{"sum_err": ..., "gram_err": {uid: ...}, "grams": {uid: K}, "paths": {uid: path},
     "metrics": engine metrics}``; ``sum_err`` compares the sum of ALL ranks' reference rows
-    with the engine's full gradient.
+    with the engine's full gradient. ``with_grad``: also ``"engine_grad"`` (that gradient, flat
+    float64 numpy) and ``"names"`` (its parameters' order).
     """
     import torch.distributed as dist
 
@@ -114,9 +116,11 @@ def check_step(engine: Any, model_path: Any, data: Any, loss_fn: Any) -> dict[st
     dist.all_gather_object(everyone, mine)
     rows = {k: v for part in everyone for k, v in part.items()}
     total = np.sum(list(rows.values()), axis=0)
-    res: dict[str, Any] = {"sum_err": rel_err(total, flat_grad(grads, names)),
-                           "gram_err": {}, "grams": {}, "paths": {},
-                           "metrics": out["metrics"]}
+    engine_grad = flat_grad(grads, names)
+    res: dict[str, Any] = {"sum_err": rel_err(total, engine_grad), "gram_err": {}, "grams": {},
+                           "paths": {}, "metrics": out["metrics"]}
+    if with_grad:
+        res.update(engine_grad=engine_grad, names=names)
     for g in rec["groups"]:
         keys = g["keys"]
         G = np.stack([rows[k] for k in keys])
