@@ -348,12 +348,14 @@ class SpectralMetrics:
 
 
 def _metrics_from_spectra(
-    s: np.ndarray, rtol: float, scales: np.ndarray
+    s: np.ndarray, rtol: float, scales: np.ndarray, log_scales: np.ndarray | None = None
 ) -> list[SpectralMetrics]:
     """Metrics of ``scales[g] * s[g]`` for spectra ``s [G, R]`` (checked: finite, ``>= 0``,
     descending) and ``scales [G]``. Every metric but the values is scale-free, so they are
     computed on the unit spectra ``u = s / max(s)`` and only the reported values are scaled;
-    an all-zero spectrum is degenerate (rank 0, NaN ratios)."""
+    an all-zero spectrum is degenerate (rank 0, NaN ratios). ``log_scales [G]``: where not NaN,
+    the group's values are ``exp(log s + log_scales[g])`` instead (a scale outside the float
+    range)."""
     G, R = s.shape
     top = s.max(axis=-1, initial=0.0)
     live = top > 0.0
@@ -365,7 +367,12 @@ def _metrics_from_spectra(
     eff = _effective_rank_of_unit(u).tolist()
     ent = _entropy_effective_rank_of_unit(u).tolist()
     top1 = (1.0 / square_sum).tolist()
-    values = (s * scales[:, None]).tolist()
+    values = s * scales[:, None]
+    if log_scales is not None:
+        by_log = ~np.isnan(log_scales)
+        with np.errstate(divide="ignore"):  # log 0 = -inf: exp gives the zero back
+            values[by_log] = np.exp(np.log(s[by_log]) + log_scales[by_log, None])
+    values = values.tolist()
     nan = float("nan")
     return [
         SpectralMetrics(
@@ -426,8 +433,16 @@ def _spectral_metrics_stack(
                 f"|{'weights' + at if name_groups else 'weight'}| {cwg:.3g}, max |K{at}| "
                 f"{ckg:.3g}): rescale the weights or the scores"
             )
-    scales = np.where(live, cw * np.sqrt(ck) * np.sqrt(mx), 1.0)
-    return _metrics_from_spectra(s, rtol, scales)
+    with np.errstate(over="ignore", under="ignore"):
+        scales = np.where(live, cw * np.sqrt(ck) * np.sqrt(mx), 1.0)
+    # the product of the three factors can leave the float range where the values do not
+    # (weights 1e300 on scores of norm 1 and 1e-50: values 1e300, cw sqrt(ck) = inf): there the
+    # values are formed from the logarithms (relative error ~|log scale| ulp, 1e-13 at most)
+    off = live & ~(np.isfinite(scales) & (scales >= np.finfo(np.float64).tiny))
+    log_scales = None
+    if off.any():
+        log_scales = np.where(off, np.log(cw) + 0.5 * (np.log(ck) + np.log(mx)), np.nan)
+    return _metrics_from_spectra(s, rtol, scales, log_scales)
 
 
 def spectral_metrics(

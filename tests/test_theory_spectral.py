@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -207,6 +209,20 @@ def test_singular_values_beyond_the_float_range_are_refused_before_the_multiply(
         spectral_metrics(np.eye(3) * 1e308, [1e308, -1e308, 0.0])
     m = spectral_metrics(np.eye(3) * 1e300, [1e-300, -1e-300, 0.0])  # scale-free: fine
     assert m.effective_rank == pytest.approx(2.0)
+
+
+def test_singular_values_in_range_are_finite_when_the_scale_factors_are_not() -> None:
+    """Scores of norms 1 and 1e50 (K = diag(1, 1e100)), weights 1e300 and 1e250: G = diag(1e300,
+    1e300) up to rotation, both singular values 1e300, though max|w| sqrt(max|K|) = 1e350."""
+    from grpo_theory import spectral_metrics, spectral_metrics_batch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning either
+        m = spectral_metrics(np.diag([1.0, 1e100]), [1e300, 1e250])
+        b = spectral_metrics_batch(np.diag([1.0, 1e100])[None], [[1e300, 1e250]])[0]
+    assert m.singular_values == pytest.approx((1e300, 1e300), rel=1e-12)
+    assert (m.rank, m.stable_rank) == (2, pytest.approx(2.0))
+    assert b == m
 
 
 # --- bad input is an error; the metrics are scale-free -------------------------------------------
