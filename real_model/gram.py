@@ -255,8 +255,8 @@ def trajectory_gram(
             ``"identity"`` or ``"per_sample"`` for every Linear weight (exact mode only), or
             ``"triton"``: every Linear weight by the fused Triton kernel of
             ``real_model.gram_triton`` (opt-in; needs ``pip install triton`` and a CUDA device,
-            or ``TRITON_INTERPRET=1`` to run it on CPU for correctness checks; not yet
-            measured on a GPU, see ``docs/real_model_gram.md``).
+            or ``TRITON_INTERPRET=1`` to run it on CPU for correctness checks; slower than the
+            default on an H200 at the Nemotron-Mini-4B shape, see ``docs/real_model_gram.md``).
         gram_precision: dtype of the per-chunk products of explicit per-sample gradients
             (exact mode; chunk results are always summed in float64): ``"auto"`` (default:
             float64, except float32 when every trainable parameter is bfloat16/float16, whose
