@@ -442,3 +442,9 @@ def test_rows_out_of_order_without_dynamic_batches_fail_the_step_not_verl(env, m
     assert out["metrics"]["geometry/failed"] == [1.0]
     assert any("not the batch's next rows in order" in r
                for r in engine.geometry.last_record["failed"])
+
+
+def test_make_engine_names_an_unknown_compute_dtype(tmp_path):
+    with pytest.raises(ValueError, match=r"compute_dtype must be one of \['bf16', 'fp32'\], "
+                                         r"got 'fp16'"):
+        vc.make_engine(tmp_path, micro_batch_size=4, compute_dtype="fp16")
