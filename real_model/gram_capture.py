@@ -57,7 +57,12 @@ from torch import nn
 from real_model import gram_layers as gm
 from real_model import gram_small_calls as gs
 from real_model import gram_triton
-from real_model.gram_head import HeadTransform, default_vocab_tile, logit_grad_tiles
+from real_model.gram_head import (
+    HeadTransform,
+    default_vocab_tile,
+    half_operand,
+    logit_grad_tiles,
+)
 from real_model.gram_plan import plan_of
 
 __all__ = [
@@ -1568,7 +1573,8 @@ class GramCapture:
 
         def run() -> None:
             keep, rows = self._fused_token_layout(shape, rr, cc, g_lp, g_ent, hidden.shape[0])
-            h = hidden[keep].to(cd)
+            h_kept = hidden[keep]
+            h = h_kept.to(cd)
             tgt = targets[keep].long()
             zt = transform.apply((h * wd[tgt].to(cd)).sum(-1) + (0 if bd is None else bd[tgt]))
             log_z = zt.double() - logp[keep].double()  # TRL's own normaliser: z_target - log p
@@ -1580,7 +1586,8 @@ class GramCapture:
                 tile=min(tile, default_vocab_tile(h.shape[0], wd.shape[0])),
                 grad_logprobs=None if g_lp is None else g_lp.reshape(-1)[keep],
                 grad_entropy=None if g_ent is None else g_ent.reshape(-1)[keep],
-                entropy=None if ent is None else ent.reshape(-1)[keep])
+                entropy=None if ent is None else ent.reshape(-1)[keep],
+                half=half_operand(h_kept, wd))
             for v0, v1, dy in tiles:
                 self.head_tile(st, v0, v1, rows(dy))
             self.head_end(st)

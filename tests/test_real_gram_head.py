@@ -64,6 +64,37 @@ def test_tiled_logprobs_entropy_and_gradients_equal_full_logits(bias, tr, tile):
         assert rel_err(a, r) <= 1e-12
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_head_projects_its_own_values_with_a_float32_result(bias):
+    """bf16 hidden states and weight: the tiles multiply the bf16 values with a float32 result
+    (``half_operand``; on CUDA ``mm(out_dtype=float32)``), so the log-probs, entropies and
+    gradients are the float32 computation on the float32 upcast of the same values (1e-6: float32
+    summation order; on CPU the upcast itself)."""
+    from real_model.gram_head import half_operand
+
+    g = torch.Generator().manual_seed(1)
+    R, T, d, V = 2, 4, 8, 40
+    h = torch.randn(R, T, d, generator=g).to(torch.bfloat16).requires_grad_()
+    W = torch.randn(V, d, generator=g).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(V, generator=g).to(torch.bfloat16).requires_grad_() if bias else None
+    tgt = torch.randint(0, V, (R, T), generator=g)
+    assert half_operand(h, W) is not None and half_operand(h.float(), W) is None
+    assert half_operand(h, W.float()) is None
+    tr = HeadTransform(0.9, 1.1, 3.0)
+    lp, ent = head_logprobs(h, W, b, tgt, transform=tr, vocab_tile=16, entropy=True)
+    h32, W32 = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
+    b32 = None if b is None else b.detach().float()
+    lp_ref, ent_ref = _full(h32, W32, b32, tgt, tr)
+    assert lp.dtype == torch.float32
+    assert rel_err(lp.detach(), lp_ref.detach()) <= 1e-6
+    assert rel_err(ent.detach(), ent_ref.detach()) <= 1e-6
+    u = torch.randn(R, T, generator=g)
+    (gh, gw) = torch.autograd.grad((lp * u + ent).sum(), [h, W])
+    (rh, rw) = torch.autograd.grad((lp_ref * u + ent_ref).sum(), [h32, W32])
+    # the gradients come back in bf16 (the inputs' dtype): bf16 rounding of the float32 result
+    assert rel_err(gh.float(), rh) <= 2 ** -8 and rel_err(gw.float(), rw) <= 2 ** -8
+
+
 def test_head_transform_reads_the_config_as_trl_does():
     class Cfg:
         logit_scale = None
