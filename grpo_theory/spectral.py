@@ -419,8 +419,8 @@ def _spectral_metrics_stack(
         s = np.where(live[:, None], s, 0.0)
     # the reported singular values are scale * s: refuse (before multiplying) when they leave
     # the float range; every other metric is scale-free
-    log_top = (np.log(cw) + 0.5 * (np.log(ck) + np.log(mx))
-               + np.log(np.maximum(s.max(axis=-1), 1e-300)))
+    log_scale = np.log(cw) + 0.5 * (np.log(ck) + np.log(mx))  # [G]
+    log_top = log_scale + np.log(np.maximum(s.max(axis=-1), 1e-300))
     near = live & (log_top > _LOG_FLOAT_MAX - 1e-9)  # np.log within an ulp of math.log
     for g in np.flatnonzero(near).tolist():  # decided in math.log, as for one group
         cwg, ckg, mxg = float(cw[g]), float(ck[g]), float(mx[g])
@@ -439,9 +439,7 @@ def _spectral_metrics_stack(
     # (weights 1e300 on scores of norm 1 and 1e-50: values 1e300, cw sqrt(ck) = inf): there the
     # values are formed from the logarithms (relative error ~|log scale| ulp, 1e-13 at most)
     off = live & ~(np.isfinite(scales) & (scales >= np.finfo(np.float64).tiny))
-    log_scales = None
-    if off.any():
-        log_scales = np.where(off, np.log(cw) + 0.5 * (np.log(ck) + np.log(mx)), np.nan)
+    log_scales = np.where(off, log_scale, np.nan) if off.any() else None
     return _metrics_from_spectra(s, rtol, scales, log_scales)
 
 

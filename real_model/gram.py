@@ -70,6 +70,7 @@ __all__ = [
     "rows_gram",
     "token_logprobs",
     "trainable_parameters",
+    "model_device",
     "causal_lm_parts",
     "CausalLMParts",
     "pass_bytes_per_row",
@@ -87,6 +88,15 @@ GramPrecision = Literal["auto", "float64", "float32"]
 def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """``(name, parameter)`` for every distinct parameter with ``requires_grad=True``."""
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (its local shard's under FSDP2: a ``DTensor``
+    parameter), where its inputs go. A model without parameters is a ``ValueError``."""
+    p = next(model.parameters(), None)
+    if p is None:
+        raise ValueError(f"{type(model).__name__} has no parameters: it has no device")
+    return (p.to_local() if hasattr(p, "to_local") else p).device
 
 
 def _check_inputs(

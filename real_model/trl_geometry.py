@@ -488,11 +488,11 @@ def _gram_pass(model: Any, rows: GeometryRows, weights: Any, sel: np.ndarray,
     """
     import torch
 
-    from .gram import rows_gram, trajectory_gram
+    from .gram import model_device, rows_gram, trajectory_gram
 
     # the rows are kept on the CPU (gathered across processes); the pass runs on the model's
     # device
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     idx = torch.as_tensor(sel, dtype=torch.long, device=rows.input_ids.device)
     ids, am = rows.input_ids[idx].to(dev), rows.attention_mask[idx].to(dev)
     pos, w = rows.position_ids[idx].to(dev), weights[idx].to(dev, torch.float64)

@@ -81,7 +81,7 @@ from .geometry_metrics import (
     gradient_row_metrics_batch,
     group_records,
 )
-from .gram import reshard_fsdp, trajectory_gram
+from .gram import model_device, reshard_fsdp, trajectory_gram
 from .gram_capture import WEIGHT_GRADS, GramCapture, GramCaptureError, checkpointing_enabled
 from .trl_geometry import TemperatureScaled
 
@@ -816,7 +816,7 @@ def _pass(model: torch.nn.Module, kind: str, uids: list[str], plan: _Plan,
     for i, x in enumerate(rows):
         L = x["ids"].numel()
         ids[i, :L], pos[i, :L], am[i, :L], w[i, :L] = x["ids"], x["pos"], 1, x[kind]
-    dev = _model_device(model)
+    dev = model_device(model)
     K = trajectory_gram(model, ids.to(dev), am.to(dev), w.to(dev), position_ids=pos.to(dev),
                         **options)
     K = K.detach().cpu().double().numpy()
@@ -830,16 +830,10 @@ def _pass(model: torch.nn.Module, kind: str, uids: list[str], plan: _Plan,
 
 def _dummy_pass(model: torch.nn.Module) -> None:
     """A pass with zero weights: the same FSDP collectives as a real one, no result."""
-    dev = _model_device(model)
+    dev = model_device(model)
     ids = torch.ones(1, 2, dtype=torch.long, device=dev)
     trajectory_gram(model, ids, torch.ones_like(ids), torch.zeros(1, 2, device=dev),
                     position_ids=torch.arange(2, device=dev)[None])
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    p = next(model.parameters())
-    local = p.to_local() if hasattr(p, "to_local") else p
-    return local.device
 
 
 def _autocast(engine: Any) -> Any:
@@ -848,7 +842,7 @@ def _autocast(engine: Any) -> Any:
     dtype = getattr(engine, "_autocast_dtype", torch.float32)
     if dtype == torch.float32:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=_model_device(engine.module).type, dtype=dtype)
+    return torch.autocast(device_type=model_device(engine.module).type, dtype=dtype)
 
 
 def _reasons(gathered: list[Mapping[str, Any]]) -> list[str]:

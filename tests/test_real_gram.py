@@ -359,3 +359,11 @@ def test_scaled_norm_factor_reads_z_of_weight_times_z():
     other = torch.tensor([2.0, 3.0], requires_grad=True) * z
     assert scaled_norm_factor(norm, torch.ones(1, 2), other.grad_fn) is None
     assert scaled_norm_factor(norm, torch.ones(1, 2), (norm.weight + z).grad_fn) is None
+
+
+def test_model_device_is_the_first_parameters_device():
+    from real_model.gram import model_device
+
+    assert model_device(torch.nn.Linear(2, 3)) == torch.device("cpu")
+    with pytest.raises(ValueError, match="ReLU has no parameters"):
+        model_device(torch.nn.ReLU())
