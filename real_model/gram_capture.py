@@ -1217,10 +1217,7 @@ class GramCapture:
             self._rows(name, out)
         except Exception:  # noqa: BLE001
             return False
-        out.retain_grad()
-        self._recorded.append((name, kind, layout, x.detach(), out, out._version, None))
-        self.called[name] += 1
-        self.batched.add(name)
+        self._keep_recorded(name, kind, layout, x, out, None)
         return True
 
     def _record_packed(self, name: str, kind: str, mod: nn.Module, args: tuple, kwargs: dict,
@@ -1250,11 +1247,17 @@ class GramCapture:
                 self._rows(name, x)
             except Exception:  # noqa: BLE001 - the usual path reports it
                 return False
+        self._keep_recorded(name, kind, self.packed, x, out, z)
+        return True
+
+    def _keep_recorded(self, name: str, kind: str, layout: Any, x: torch.Tensor,
+                       out: torch.Tensor, z: torch.Tensor | None) -> None:
+        """Keep a small call's input and output, and have autograd keep the output's gradient
+        (``retain_grad``: no Python hook in the backward); :meth:`_read_recorded` reads it."""
         out.retain_grad()
-        self._recorded.append((name, kind, self.packed, x.detach(), out, out._version, z))
+        self._recorded.append((name, kind, layout, x.detach(), out, out._version, z))
         self.called[name] += 1
         self.batched.add(name)
-        return True
 
     def _small_token_limits(self) -> dict[str, tuple[str, int]]:
         """Module -> (kind, the most packed tokens at which its calls are small), for the
