@@ -791,14 +791,15 @@ def _pass_row(r: _Row) -> dict[str, Any]:
     verl's log-prob at position ``t`` scores token ``t + 1``, so ``w_grad[t + 1] = u[t]``; the
     score weights are 1 on the row's last ``length`` (response) tokens.
     """
-    L = r.ids.numel()
+    ids = r.ids
+    L = ids.numel()
     w_grad = torch.zeros(L, dtype=torch.float64)
     u = r.u
     if u is not None:
         w_grad[1:] = u[:-1]
     w_score = torch.zeros(L, dtype=torch.float64)
     w_score[L - r.length:] = 1.0
-    return {"ids": r.ids, "pos": r.pos, "grad": w_grad, "score": w_score}
+    return {"ids": ids, "pos": r.pos, "grad": w_grad, "score": w_score}
 
 
 def _pass(model: torch.nn.Module, kind: str, uids: list[str], plan: _Plan,
