@@ -73,6 +73,9 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
                     help="compute dtype (bf16: float32 master weights, bf16 compute, as verl's "
                          "GPU default)")
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="verl's model.lora_rank (0: full fine-tuning; > 0: PEFT LoRA adapters "
+                         "on every Linear, a fresh adapter, only the adapters trained)")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds (one step per mode)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--kinds", action="store_true",
@@ -80,8 +83,9 @@ def main() -> None:
     ap.add_argument("--floors", action="store_true",
                     help="also time the protocol alone and with empty hooks (two extra modes)")
     args = ap.parse_args()
-    if args.rounds < 1 or args.warmup < 0:
-        ap.error(f"--rounds must be >= 1 and --warmup >= 0 (got {args.rounds}, {args.warmup})")
+    if args.rounds < 1 or args.warmup < 0 or args.lora_rank < 0:
+        ap.error(f"--rounds must be >= 1, --warmup and --lora-rank >= 0 (got {args.rounds}, "
+                 f"{args.warmup}, {args.lora_rank})")
     load0 = os.getloadavg()
 
     from real_model import verl_cpu as vc
@@ -94,7 +98,8 @@ def main() -> None:
         f"bench_verl_llama_{args.hidden}_{args.layers}_{args.vocab}")
     path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
     engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
-                            engine_cls=vg.GeometryFSDPEngine, compute_dtype=args.dtype)
+                            engine_cls=vg.GeometryFSDPEngine, compute_dtype=args.dtype,
+                            lora_rank=args.lora_rank)
     import torch
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
@@ -268,7 +273,9 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
     print(f"verl {_version('verl')}, torch {torch.__version__}, {world} process(es), {device}, "
           f"CPU threads {torch.get_num_threads()}, load average {load0[0]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
-    print(f"{args.dtype}; Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; "
+    lora = f", LoRA rank {args.lora_rank}" if args.lora_rank else ""
+    print(f"{args.dtype}{lora}; Llama hidden {args.hidden}, {args.layers} layers, "
+          f"vocab {args.vocab}; "
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")
     mean0 = statistics.fmean(times["off"])

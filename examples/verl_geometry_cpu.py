@@ -6,7 +6,10 @@ binary rewards (verl's GRPO advantages), computes the old log-probabilities with
 forward + backward + optimizer step) on the geometry engine. Every ``--every`` steps the engine
 measures the Gram of the actual gradient rows of each group (and the score Gram), prints the
 aggregates verl's trainer would log under ``actor/geometry/...`` and appends a JSON line to
-``--jsonl``.
+``--jsonl`` (default ``runs/verl_geometry_cpu.jsonl``; the example starts the file afresh, while
+the engine itself appends, so that a resumed verl run continues its file). ``--lora-rank``
+trains verl's LoRA adapters instead of the full model (the geometry then measures the adapters'
+gradient rows).
 
     PYTHONPATH=$PWD python examples/verl_geometry_cpu.py --steps 3
     PYTHONPATH=$PWD torchrun --nproc_per_node 2 examples/verl_geometry_cpu.py --steps 3
@@ -32,8 +35,14 @@ def main() -> None:
     ap.add_argument("--loss-agg-mode", default="token-mean")
     ap.add_argument("--policy-loss", default="vanilla")
     ap.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "verl_tiny_llama"))
-    ap.add_argument("--jsonl", default="verl_geometry.jsonl")
+    ap.add_argument("--jsonl", default="runs/verl_geometry_cpu.jsonl",
+                    help="the measured steps' JSON lines (written afresh)")
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="verl's model.lora_rank (0: full fine-tuning)")
     args = ap.parse_args()
+    if args.steps < 1 or args.every < 1 or args.lora_rank < 0:
+        ap.error(f"--steps and --every must be >= 1 and --lora-rank >= 0 (got {args.steps}, "
+                 f"{args.every}, {args.lora_rank})")
 
     import numpy as np
 
@@ -44,9 +53,12 @@ def main() -> None:
     from real_model import verl_geometry as vg
 
     path = vc.save_tiny_llama(args.model_dir)
+    if rank == 0:  # this run's records only (the engine appends)
+        Path(args.jsonl).unlink(missing_ok=True)
     geometry = vg.GeometryConfig(every=args.every, jsonl_path=args.jsonl)
     engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
-                            engine_cls=vg.GeometryFSDPEngine, geometry=geometry)
+                            engine_cls=vg.GeometryFSDPEngine, geometry=geometry,
+                            lora_rank=args.lora_rank)
     loss_fn = vc.make_loss_fn(rollout_n=args.rollouts, micro_batch_size=args.micro_batch,
                               loss_agg_mode=args.loss_agg_mode, loss_mode=args.policy_loss)
     rng = np.random.default_rng(0)

@@ -267,6 +267,35 @@ def save_tiny_llama(path: str | Path, *, seed: int = 0, hidden: int = 64, layers
     return path
 
 
+def save_lora_adapter(model_path: str | Path, path: str | Path, *, rank: int = 4,
+                      alpha: int = 16, b_std: float = 0.02, seed: int = 0) -> Path:
+    """Save a PEFT LoRA adapter on every Linear of the model at ``model_path`` (verl's
+    ``target_modules="all-linear"``) for verl's ``model.lora_adapter_path``: PEFT's ``A``, and
+    ``B`` drawn ``N(0, b_std^2)`` (seeded) instead of PEFT's zeros, so that, unlike a fresh adapter
+    (``B = 0``: every ``A`` has a zero gradient), every adapter weight has a gradient from the
+    first step. Returns the path; written once per path."""
+    import torch
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if (path / "adapter_config.json").exists():
+        return path
+    base = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    torch.manual_seed(seed)
+    model = get_peft_model(base, LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank,
+                                            lora_alpha=alpha, target_modules="all-linear",
+                                            bias="none"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, b_std)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tmp.rename(path) if not path.exists() else shutil.rmtree(tmp)
+    return path
+
+
 MIXED_PRECISION = {  # verl's FSDP mixed-precision settings per compute dtype
     "fp32": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
     "bf16": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
@@ -276,7 +305,8 @@ MIXED_PRECISION = {  # verl's FSDP mixed-precision settings per compute dtype
 def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e-3,
                 engine_cls: Any = None, geometry: Any = None, use_remove_padding: bool = True,
                 gradient_checkpointing: bool = False, compute_dtype: str = "fp32",
-                attn_implementation: str = "sdpa") -> Any:
+                attn_implementation: str = "sdpa", lora_rank: int = 0,
+                lora_alpha: int = 16, lora_adapter_path: str | Path | None = None) -> Any:
     """verl's ``FSDPEngineWithLMHead`` (FSDP2, SDPA) on this process group, initialised.
 
     Args:
@@ -291,7 +321,15 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
             default: float32 master weights, bf16 compute, float32 gradient reduction).
         attn_implementation: the model's attention (default ``"sdpa"``; ``"flash_attention_2"``
             where the ``flash_attn`` package is installed).
+        lora_rank, lora_alpha: verl's ``model.lora_rank`` and ``model.lora_alpha`` (default 0:
+            full fine-tuning; ``> 0``: verl wraps the model with PEFT LoRA adapters on every
+            Linear, ``target_modules="all-linear"``, and trains only the adapters).
+        lora_adapter_path: verl's ``model.lora_adapter_path``: start from this saved adapter
+            (e.g. :func:`save_lora_adapter`; needs ``lora_rank > 0``) instead of a fresh one.
     """
+    if lora_adapter_path is not None and lora_rank <= 0:
+        raise ValueError("lora_adapter_path needs lora_rank > 0 (verl loads an adapter only "
+                         f"for a LoRA model), got lora_rank={lora_rank}")
     if compute_dtype not in MIXED_PRECISION:
         raise ValueError(f"compute_dtype must be one of {sorted(MIXED_PRECISION)}, "
                          f"got {compute_dtype!r}")
@@ -306,6 +344,8 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
         enable_gradient_checkpointing=gradient_checkpointing,
         use_remove_padding=use_remove_padding,
         override_config={"attn_implementation": attn_implementation},
+        lora_rank=lora_rank, lora_alpha=lora_alpha,
+        lora_adapter_path=None if lora_adapter_path is None else str(lora_adapter_path),
     )
     engine_config = FSDPEngineConfig(
         strategy="fsdp2", use_torch_compile=False, model_dtype="fp32",

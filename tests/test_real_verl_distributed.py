@@ -74,6 +74,8 @@ def test_paths_in_2_processes(runs):
     assert set(contiguous.values()) == {"in_run"}  # whole groups per micro-batch and rank
     interleaved = runs[2][0]["interleaved/vanilla"]["paths"]
     assert set(interleaved.values()) == {"second_pass"}  # every group on both ranks
+    for layout, path in (("contiguous", "in_run"), ("interleaved", "second_pass")):
+        assert set(runs[2][0][f"lora/{layout}"]["paths"].values()) == {path}  # verl's LoRA
 
 
 def test_both_ranks_send_the_same_metrics_with_and_without_second_passes(runs):
@@ -118,10 +120,11 @@ def test_failure_inside_a_second_pass_on_one_rank_is_agreed_and_both_ranks_finis
 
 def test_cpu_example_runs_in_two_processes(tmp_path):
     """``examples/verl_geometry_cpu.py`` under ``torchrun``: one line per step, one JSON line per
-    measured step, every group measured in-run."""
+    measured step (an earlier run's file started afresh), every group measured in-run."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     out = tmp_path / "g.jsonl"
+    out.write_text('{"step": 7, "an earlier run": true}\n')
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_port", str(29300 + os.getpid() % 500), str(root / "examples" /
            "verl_geometry_cpu.py"), "--steps", "2", "--jsonl", str(out),

@@ -402,6 +402,52 @@ def test_gradient_checkpointing_takes_input_taps_and_stays_exact(tmp_path):
     assert all(mb.capture.input_taps for mb in engine.geometry.micro)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing):
+    """verl's LoRA (``model.lora_rank > 0``: PEFT adapters on every Linear, the base frozen),
+    started from a saved adapter whose ``B`` is not zero (``model.lora_adapter_path``), so that
+    every ``A`` has a gradient too: the rows are the adapters' gradients (the frozen base adds
+    none), exact in-run and through the second pass; with verl's gradient checkpointing too
+    (input taps)."""
+    from verl.utils import tensordict_utils as tu
+
+    vc.init_process_group()
+    path = vc.save_tiny_llama(tmp_path / "tiny")
+    adapter = vc.save_lora_adapter(path, tmp_path / "lora", rank=4)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig(), lora_rank=4, lora_adapter_path=adapter,
+                            gradient_checkpointing=checkpointing)
+    trainable = [n for n, p in engine.module.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    td = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
+    # in-run with the small calls batched (the test's narrow calls) and each on its own (as the
+    # adapters' calls of a long micro-batch: their rows form dW, weight_grads="rows")
+    for mb, order, path_kind, batched in ((4, None, "in_run", True), (4, None, "in_run", False),
+                                          (2, H.INTERLEAVED, "second_pass", True)):
+        engine.geometry = vg.VerlGeometry(vg.GeometryConfig(batch_small_calls=batched))
+        batch = td if order is None else tu.index_select_tensor_dict(td, order)
+        data = vc.rank_slice(batch, 0, 1, micro_batch_size=mb)
+        res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=mb),
+                           with_grad=True)
+        _assert_exact(res, path_kind)
+        assert sorted(res["names"]) == sorted(trainable)
+        sizes = dict(engine.module.named_parameters())
+        grad = iter(np.split(res["engine_grad"],
+                             np.cumsum([sizes[n].numel() for n in res["names"]])[:-1]))
+        assert all(np.abs(g).max() > 0 for g in grad)  # every A and B has a gradient
+        if path_kind == "in_run":
+            caps = [m.capture for m in engine.geometry.micro]
+            assert all(c.input_taps is checkpointing for c in caps)
+            assert all(bool(c.batched) is batched for c in caps)
+            if batched or not checkpointing:  # unbatched: dW from the rows (weight_grads="rows")
+                assert all(bool(c.from_rows) is not batched for c in caps)
+
+
+def test_make_engine_refuses_an_adapter_without_lora_rank(tmp_path):
+    with pytest.raises(ValueError, match="lora_adapter_path needs lora_rank > 0"):
+        vc.make_engine(tmp_path, micro_batch_size=4, lora_adapter_path=tmp_path)
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_rows_are_matched_by_position_or_by_key_with_dynamic_micro_batches(env, monkeypatch,
                                                                            dynamic):

@@ -10,6 +10,8 @@ Scenarios (same batch of 4 groups x 4 rollouts in every process count):
   micro-batch of one rank (in-run path; with 2 processes groups 0-1 on rank 0, 2-3 on rank 1);
 * ``interleaved/<policy>``: rows reordered so that every micro-batch of 2 rows mixes groups and
   every group spans both ranks (second pass, gathered rows);
+* ``lora/contiguous``, ``lora/interleaved``: the same two layouts with verl's LoRA
+  (``lora_rank=4``, started from a saved adapter whose ``B`` is not zero);
 * ``failure``: two full ``train_batch`` steps (backward + optimizer); step 0 has a failure injected
   on the last rank only: every rank must finish both steps, agree that step 0's geometry failed
   (with the injected reason) and measure step 1.
@@ -66,10 +68,28 @@ def main() -> None:
         data = vc.rank_slice(mixed, rank, world, micro_batch_size=2)
         loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, loss_mode=policy)
         out[f"interleaved/{policy}"] = _public(H.check_step(engine, path, data, loss))
+    out.update(_lora_scenarios(path, model_dir, batch, mixed, rank, world, vg, torch))
     out["failure"] = _failure_scenario(engine, batch, rank, world, vg, torch)
     out["pass_failure"] = _pass_failure_scenario(engine, mixed, rank, world, vg)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(out))
+
+
+def _lora_scenarios(path, model_dir, batch, mixed, rank, world, vg, torch) -> dict:
+    """verl's LoRA from a saved adapter (``B`` not zero): in-run and second pass."""
+    adapter = model_dir.with_name(model_dir.name + "_lora")
+    if rank == 0:
+        vc.save_lora_adapter(path, adapter, rank=4)
+    torch.distributed.barrier()
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig(), lora_rank=4, lora_adapter_path=adapter)
+    out = {}
+    for name, td, mb in (("lora/contiguous", batch, 4), ("lora/interleaved", mixed, 2)):
+        engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+        data = vc.rank_slice(td, rank, world, micro_batch_size=mb)
+        out[name] = _public(H.check_step(engine, path, data,
+                                         vc.make_loss_fn(rollout_n=4, micro_batch_size=mb)))
+    return out
 
 
 def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:

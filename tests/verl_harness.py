@@ -31,17 +31,26 @@ def full_params(engine: Any) -> dict[str, torch.Tensor]:
             for n, p in engine.module.named_parameters()}
 
 
-def reference_model(model_path: Any, params: dict[str, torch.Tensor]) -> torch.nn.Module:
-    """A float64 Hugging Face copy of the engine's current weights."""
+def reference_model(model_path: Any, params: dict[str, torch.Tensor], *,
+                    peft_config: Any = None) -> torch.nn.Module:
+    """A float64 Hugging Face copy of the engine's current weights; with ``peft_config`` (the
+    engine's ``module.peft_config["default"]``, verl's LoRA) the same PEFT wrapping, adapters
+    trainable and the base frozen, as the engine's."""
+    import copy
+
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(str(model_path), attn_implementation="eager",
                                              dtype=torch.float64)
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        m = get_peft_model(m, copy.deepcopy(peft_config))
     missing, unexpected = m.load_state_dict({k: v.double() for k, v in params.items()},
                                             strict=False)
     tied = getattr(m.config, "tie_word_embeddings", False)
-    assert not unexpected and missing == (["lm_head.weight"] if tied else []), (missing,
-                                                                                 unexpected)
+    head = [k for k in missing if k.endswith("lm_head.weight")]
+    assert not unexpected and missing == (head if tied else []), (missing, unexpected)
     if tied:
         m.tie_weights()
     return m
@@ -109,8 +118,10 @@ def check_step(engine: Any, model_path: Any, data: Any, loss_fn: Any, *,
     if rec is None or rec.get("failed"):
         return {"failed": None if rec is None else rec.get("failed"), "metrics": out["metrics"]}
     params = full_params(engine)
-    ref = reference_model(model_path, params)
-    names = [n for n, _ in ref.named_parameters()]
+    peft = getattr(engine.module, "peft_config", None)
+    ref = reference_model(model_path, params, peft_config=None if peft is None else
+                          peft["default"])
+    names = [n for n, p in ref.named_parameters() if p.requires_grad]
     mine = reference_rows(ref, geo.rows)
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
