@@ -76,6 +76,8 @@ def main() -> None:
     ap.add_argument("--lora-rank", type=int, default=0,
                     help="verl's model.lora_rank (0: full fine-tuning; > 0: PEFT LoRA adapters "
                          "on every Linear, a fresh adapter, only the adapters trained)")
+    ap.add_argument("--checkpointing", action="store_true",
+                    help="verl's enable_gradient_checkpointing (the capture taps module inputs)")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds (one step per mode)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     ap.add_argument("--kinds", action="store_true",
@@ -99,7 +101,7 @@ def main() -> None:
     path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
     engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
                             engine_cls=vg.GeometryFSDPEngine, compute_dtype=args.dtype,
-                            lora_rank=args.lora_rank)
+                            lora_rank=args.lora_rank, gradient_checkpointing=args.checkpointing)
     import torch
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
@@ -273,8 +275,9 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
     print(f"verl {_version('verl')}, torch {torch.__version__}, {world} process(es), {device}, "
           f"CPU threads {torch.get_num_threads()}, load average {load0[0]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
-    lora = f", LoRA rank {args.lora_rank}" if args.lora_rank else ""
-    print(f"{args.dtype}{lora}; Llama hidden {args.hidden}, {args.layers} layers, "
+    variant = f", LoRA rank {args.lora_rank}" if args.lora_rank else ""
+    variant += ", gradient checkpointing" if args.checkpointing else ""
+    print(f"{args.dtype}{variant}; Llama hidden {args.hidden}, {args.layers} layers, "
           f"vocab {args.vocab}; "
           f"{args.groups} groups x {args.rollouts} rollouts, micro-batch {args.micro_batch}, "
           f"{args.rounds} rounds; {tokens_per_row:.0f} tokens per row (mean, prompt + response)")

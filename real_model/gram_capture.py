@@ -671,8 +671,19 @@ class GramCapture:
 
     def _release(self) -> None:
         """Finalizer of one tapped call: its graph is gone."""
-        self._live -= 1
+        self._live = max(0, self._live - 1)  # 0 already: :meth:`backward_done` came first
         if self._exited and self._live == 0:
+            self._remove_hooks()
+
+    def backward_done(self) -> None:
+        """The host has run the backward of every graph this capture saw and will not run one
+        again (verl's micro-batch loop, before its next micro-batch): after :meth:`__exit__`,
+        the hooks go now rather than when the host frees the graphs, so that the next capture
+        finds the modules as they were (with input taps the previous graph is often still
+        referenced then, and its ``weight_grads="rows"`` forwards would keep the next capture's
+        Linears off that path). Idempotent; nothing before :meth:`__exit__`."""
+        if self._exited:
+            self._live = 0
             self._remove_hooks()
 
     @property

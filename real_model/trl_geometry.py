@@ -1496,6 +1496,8 @@ class _InRunMicro:
             return
         _, err = _try(lambda: cap.__exit__(None, None, None))
         self.error = self.error or err
+        _, err = _try(cap.backward_done)  # TRL's training_step (its backward) has returned
+        self.error = self.error or err
         if self.error is None:
             Ks, self.error = _try(cap.result)
             self.coverage = cap.coverage()

@@ -436,6 +436,9 @@ class VerlGeometry:
         mb = self.micro[-1]
         mb.closed = True
         self._guard("closing a micro-batch", mb.capture.__exit__, None, None, None)
+        done = getattr(mb.capture, "backward_done", None)  # verl's backward of it has run
+        if done is not None:
+            self._guard("closing a micro-batch", done)
         flush = getattr(mb.capture, "flush", None)  # its small calls: their tensors go now
         if flush is not None:
             self._guard("adding a micro-batch's small calls", flush)

@@ -159,6 +159,47 @@ def test_backward_after_leaving_the_context_still_works(reentrant):
     assert hooks() == before
 
 
+def test_backward_done_removes_the_hooks_of_a_graph_still_referenced():
+    """``backward_done`` after the host's backward: the hooks and the rows forwards go although
+    the host still holds the graph (checkpointing, input taps); nothing before ``__exit__``;
+    idempotent, and the graph's later release removes nothing of a next capture."""
+    model = llama(tied=False, seed=17)
+    ids, am, cm = batch(R=3, T=8)
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def hooks():
+        return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+
+    def forwards():
+        return sum("forward" in vars(m) for m in model.modules())
+
+    before = hooks()
+    cap = GramCapture(model, weight_grads="rows", batch_small_calls=False)
+    with cap:
+        loss = (token_logprobs(model, ids, am) * cm).sum()
+        cap.backward_done()  # inside the context: nothing
+        assert hooks() > before
+        loss.backward()
+    assert hooks() > before  # the graph is alive: the hooks stay
+    cap.backward_done()
+    assert hooks() == before and forwards() == 0
+    cap.backward_done()  # idempotent
+    assert cap.ok and rel_err(cap.result(), K_ref) <= RTOL
+    with GramCapture(model, weight_grads="rows", batch_small_calls=False) as nxt:
+        n_forwards = forwards()
+        del loss  # the first graph's release now: the next capture keeps its own
+        import gc
+
+        gc.collect()
+        assert forwards() == n_forwards > 0
+        (token_logprobs(model, ids, am) * cm).sum().backward()
+    assert nxt.ok and rel_err(nxt.result(), K_ref) <= RTOL and nxt.from_rows
+
+
 def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
     ids, am, cm = batch(R=3)
     with GramCapture(untied) as cap:

@@ -402,6 +402,26 @@ def test_gradient_checkpointing_takes_input_taps_and_stays_exact(tmp_path):
     assert all(mb.capture.input_taps for mb in engine.geometry.micro)
 
 
+def test_gradient_checkpointing_leaves_every_micro_batch_its_rows_path(tmp_path):
+    """Under checkpointing verl still holds a micro-batch's graph when the next one starts: the
+    capture's hooks and ``weight_grads="rows"`` forwards go when verl's backward of it is done
+    (``GramCapture.backward_done``), not when the graph is freed, so that every micro-batch's
+    Linears can take the rows path (before: every other micro-batch found the previous
+    capture's forwards in place and took none), and the rows stay exact."""
+    vc.init_process_group()
+    path = vc.save_tiny_llama(tmp_path / "tiny")
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            geometry=vg.GeometryConfig(), gradient_checkpointing=True)
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(batch_small_calls=False))
+    td = vc.grpo_batch(H.REWARDS, seed=3, logp_noise=0.3, model_path=path)
+    data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
+    res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    _assert_exact(res, "in_run")
+    caps = [mb.capture for mb in engine.geometry.micro]
+    assert len(caps) == 4 and all(c.input_taps and c.from_rows for c in caps)
+    assert not any("forward" in vars(m) for m in engine.module.modules())  # all restored
+
+
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing):
     """verl's LoRA (``model.lora_rank > 0``: PEFT adapters on every Linear, the base frozen),
@@ -439,8 +459,8 @@ def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing)
             caps = [m.capture for m in engine.geometry.micro]
             assert all(c.input_taps is checkpointing for c in caps)
             assert all(bool(c.batched) is batched for c in caps)
-            if batched or not checkpointing:  # unbatched: dW from the rows (weight_grads="rows")
-                assert all(bool(c.from_rows) is not batched for c in caps)
+            # unbatched: dW from the rows (weight_grads="rows") in every micro-batch
+            assert all(bool(c.from_rows) is not batched for c in caps)
 
 
 def test_make_engine_refuses_an_adapter_without_lora_rank(tmp_path):
