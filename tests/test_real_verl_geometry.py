@@ -461,6 +461,21 @@ def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing)
             assert all(bool(c.batched) is batched for c in caps)
             # unbatched: dW from the rows (weight_grads="rows") in every micro-batch
             assert all(bool(c.from_rows) is not batched for c in caps)
+    # verl's adapter gradients with and without the geometry (step 0 measured, step 1 not):
+    # bit for bit with weight_grads="host" and no input taps; to float32 rounding with the taps
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(every=2, weight_grads="host"))
+    data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    g_on, out_on = H.measured_step(engine, data, loss_fn)
+    g_off, out_off = H.measured_step(engine, data, loss_fn)
+    assert out_on["metrics"]["geometry/failed"] == [0.0] and out_on["loss"] == out_off["loss"]
+    assert sorted(g_on) == sorted(trainable)
+    for name in g_off:
+        if not checkpointing:
+            assert torch.equal(g_on[name], g_off[name]), name
+        else:
+            err = (g_on[name] - g_off[name]).abs().max() / g_off[name].abs().max()
+            assert float(err) <= ROWS_GRAD_RTOL, (name, float(err))
 
 
 def test_make_engine_refuses_an_adapter_without_lora_rank(tmp_path):
