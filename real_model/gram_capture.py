@@ -1000,10 +1000,12 @@ class GramCapture:
                     f"module {call.name!r} ({type(mod).__name__}): extra tensor arguments in a "
                     "packed micro-batch (segments): unsupported by the capture"))
                 return
-            if (kind == "generic" and host_fn is not None
-                    and self.norm_closed_form_ok.get(type(mod)) is True
-                    and self._norm_on_packed(call, mod, names, x, delta, host_fn)):
-                return
+            if kind == "generic" and self.norm_closed_form_ok.get(type(mod)) is True:
+                if host_fn is None:  # input taps: no node of the host's held; one of a re-run
+                    host_fn = self._rerun_node(call, mod, x)
+                if host_fn is not None and self._norm_on_packed(call, mod, names, x, delta,
+                                                                host_fn):
+                    return
             if kind == "linear" and self._linear_on_packed(call, names, x, delta):
                 return
             host_fn = None  # the norm's node holds packed tensors; the rows get unpacked
@@ -1087,6 +1089,21 @@ class GramCapture:
                         or self.failed)
         finally:
             self._busy = False
+
+    def _rerun_node(self, call: _Call, mod: nn.Module, x: torch.Tensor) -> Any:
+        """The autograd node of a re-run of norm ``mod``'s ``forward`` on its packed input ``x``
+        (the held call's other arguments), for its closed form (:meth:`_norm_on_packed`) where
+        the host's own node is not held (input taps); ``None`` on failure (the caller unpacks).
+        The input requires grad in the re-run, as in the host's forward, so that autograd saves
+        both factors of ``weight * z``."""
+        try:
+            args = tuple(x.detach().requires_grad_(x.is_floating_point()) if i == call.slot
+                         else v for i, v in enumerate(call.held))
+            with torch.enable_grad():
+                out = mod.forward(*args)
+            return out.grad_fn if isinstance(out, torch.Tensor) else None
+        except Exception:  # noqa: BLE001 - the unpacked path instead
+            return None
 
     def _add_rows_gram(self, grads: torch.Tensor, name: str | None = None) -> None:
         """Each block's Gram of per-row gradients ``grads`` ``[n, p]`` (small ones: at

@@ -402,23 +402,33 @@ def test_gradient_checkpointing_takes_input_taps_and_stays_exact(tmp_path):
     assert all(mb.capture.input_taps for mb in engine.geometry.micro)
 
 
-def test_gradient_checkpointing_leaves_every_micro_batch_its_rows_path(tmp_path):
+def test_gradient_checkpointing_leaves_every_micro_batch_its_rows_path(tmp_path, monkeypatch):
     """Under checkpointing verl still holds a micro-batch's graph when the next one starts: the
     capture's hooks and ``weight_grads="rows"`` forwards go when verl's backward of it is done
     (``GramCapture.backward_done``), not when the graph is freed, so that every micro-batch's
     Linears can take the rows path (before: every other micro-batch found the previous
-    capture's forwards in place and took none), and the rows stay exact."""
+    capture's forwards in place and took none), and the rows stay exact. The norms take their
+    closed form on the packed tokens (before: unpacked, re-run per row block)."""
     vc.init_process_group()
     path = vc.save_tiny_llama(tmp_path / "tiny")
     engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
                             geometry=vg.GeometryConfig(), gradient_checkpointing=True)
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(batch_small_calls=False))
+    # in-run only (score_every=0: no second pass, whose padded rows take add_leaf anyway)
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(batch_small_calls=False, score_every=0))
     td = vc.grpo_batch(H.REWARDS, seed=3, logp_noise=0.3, model_path=path)
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
+    from real_model.gram_capture import GramCapture
+
+    leaves, add_leaf = [], GramCapture.add_leaf
+    monkeypatch.setattr(GramCapture, "add_leaf", lambda cap, mod, *a, **k: (
+        leaves.append(type(mod).__name__), add_leaf(cap, mod, *a, **k))[1])
     res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
     _assert_exact(res, "in_run")
     caps = [mb.capture for mb in engine.geometry.micro]
     assert len(caps) == 4 and all(c.input_taps and c.from_rows for c in caps)
+    # the norms' closed form on the packed tokens, from a re-run of the norm (the host's node
+    # is not held with taps), not unpacked: at most the once-per-class check takes add_leaf
+    assert len(leaves) <= 1, leaves
     assert not any("forward" in vars(m) for m in engine.module.modules())  # all restored
 
 
