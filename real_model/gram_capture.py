@@ -193,6 +193,18 @@ class _Call:
     out_fn: Any = None  # a held generic call's output node, the host's (see add_leaf)
 
 
+def _rerun_node(mod: nn.Module, args: tuple) -> Any:
+    """The autograd node of a re-run of ``mod.forward(*args)`` (no hooks), for a norm's closed
+    form where the host's own node of the call is not held; ``None`` when the output has none.
+    The tensor inputs require grad in the re-run, as in the host's forward, so that autograd
+    saves both factors of ``weight * z`` (the closed form reads them)."""
+    rerun = tuple(a.detach().requires_grad_(a.is_floating_point())
+                  if isinstance(a, torch.Tensor) else a for a in args)
+    with torch.enable_grad():
+        out = mod.forward(*rerun)
+    return out.grad_fn if isinstance(out, torch.Tensor) else None
+
+
 class _InputTap(torch.autograd.Function):
     """Identity on a module input ``x`` that saves ``x``; its backward completes the call."""
 
@@ -1002,7 +1014,11 @@ class GramCapture:
                 return
             if kind == "generic" and self.norm_closed_form_ok.get(type(mod)) is True:
                 if host_fn is None:  # input taps: no node of the host's held; one of a re-run
-                    host_fn = self._rerun_node(call, mod, x)
+                    try:  # on failure the rows get unpacked, below
+                        host_fn = _rerun_node(mod, tuple(
+                            x if i == call.slot else v for i, v in enumerate(call.held)))
+                    except Exception:  # noqa: BLE001
+                        host_fn = None
                 if host_fn is not None and self._norm_on_packed(call, mod, names, x, delta,
                                                                 host_fn):
                     return
@@ -1089,21 +1105,6 @@ class GramCapture:
                         or self.failed)
         finally:
             self._busy = False
-
-    def _rerun_node(self, call: _Call, mod: nn.Module, x: torch.Tensor) -> Any:
-        """The autograd node of a re-run of norm ``mod``'s ``forward`` on its packed input ``x``
-        (the held call's other arguments), for its closed form (:meth:`_norm_on_packed`) where
-        the host's own node is not held (input taps); ``None`` on failure (the caller unpacks).
-        The input requires grad in the re-run, as in the host's forward, so that autograd saves
-        both factors of ``weight * z``."""
-        try:
-            args = tuple(x.detach().requires_grad_(x.is_floating_point()) if i == call.slot
-                         else v for i, v in enumerate(call.held))
-            with torch.enable_grad():
-                out = mod.forward(*args)
-            return out.grad_fn if isinstance(out, torch.Tensor) else None
-        except Exception:  # noqa: BLE001 - the unpacked path instead
-            return None
 
     def _add_rows_gram(self, grads: torch.Tensor, name: str | None = None) -> None:
         """Each block's Gram of per-row gradients ``grads`` ``[n, p]`` (small ones: at
@@ -1441,14 +1442,9 @@ class GramCapture:
         if host_fn is not None and self.norm_closed_form_ok.get(cls, True):
             grads = gm.fast_leaf_grads(mod, names, args, delta, host_fn, R=n)
         if grads is None and self.norm_closed_form_ok.get(cls, True):
-            # the input requires grad in the re-run, as in the host's forward, so that autograd
-            # saves both factors of ``weight * z`` (the closed form reads them)
-            rerun = tuple(a.detach().requires_grad_(a.is_floating_point())
-                          if isinstance(a, torch.Tensor) else a for a in args)
-            with torch.enable_grad():
-                out = mod.forward(*rerun)
-            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
-                grads = gm.fast_leaf_grads(mod, names, args, delta, out.grad_fn, R=n)
+            node = _rerun_node(mod, args)
+            if node is not None:
+                grads = gm.fast_leaf_grads(mod, names, args, delta, node, R=n)
         if grads is not None and cls not in self.norm_closed_form_ok:
             ref = gm.generic_per_sample_grads(mod, names, args, delta, R=n)
             tol = 64 * torch.finfo(ref.dtype).eps * float(ref.abs().max())

@@ -260,11 +260,7 @@ def save_tiny_llama(path: str | Path, *, seed: int = 0, hidden: int = 64, layers
         max_position_embeddings=256, tie_word_embeddings=tie_word_embeddings,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tmp.rename(path) if not path.exists() else shutil.rmtree(tmp)
-    return path
+    return _save_once(LlamaForCausalLM(cfg), path)
 
 
 def save_lora_adapter(model_path: str | Path, path: str | Path, *, rank: int = 4,
@@ -290,6 +286,12 @@ def save_lora_adapter(model_path: str | Path, path: str | Path, *, rank: int = 4
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, b_std)
+    return _save_once(model, path)
+
+
+def _save_once(model: Any, path: Path) -> Path:
+    """``model.save_pretrained`` into a temporary sibling renamed to ``path`` (another process
+    that wrote it first wins; its files are kept)."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tmp.rename(path) if not path.exists() else shutil.rmtree(tmp)

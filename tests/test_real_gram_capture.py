@@ -37,6 +37,22 @@ from real_model.gram_capture import (  # noqa: E402
 RTOL = 1e-10
 
 
+def checkpointed(model, *, reentrant):
+    """``model`` in training mode (HF checkpoints only there; no dropout in these configs) with
+    Hugging Face gradient checkpointing on, its warnings silenced; returns ``model``."""
+    model.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    return model
+
+
+def forward_hooks(model):
+    """Forward (pre-)hooks installed on ``model``'s modules."""
+    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+
+
 def weighted_terms(model, ids, am, cm):
     return lambda: (token_logprobs(model, ids, am) * cm).sum(dim=1)
 
@@ -118,8 +134,7 @@ def test_gradient_checkpointing_counts_each_module_once(reentrant):
     (token_logprobs(model, ids, am) * cm).sum().backward()
     plain = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    model.train()  # HF checkpoints only in training mode (no dropout in this config)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    checkpointed(model, reentrant=reentrant)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with GramCapture(model) as cap:
@@ -138,15 +153,8 @@ def test_backward_after_leaving_the_context_still_works(reentrant):
     ids, am, cm = batch(R=3, T=8)
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
     if reentrant is not None:
-        model.train()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": reentrant})
-    def hooks():
-        return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
-
-    before = hooks()  # HF's checkpointing adds one (enable_input_require_grads)
+        checkpointed(model, reentrant=reentrant)
+    before = forward_hooks(model)  # HF's checkpointing adds one (enable_input_require_grads)
     with GramCapture(model) as cap:
         loss = (token_logprobs(model, ids, am) * cm).sum()
     token_logprobs(model, ids[:1], am[:1])  # after the context: not tapped, not an error
@@ -156,7 +164,7 @@ def test_backward_after_leaving_the_context_still_works(reentrant):
     import gc
 
     gc.collect()
-    assert hooks() == before
+    assert forward_hooks(model) == before
 
 
 def test_backward_done_removes_the_hooks_of_a_graph_still_referenced():
@@ -166,27 +174,21 @@ def test_backward_done_removes_the_hooks_of_a_graph_still_referenced():
     model = llama(tied=False, seed=17)
     ids, am, cm = batch(R=3, T=8)
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
-    model.train()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-    def hooks():
-        return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+    checkpointed(model, reentrant=False)
 
     def forwards():
         return sum("forward" in vars(m) for m in model.modules())
 
-    before = hooks()
+    before = forward_hooks(model)
     cap = GramCapture(model, weight_grads="rows", batch_small_calls=False)
     with cap:
         loss = (token_logprobs(model, ids, am) * cm).sum()
         cap.backward_done()  # inside the context: nothing
-        assert hooks() > before
+        assert forward_hooks(model) > before
         loss.backward()
-    assert hooks() > before  # the graph is alive: the hooks stay
+    assert forward_hooks(model) > before  # the graph is alive: the hooks stay
     cap.backward_done()
-    assert hooks() == before and forwards() == 0
+    assert forward_hooks(model) == before and forwards() == 0
     cap.backward_done()  # idempotent
     assert cap.ok and rel_err(cap.result(), K_ref) <= RTOL
     with GramCapture(model, weight_grads="rows", batch_small_calls=False) as nxt:
@@ -721,8 +723,7 @@ def test_rows_weight_grads_under_gradient_checkpointing_count_each_module_once(r
     model = llama(tied=False, bias=True, kv_heads=2, seed=6)
     ids, am, cm = batch(R=4, T=9)
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
-    model.train()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    checkpointed(model, reentrant=reentrant)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain, cap, grads = rows_step(model, ids, am, cm, weight_grads="rows",
