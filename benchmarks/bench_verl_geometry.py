@@ -84,6 +84,14 @@ def main() -> None:
                     help="also time the in-run overhead per module kind (an extra mode)")
     ap.add_argument("--floors", action="store_true",
                     help="also time the protocol alone and with empty hooks (two extra modes)")
+    ap.add_argument("--logprobs", choices=["verl", "one-pass"], default="verl",
+                    help="verl: verl's logprobs_from_logits as installed (without the flash_attn "
+                         "package its fallback loops over the packed tokens, one log-softmax "
+                         "each); one-pass: verl's logprobs_from_logits_naive (one log-softmax "
+                         "over all tokens), standing in for flash_attn's fused cross-entropy")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the rounds, profile one plain step (torch.profiler) and print "
+                         "its top operators by self CPU time and by device time")
     args = ap.parse_args()
     if args.rounds < 1 or args.warmup < 0 or args.lora_rank < 0:
         ap.error(f"--rounds must be >= 1, --warmup and --lora-rank >= 0 (got {args.rounds}, "
@@ -96,6 +104,14 @@ def main() -> None:
     vc.register_cpu_platform()
     from real_model import verl_geometry as vg
 
+    if args.logprobs == "one-pass":
+        from verl.utils import torch_functional as tf
+        from verl.workers.engine.fsdp import transformer_impl
+
+        def one_pass(logits: Any, labels: Any, inplace_backward: bool = True) -> Any:
+            return tf.logprobs_from_logits_naive(logits, labels)
+
+        transformer_impl.logprobs_from_logits = one_pass
     tmp = Path(os.environ.get("BENCH_VERL_DIR", tempfile.gettempdir())) / (
         f"bench_verl_llama_{args.hidden}_{args.layers}_{args.vocab}")
     path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
@@ -167,6 +183,44 @@ def main() -> None:
         if timers is not None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))
+    if args.profile:
+        engine.geometry = None
+        data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
+        vc.set_old_log_probs(engine, data)
+        profile_step(lambda: engine.train_batch(data, loss), engine, sync, top=20,
+                     show=rank == 0)
+
+
+def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None], *, top: int,
+                 show: bool) -> None:
+    """One step under ``torch.profiler``: its wall time, the host's and the device's busy time
+    (the profiler's own totals: the operators' self CPU time, the device kernels' self time) and
+    the ``top`` operators by self CPU and by device time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sync()
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        with engine.train_mode():
+            step()
+        sync()
+        wall = time.perf_counter() - t0
+    if not show:
+        return
+    from torch.autograd import DeviceType
+
+    events = prof.key_averages()
+    host = events.self_cpu_time_total / 1e6  # the tables' totals, by torch's own rule
+    device = sum(e.self_device_time_total for e in events
+                 if e.device_type != DeviceType.CPU and not e.is_user_annotation) / 1e6
+    print(f"profiled plain step: wall {wall:.3f} s (under the profiler), host busy {host:.3f} s, "
+          f"device busy {device:.3f} s")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=60))
+    if len(acts) > 1:
+        print(events.table(sort_by="self_device_time_total", row_limit=top,
+                           max_name_column_width=60))
 
 
 class EmptyCapture:
@@ -276,6 +330,7 @@ def _report(args: Any, world: int, times: dict[str, list[float]],
           f"CPU threads {torch.get_num_threads()}, load average {load0[0]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
     variant = f", LoRA rank {args.lora_rank}" if args.lora_rank else ""
+    variant += ", one-pass log-probs" if args.logprobs == "one-pass" else ""
     variant += ", gradient checkpointing" if args.checkpointing else ""
     print(f"{args.dtype}{variant}; Llama hidden {args.hidden}, {args.layers} layers, "
           f"vocab {args.vocab}; "

@@ -291,10 +291,16 @@ def save_lora_adapter(model_path: str | Path, path: str | Path, *, rank: int = 4
 
 def _save_once(model: Any, path: Path) -> Path:
     """``model.save_pretrained`` into a temporary sibling renamed to ``path`` (another process
-    that wrote it first wins; its files are kept)."""
+    that wrote it first wins; its files are kept). The rename is atomic, so a process that
+    loses the race between checking and renaming (the rename raises) drops its own copy."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
-    tmp.rename(path) if not path.exists() else shutil.rmtree(tmp)
+    try:
+        tmp.rename(path)
+    except OSError:
+        if not path.exists():
+            raise
+        shutil.rmtree(tmp)
     return path
 
 
