@@ -34,6 +34,14 @@ from the ``[N, N]`` token kernels, "ghost" norms) and per-sample method, norms, 
 the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, the extra autograd
 nodes, building the captures, the per-step protocol) as the difference.
 
+``--grouped-rows`` adds a mode, in-run with the packed rows' per-row weight-gradient products as
+one grouped product (``gram_layers.GROUPED_DEVICE_TYPES``; off by default). ``--logprobs
+one-pass`` replaces verl's log-prob fallback (without the ``flash_attn`` package it runs one
+log-softmax per packed token, which on a GPU makes the plain step several times slower) with
+verl's one-pass ``logprobs_from_logits_naive``. ``--profile`` runs one plain and one in-run step
+under ``torch.profiler`` after the rounds: host and device time, top operators, and the operator
+calls the geometry adds.
+
 Every step is on-policy, as the first update after verl's ``compute_log_prob``: before each
 (timed) step the batch's ``old_log_probs`` are set from the engine's current weights (untimed
 ``infer_batch``). Without it the rounds would train one batch again and again against the same
@@ -54,6 +62,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +98,13 @@ def main() -> None:
                          "package its fallback loops over the packed tokens, one log-softmax "
                          "each); one-pass: verl's logprobs_from_logits_naive (one log-softmax "
                          "over all tokens), standing in for flash_attn's fused cross-entropy")
+    ap.add_argument("--grouped-rows", action="store_true",
+                    help="add a mode: in-run with the packed rows' per-row products as one "
+                         "grouped product (torch._grouped_mm; gram_layers.GROUPED_DEVICE_TYPES)")
     ap.add_argument("--profile", action="store_true",
-                    help="after the rounds, profile one plain step (torch.profiler) and print "
-                         "its top operators by self CPU time and by device time")
+                    help="after the rounds, profile one plain and one in-run step "
+                         "(torch.profiler): top operators by self CPU and device time, and the "
+                         "operator calls the geometry adds")
     args = ap.parse_args()
     if args.rounds < 1 or args.warmup < 0 or args.lora_rank < 0:
         ap.error(f"--rounds must be >= 1, --warmup and --lora-rank >= 0 (got {args.rounds}, "
@@ -138,6 +151,11 @@ def main() -> None:
         for name, hooks in (("protocol only", False), ("protocol + empty hooks", True)):
             modes[name] = vg.VerlGeometry(vg.GeometryConfig(score_every=0),
                                           capture_factory=EmptyCapture.factory(hooks))
+    if args.grouped_rows:
+        modes["in-run, grouped rows"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+    from real_model import gram_layers
+
+    grouped_default = gram_layers.GROUPED_DEVICE_TYPES
     timers = KindTimers() if args.kinds else None
     if timers is not None:
         modes["in-run (timed)"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
@@ -153,6 +171,8 @@ def main() -> None:
             if timers is not None:
                 timers.active = mode == "in-run (timed)" and r >= args.warmup
             engine.geometry = cfg
+            gram_layers.GROUPED_DEVICE_TYPES = (("cpu", "cuda") if mode == "in-run, grouped rows"
+                                                else grouped_default)
             if r == args.warmup and mode == "every 10":
                 cfg.step = 0  # the first timed round is a measured step
             data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
@@ -184,19 +204,29 @@ def main() -> None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))
     if args.profile:
-        engine.geometry = None
-        data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
-        vc.set_old_log_probs(engine, data)
-        profile_step(lambda: engine.train_batch(data, loss), engine, sync, top=20,
-                     show=rank == 0)
+        calls = {}
+        for mode in ("off", "in-run"):
+            engine.geometry = modes[mode]
+            data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
+            vc.set_old_log_probs(engine, data)
+            calls[mode] = profile_step(partial(engine.train_batch, data, loss), engine, sync,
+                                       label=mode, top=20, show=rank == 0)
+        if rank == 0:
+            added = {k: n - calls["off"].get(k, 0) for k, n in calls["in-run"].items()}
+            print(f"operator calls per step: off {sum(calls['off'].values())}, in-run "
+                  f"{sum(calls['in-run'].values())}; most added by the geometry: "
+                  + ", ".join(f"{k} +{n}" for k, n in sorted(added.items(),
+                                                              key=lambda kv: -kv[1])[:12]))
 
 
-def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None], *, top: int,
-                 show: bool) -> None:
-    """One step under ``torch.profiler``: its wall time, the host's and the device's busy time
-    (the profiler's own totals: the operators' self CPU time, the device kernels' self time) and
-    the ``top`` operators by self CPU and by device time."""
+def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None], *, label: str,
+                 top: int, show: bool) -> dict[str, int]:
+    """One step under ``torch.profiler``: prints its wall time, the host's and the device's busy
+    time (the profiler's own totals: the operators' self CPU time, the device kernels' self time)
+    and the ``top`` operators by self CPU and by device time; returns the ``aten::`` operators'
+    call counts (each a dispatch on the host, most a kernel launch on a GPU)."""
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
@@ -207,20 +237,20 @@ def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None],
             step()
         sync()
         wall = time.perf_counter() - t0
-    if not show:
-        return
-    from torch.autograd import DeviceType
-
     events = prof.key_averages()
-    host = events.self_cpu_time_total / 1e6  # the tables' totals, by torch's own rule
-    device = sum(e.self_device_time_total for e in events
-                 if e.device_type != DeviceType.CPU and not e.is_user_annotation) / 1e6
-    print(f"profiled plain step: wall {wall:.3f} s (under the profiler), host busy {host:.3f} s, "
-          f"device busy {device:.3f} s")
-    print(events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=60))
-    if len(acts) > 1:
-        print(events.table(sort_by="self_device_time_total", row_limit=top,
+    counts = {e.key: e.count for e in events if e.key.startswith("aten::")}
+    if show:
+        host = events.self_cpu_time_total / 1e6  # the tables' totals, by torch's own rule
+        device = sum(e.self_device_time_total for e in events
+                     if e.device_type != DeviceType.CPU and not e.is_user_annotation) / 1e6
+        print(f"profiled {label} step: wall {wall:.3f} s (under the profiler), host busy "
+              f"{host:.3f} s, device busy {device:.3f} s, {sum(counts.values())} aten calls")
+        print(events.table(sort_by="self_cpu_time_total", row_limit=top,
                            max_name_column_width=60))
+        if len(acts) > 1:
+            print(events.table(sort_by="self_device_time_total", row_limit=top,
+                               max_name_column_width=60))
+    return counts
 
 
 class EmptyCapture:

@@ -32,6 +32,10 @@ __all__ = [
     "linear_weight_gram_identity_packed",
     "linear_weight_gram_per_sample",
     "linear_weight_grad_and_gram",
+    "GROUPED_DTYPES",
+    "GROUPED_DEVICE_TYPES",
+    "grouped_offsets",
+    "packed_row_products",
     "linear_weight_rows",
     "add_to_blocks",
     "bias_gram",
@@ -397,14 +401,14 @@ def linear_weight_grad_and_gram(
     gt = delta.transpose(-2, -1)  # [R, d_out, T] or [d_out, N], strided (CPU BLAS takes it)
     views = all(isinstance(idx, slice) for _, idx in blocks)
     full = None if views else torch.zeros(R, R, dtype=torch.float64, device=a.device)
+    offsets = None if segments is None else grouped_offsets(segments, a)
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
         blk = buf[: R * c * d_in].view(R, c, d_in)
         if segments is None:
             torch.bmm(gt[:, o0 : o0 + c], a, out=blk)
         else:
-            for i, (t0, t1) in enumerate(segments):
-                torch.mm(gt[o0 : o0 + c, t0:t1], a[t0:t1], out=blk[i])
+            blk = packed_row_products(gt[o0 : o0 + c], a, segments, out=blk, offsets=offsets)
         torch.sum(blk, dim=0, out=dW[o0 : o0 + c])
         if full is not None:
             flat_gram(full, blk.view(R, -1), scratch, product_dtype=product_dtype)
@@ -414,6 +418,65 @@ def linear_weight_grad_and_gram(
     if full is not None:
         add_to_blocks(blocks, full)
     return dW
+
+
+GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""Operand dtypes of ``torch._grouped_mm`` (float64 rows take one product per row)."""
+GROUPED_DEVICE_TYPES: tuple[str, ...] = ()
+"""Devices whose packed rows take the grouped product; none by default. CPU: bit-identical to
+one product per row, but slower in verl's step at d=576 (4 rows of ~195 tokens per micro-batch,
+1 thread, 2026-11-28, ``bench_verl_geometry.py --grouped-rows``: in-run 1.128x of the plain
+step against 1.104x with one product per row into the reused scratch block), as
+``torch._grouped_mm`` has no ``out=`` and allocates its ``[R, c, d_in]`` result per call.
+CUDA: not measured yet; torch's grouped kernel covers bf16 on Hopper (one launch for the rows),
+its fallback elsewhere reads the offsets on the host (a synchronisation per call). The
+benchmark's ``--grouped-rows`` mode sets ``("cpu", "cuda")`` for its steps."""
+
+
+def grouped_offsets(segments: list[tuple[int, int]], a: torch.Tensor) -> torch.Tensor | None:
+    """The rows' end tokens as ``torch._grouped_mm``'s ``offs`` (int32, on ``a``'s device), or
+    ``None`` where the grouped product does not apply: rows not consecutive from token 0, a
+    dtype it does not take, a device not in :data:`GROUPED_DEVICE_TYPES`, or a torch without it.
+
+    >>> grouped_offsets([(0, 2), (2, 5)], torch.zeros(5, 4)) is None  # no device by default
+    True
+    """
+    if (a.dtype not in GROUPED_DTYPES or a.device.type not in GROUPED_DEVICE_TYPES
+            or not hasattr(torch, "_grouped_mm")):
+        return None
+    starts = [0] + [t1 for _, t1 in segments[:-1]]
+    if any(t0 != s or t1 < t0 for (t0, t1), s in zip(segments, starts, strict=True)):
+        return None
+    return torch.tensor([t1 for _, t1 in segments], dtype=torch.int32).to(a.device)
+
+
+def packed_row_products(gt: torch.Tensor, a: torch.Tensor, segments: list[tuple[int, int]], *,
+                        out: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
+    """Each packed row's product ``P_i = gt[:, t0_i:t1_i] a[t0_i:t1_i]`` (``[R, c, d_in]``).
+
+    ``gt``: ``[c, N]`` (a chunk of ``delta^T``), ``a``: ``[N, d_in]``, ``segments``: the rows'
+    ``(t0, t1)``. With ``offsets`` (:func:`grouped_offsets`) one grouped product
+    (``torch._grouped_mm``, the inner dimension jagged by ``offsets``): one dispatch for the R
+    products, where one product per row costs R dispatches and, on a GPU, R kernel launches;
+    where torch refuses the operands (its kernels need 16-byte strides), one ``torch.mm`` per
+    row into ``out``, as without ``offsets``. The same products either way (on CPU bit for bit).
+    """
+    if offsets is not None and _grouped_layout(gt) and _grouped_layout(a):
+        try:
+            return torch._grouped_mm(gt, a, offs=offsets)
+        except (RuntimeError, NotImplementedError):
+            pass
+    for i, (t0, t1) in enumerate(segments):
+        torch.mm(gt[:, t0:t1], a[t0:t1], out=out[i])
+    return out
+
+
+def _grouped_layout(t: torch.Tensor) -> bool:
+    """A 2-D operand ``torch._grouped_mm`` takes: one unit stride, the other and the start
+    address on 16 bytes."""
+    size = t.element_size()
+    return (t.dim() == 2 and 1 in t.stride() and t.data_ptr() % 16 == 0
+            and all(st * size % 16 == 0 for st in t.stride() if st != 1))
 
 
 def add_to_blocks(blocks: list[tuple[torch.Tensor, slice | torch.Tensor]],

@@ -804,6 +804,41 @@ def test_linear_weight_grad_and_gram_by_hand():
     assert (K0.item(), K1.item()) == (45.0, 1.0)
 
 
+def test_packed_row_products_by_hand():
+    """Two packed rows of 1 and 2 tokens: ``P_i = gt[:, rows of i] a[rows of i]``."""
+    gt = torch.tensor([[1.0, 2.0, 3.0]])  # [c=1, N=3]
+    a = torch.tensor([[1.0], [10.0], [100.0]])  # [N=3, d_in=1]
+    out = torch.empty(2, 1, 1)
+    P = gm.packed_row_products(gt, a, [(0, 1), (1, 3)], out=out, offsets=None)
+    assert P.flatten().tolist() == [1.0, 320.0]  # 1*1; 2*10 + 3*100
+
+
+@pytest.mark.parametrize("d_in", [12, 5])  # 5: a row stride of 20 bytes, which torch refuses
+def test_packed_row_products_grouped_equal_one_product_per_row(monkeypatch, d_in):
+    """Where enabled (``GROUPED_DEVICE_TYPES``), the grouped product (``torch._grouped_mm``)
+    gives each row's product bit for bit, a row
+    of no tokens and trailing padding included; operands it does not take go row by row."""
+    segments = [(0, 5), (5, 5), (5, 12), (12, 16)]
+    g = torch.Generator().manual_seed(0)
+    delta, a = torch.randn(19, 8, generator=g), torch.randn(19, d_in, generator=g)
+    gt = delta.T
+    assert gm.grouped_offsets(segments, a) is None  # no device takes it by default
+    monkeypatch.setattr(gm, "GROUPED_DEVICE_TYPES", ("cpu",))
+    offsets = gm.grouped_offsets(segments, a)
+    assert offsets is not None and offsets.tolist() == [5, 5, 12, 16]
+    calls = []
+    grouped = torch._grouped_mm
+    monkeypatch.setattr(torch, "_grouped_mm", lambda *x, **k: calls.append(1) or grouped(*x, **k))
+    P = gm.packed_row_products(gt, a, segments, out=torch.empty(4, 8, d_in), offsets=offsets)
+    assert len(calls) == (1 if d_in == 12 else 0)
+    for i, (t0, t1) in enumerate(segments):
+        assert torch.equal(P[i], gt[:, t0:t1] @ a[t0:t1])
+    assert gm.grouped_offsets(segments, a.double()) is None  # float64 goes row by row
+    assert gm.grouped_offsets([(1, 5), (5, 16)], a) is None  # rows not from token 0
+    monkeypatch.setattr(gm, "GROUPED_DEVICE_TYPES", ())
+    assert gm.grouped_offsets(segments, a) is None  # a device not listed goes row by row
+
+
 # ------------------------------------------------------------------ small calls, batched
 def batchable(model):
     """Modules whose calls on these tiny batches are small: weight-only Linears and the

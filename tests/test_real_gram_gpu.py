@@ -56,6 +56,28 @@ def test_gram_f32_of_bf16_rows_uses_float32_output_on_cuda():
     assert gm._OUT_DTYPE_OK[("cuda", torch.bfloat16)] is True
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_row_products_grouped_on_cuda_equal_one_product_per_row(monkeypatch, dtype):
+    """``bench_verl_geometry.py --grouped-rows``: the grouped product on CUDA (torch's grouped
+    kernel for bf16 on Hopper, its fallback otherwise) against one ``torch.mm`` per row, each row
+    of ~227 tokens at SmolLM2's width; a row of no tokens and trailing padding included."""
+    monkeypatch.setattr(gm, "GROUPED_DEVICE_TYPES", ("cpu", "cuda"))
+    lengths = [230, 0, 180, 301, 227, 199, 250, 210]
+    ends = torch.tensor(lengths).cumsum(0).tolist()
+    segments = list(zip([0, *ends[:-1]], ends, strict=True))
+    g = torch.Generator().manual_seed(0)
+    delta = torch.randn(ends[-1] + 5, 1152, generator=g).to(DEV, dtype)
+    a = torch.randn(ends[-1] + 5, 576, generator=g).to(DEV, dtype)
+    offsets = gm.grouped_offsets(segments, a)
+    assert offsets is not None and offsets.device.type == "cuda"
+    out = torch.empty(len(segments), 1152, 576, device=DEV, dtype=dtype)
+    P = gm.packed_row_products(delta.T, a, segments, out=out, offsets=offsets)
+    for i, (t0, t1) in enumerate(segments):
+        ref = delta[t0:t1].double().T @ a[t0:t1].double()
+        tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16 outputs: 2^-8 relative rounding
+        assert (P[i].double() - ref).abs().max() <= tol * max(1.0, ref.abs().max().item())
+
+
 @pytest.mark.parametrize("contiguous", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_per_sample_layouts_on_cuda(contiguous, dtype):
