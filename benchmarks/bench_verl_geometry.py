@@ -203,6 +203,7 @@ def main() -> None:
         if timers is not None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))
+    gram_layers.GROUPED_DEVICE_TYPES = grouped_default
     if args.profile:
         calls = {}
         for mode in ("off", "in-run"):
@@ -221,8 +222,8 @@ def main() -> None:
 
 def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None], *, label: str,
                  top: int, show: bool) -> dict[str, int]:
-    """One step under ``torch.profiler``: prints its wall time, the host's and the device's busy
-    time (the profiler's own totals: the operators' self CPU time, the device kernels' self time)
+    """One step under ``torch.profiler``: prints its wall time, the host's CPU time (all threads)
+    and the device kernels' time (the profiler's own totals: operators' self CPU, kernels' self)
     and the ``top`` operators by self CPU and by device time; returns the ``aten::`` operators'
     call counts (each a dispatch on the host, most a kernel launch on a GPU)."""
     import torch
@@ -243,8 +244,9 @@ def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None],
         host = events.self_cpu_time_total / 1e6  # the tables' totals, by torch's own rule
         device = sum(e.self_device_time_total for e in events
                      if e.device_type != DeviceType.CPU and not e.is_user_annotation) / 1e6
-        print(f"profiled {label} step: wall {wall:.3f} s (under the profiler), host busy "
-              f"{host:.3f} s, device busy {device:.3f} s, {sum(counts.values())} aten calls")
+        print(f"profiled {label} step: wall {wall:.3f} s (under the profiler), host CPU "
+              f"{host:.3f} s (all threads), device kernels {device:.3f} s, "
+              f"{sum(counts.values())} aten calls")
         print(events.table(sort_by="self_cpu_time_total", row_limit=top,
                            max_name_column_width=60))
         if len(acts) > 1:
