@@ -23,6 +23,11 @@
 #                                trl.AutoModelForCausalLMWithValueHead when TRL is installed, which
 #                                TRL 1.x no longer has): tests/test_real_verl_gpu.py, verl's engine
 #                                in float32 / bf16 / flash attention on the GPU
+#   bench_verl_bf16              only with VERL_PYTHON: verl's step with and without the geometry,
+#                                bf16, SmolLM2's width on 4 layers, ~227 tokens per row, one-pass
+#                                log-probs (as with flash_attn), the grouped-rows mode, a profile
+#   bench_verl_bf16_long         the same on 8 layers of width 1536, ~450 tokens per row (a step
+#                                that keeps the device busier)
 # plus OUT_DIR/device.txt (GPU, driver, torch, CUDA) and OUT_DIR/summary.txt (each step's exit
 # status). The benchmarks also write their JSON and Markdown tables into OUT_DIR; the tables in
 # docs/real_model_gram.md, docs/real_model.md and docs/trl.md are copied from them with the
@@ -78,6 +83,14 @@ step bench_trl_geometry python3 benchmarks/bench_trl_geometry.py --device cuda \
 if [ -n "${VERL_PYTHON:-}" ]; then
     step pytest_gpu_verl "$VERL_PYTHON" -m pytest -m gpu -q -s -p no:cacheprovider \
         tests/test_real_verl_gpu.py
+    step bench_verl_bf16 "$VERL_PYTHON" benchmarks/bench_verl_geometry.py --dtype bf16 \
+        --hidden 576 --layers 4 --vocab 49152 --groups 4 --rollouts 8 --micro-batch 8 \
+        --prompt-len 32 --max-response 400 --rounds 8 --warmup 1 --logprobs one-pass \
+        --grouped-rows --profile
+    step bench_verl_bf16_long "$VERL_PYTHON" benchmarks/bench_verl_geometry.py --dtype bf16 \
+        --hidden 1536 --layers 8 --vocab 49152 --groups 4 --rollouts 8 --micro-batch 8 \
+        --prompt-len 32 --max-response 900 --rounds 4 --warmup 1 --logprobs one-pass \
+        --grouped-rows
 fi
 
 echo "== summary (step, exit status): $OUT/summary.txt"

@@ -75,3 +75,21 @@ def test_every_step_runs_is_logged_and_summarised_even_after_a_failure(tmp_path:
     assert f"--json {out}/bench_gram_nemotron_bf16.json" in calls
     assert "benchmarks/bench_trl_geometry.py --device cuda" in calls
     assert (out / "device.txt").read_text().startswith("name, memory.total")
+
+
+def test_with_a_verl_python_the_verl_steps_run_with_it(tmp_path: Path) -> None:
+    log = tmp_path / "calls.txt"
+    env = _stand_ins(tmp_path / "bin", log, fail_on="no-step-fails")
+    verl_python = tmp_path / "bin" / "verl_python"
+    verl_python.write_text(f'#!/bin/sh\necho "verl_python $*" >> "{log}"\n')
+    verl_python.chmod(0o755)
+    env["VERL_PYTHON"] = str(verl_python)
+    out = tmp_path / "out"
+    res = _run([str(out)], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = [line.split()[0] for line in (out / "summary.txt").read_text().split("\n") if line]
+    assert summary == [*STEPS, "pytest_gpu_verl", "bench_verl_bf16", "bench_verl_bf16_long"]
+    verl_calls = [c for c in log.read_text().split("\n") if c.startswith("verl_python")]
+    assert len(verl_calls) == 3 and "tests/test_real_verl_gpu.py" in verl_calls[0]
+    assert all("--dtype bf16" in c and "--logprobs one-pass --grouped-rows" in c
+               for c in verl_calls[1:])
