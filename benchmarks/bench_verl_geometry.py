@@ -118,13 +118,9 @@ def main() -> None:
     from real_model import verl_geometry as vg
 
     if args.logprobs == "one-pass":
-        from verl.utils import torch_functional as tf
         from verl.workers.engine.fsdp import transformer_impl
 
-        def one_pass(logits: Any, labels: Any, inplace_backward: bool = True) -> Any:
-            return tf.logprobs_from_logits_naive(logits, labels)
-
-        transformer_impl.logprobs_from_logits = one_pass
+        transformer_impl.logprobs_from_logits = one_pass_logprobs
     tmp = Path(os.environ.get("BENCH_VERL_DIR", tempfile.gettempdir())) / (
         f"bench_verl_llama_{args.hidden}_{args.layers}_{args.vocab}")
     path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
@@ -218,6 +214,14 @@ def main() -> None:
                   f"{sum(calls['in-run'].values())}; most added by the geometry: "
                   + ", ".join(f"{k} +{n}" for k, n in sorted(added.items(),
                                                               key=lambda kv: -kv[1])[:12]))
+
+
+def one_pass_logprobs(logits: Any, labels: Any, inplace_backward: bool = True) -> Any:
+    """verl's ``logprobs_from_logits`` signature on verl's ``logprobs_from_logits_naive``: one
+    log-softmax over all tokens (``--logprobs one-pass``)."""
+    from verl.utils.torch_functional import logprobs_from_logits_naive
+
+    return logprobs_from_logits_naive(logits, labels)
 
 
 def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None], *, label: str,
