@@ -428,3 +428,6 @@ def _version(name: str) -> str:
 
 if __name__ == "__main__":
     main()
+    from real_model.processes import end_process
+
+    end_process(0)  # no teardown of FSDP2's gloo group with the interpreter (it can abort)

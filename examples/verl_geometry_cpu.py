@@ -71,6 +71,11 @@ def main() -> None:
             out = engine.train_batch(data, loss_fn)
         if rank == 0:
             _print(step, out["metrics"])
+    # FSDP2 keeps the gloo process group alive to the interpreter's teardown, which now and
+    # then aborts after the work is done: leave without it (real_model/processes.py)
+    from real_model.processes import end_process
+
+    end_process(0)
 
 
 def _print(step: int, metrics: dict) -> None:

@@ -21,6 +21,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from real_model.gram import trajectory_gram
+from real_model.processes import end_process
 
 
 def main() -> None:
@@ -44,7 +45,8 @@ def main() -> None:
         }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{dist.get_rank()}.json").write_text(json.dumps(out))
-    dist.destroy_process_group()
+    # FSDP2 keeps the gloo group alive to the interpreter's teardown, which can abort
+    end_process(0)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ def main() -> None:
     from trl_geometry_helpers import make_trainer
 
     from real_model import trl_geometry as tg
+    from real_model.processes import end_process
 
     out, mode = Path(sys.argv[1]), sys.argv[2]
     loss_type = sys.argv[3] if len(sys.argv) > 3 else "grpo"
@@ -185,14 +186,9 @@ def main() -> None:
         "distributed_type": str(trainer.accelerator.distributed_type),
         "fsdp2": any(type(p).__name__ == "DTensor" for p in trainer.model.parameters()),
     }))
-    import torch.distributed as dist
-
-    # a clean exit: with the process group left to interpreter shutdown a process aborted
-    # now and then after training had finished ("terminate called without an active
-    # exception"; the failure test: 4 of ~47 runs before, 1 of 45 after, on 2 CPU cores)
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    # DDP keeps the gloo group alive past destroy_process_group, and its teardown with the
+    # interpreter aborts now and then after training has finished (real_model/processes.py)
+    end_process(0)
 
 
 if __name__ == "__main__":

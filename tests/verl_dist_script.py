@@ -30,6 +30,7 @@ from pathlib import Path
 import verl_harness as H
 
 from real_model import verl_cpu as vc
+from real_model.processes import end_process
 
 
 def main() -> None:
@@ -73,6 +74,8 @@ def main() -> None:
     out["pass_failure"] = _pass_failure_scenario(engine, mixed, rank, world, vg)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(out))
+    # FSDP2 keeps the gloo group alive to the interpreter's teardown, which can abort
+    end_process(0)
 
 
 def _lora_scenarios(path, model_dir, batch, mixed, rank, world, vg, torch) -> dict:
