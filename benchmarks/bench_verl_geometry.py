@@ -35,12 +35,19 @@ the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, th
 nodes, building the captures, the per-step protocol) as the difference.
 
 ``--grouped-rows`` adds a mode, in-run with the packed rows' per-row weight-gradient products as
-one grouped product (``gram_layers.GROUPED_DEVICE_TYPES``; off by default). ``--logprobs
+one grouped product (``gram_layers.GROUPED_DEVICE_TYPES``; off by default). ``--small-calls
+TOKENS ELEMENTS`` adds a mode, in-run with larger small-call limits (the defaults, 512 tokens and
+65536 entries, were set on CPU): calls up to those sizes take the batched token kernels, a few
+operators per distinct input instead of a dozen per call, at up to ``N^2 (d_in + d_out)``
+multiply-adds a call. ``--logprobs
 one-pass`` replaces verl's log-prob fallback (without the ``flash_attn`` package it runs one
 log-softmax per packed token, which on a GPU makes the plain step several times slower) with
 verl's one-pass ``logprobs_from_logits_naive``. ``--profile`` runs one plain and one in-run step
 under ``torch.profiler`` after the rounds: host and device time, top operators, and the operator
-calls the geometry adds.
+calls the geometry adds. ``--op-sites`` counts, for one plain and one in-run step, the operators
+dispatched on the host (a ``TorchDispatchMode``: each one a kernel launch on a GPU, where a step
+this small is bound by the host) and names the library function that dispatched each (the first
+frame outside torch; ``verl/torch`` when that frame is not the library's).
 
 Every step is on-policy, as the first update after verl's ``compute_log_prob``: before each
 (timed) step the batch's ``old_log_probs`` are set from the engine's current weights (untimed
@@ -105,6 +112,14 @@ def main() -> None:
                     help="after the rounds, profile one plain and one in-run step "
                          "(torch.profiler): top operators by self CPU and device time, and the "
                          "operator calls the geometry adds")
+    ap.add_argument("--small-calls", type=int, nargs=2, metavar=("TOKENS", "ELEMENTS"),
+                    help="add a mode: in-run with other small-call limits "
+                         "(gram_capture.SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS; defaults 512, "
+                         "65536, set for CPU): calls up to these sizes take the batched token "
+                         "kernels, a few operators per distinct input")
+    ap.add_argument("--op-sites", action="store_true",
+                    help="after the rounds, count the operators one plain and one in-run step "
+                         "dispatch, by the library function that dispatched them")
     args = ap.parse_args()
     if args.rounds < 1 or args.warmup < 0 or args.lora_rank < 0:
         ap.error(f"--rounds must be >= 1, --warmup and --lora-rank >= 0 (got {args.rounds}, "
@@ -147,11 +162,19 @@ def main() -> None:
         for name, hooks in (("protocol only", False), ("protocol + empty hooks", True)):
             modes[name] = vg.VerlGeometry(vg.GeometryConfig(score_every=0),
                                           capture_factory=EmptyCapture.factory(hooks))
+    from real_model import gram_capture, gram_layers
+
+    settings: dict[str, ModuleSettings] = {}  # module constants a mode's steps run with
     if args.grouped_rows:
         modes["in-run, grouped rows"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
-    from real_model import gram_layers
-
-    grouped_default = gram_layers.GROUPED_DEVICE_TYPES
+        settings["in-run, grouped rows"] = ModuleSettings(
+            {(gram_layers, "GROUPED_DEVICE_TYPES"): ("cpu", "cuda")})
+    if args.small_calls:
+        tokens, elements = args.small_calls
+        small = f"in-run, small {tokens}"
+        modes[small] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        settings[small] = ModuleSettings({(gram_capture, "SMALL_CALL_TOKENS"): tokens,
+                                          (gram_capture, "SMALL_CALL_ELEMENTS"): elements})
     timers = KindTimers() if args.kinds else None
     if timers is not None:
         modes["in-run (timed)"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
@@ -167,18 +190,17 @@ def main() -> None:
             if timers is not None:
                 timers.active = mode == "in-run (timed)" and r >= args.warmup
             engine.geometry = cfg
-            gram_layers.GROUPED_DEVICE_TYPES = (("cpu", "cuda") if mode == "in-run, grouped rows"
-                                                else grouped_default)
             if r == args.warmup and mode == "every 10":
                 cfg.step = 0  # the first timed round is a measured step
             data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
             vc.set_old_log_probs(engine, data)  # on-policy, untimed (see the module doc)
-            sync()
-            t0 = time.perf_counter()
-            with engine.train_mode():
-                engine.train_batch(data, loss)
-            sync()
-            dt = time.perf_counter() - t0
+            with settings.get(mode, ModuleSettings({})):
+                sync()
+                t0 = time.perf_counter()
+                with engine.train_mode():
+                    engine.train_batch(data, loss)
+                sync()
+                dt = time.perf_counter() - t0
             last[mode] = dt
             if r >= args.warmup:
                 times[mode].append(dt)
@@ -199,7 +221,19 @@ def main() -> None:
         if timers is not None:
             timers.report(args.rounds, statistics.median(times["in-run"])
                           - statistics.median(times["off"]))
-    gram_layers.GROUPED_DEVICE_TYPES = grouped_default
+    if args.op_sites:
+        sites = {}
+        counted = ["off", "in-run", *settings]  # the in-run modes with their own settings too
+        for mode in counted:
+            engine.geometry = modes[mode]
+            data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
+            vc.set_old_log_probs(engine, data)
+            with settings.get(mode, ModuleSettings({})), engine.train_mode(), OpSites() as ops:
+                engine.train_batch(data, loss)
+            sites[mode] = ops.sites
+        if rank == 0:
+            for mode in counted[1:]:
+                print(f"[{mode}] " + op_sites_summary(sites["off"], sites[mode], top=15))
     if args.profile:
         calls = {}
         for mode in ("off", "in-run"):
@@ -257,6 +291,87 @@ def profile_step(step: Callable[[], Any], engine: Any, sync: Callable[[], None],
             print(events.table(sort_by="self_device_time_total", row_limit=top,
                                max_name_column_width=60))
     return counts
+
+
+class ModuleSettings:
+    """Module constants set for a block and restored after it: ``{(module, name): value}``."""
+
+    def __init__(self, values: dict[tuple[Any, str], Any]) -> None:
+        self.values = values
+        self._saved: dict[tuple[Any, str], Any] = {}
+
+    def __enter__(self) -> ModuleSettings:
+        for (mod, name), value in self.values.items():
+            self._saved[(mod, name)] = getattr(mod, name)
+            setattr(mod, name, value)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for (mod, name), value in self._saved.items():
+            setattr(mod, name, value)
+        self._saved.clear()
+
+
+class OpSites:
+    """A ``TorchDispatchMode`` counting the operators dispatched inside it by call site: the
+    library function (``file:function`` under ``real_model/``) of the first frame outside torch,
+    or ``"verl/torch"`` when that frame is not the library's (the host's own work, and autograd's
+    backward, which runs outside Python frames)."""
+
+    HOST = "verl/torch"
+
+    def __init__(self) -> None:
+        from collections import Counter
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                                   kwargs: Any = None) -> Any:
+                counter.sites[counter.site()] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.sites: Counter[str] = Counter()
+        self._mode = _Mode()
+
+    def site(self) -> str:
+        """The call site of the operator being dispatched (called from ``__torch_dispatch__``)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename.replace(os.sep, "/")
+            if "/torch/" not in name:
+                if "/real_model/" in name:
+                    return f"{Path(name).name}:{frame.f_code.co_name}"
+                return self.HOST
+            frame = frame.f_back
+        return self.HOST
+
+    def __enter__(self) -> OpSites:
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+
+def op_sites_summary(off: dict[str, int], inrun: dict[str, int], *, top: int) -> str:
+    """The plain and in-run steps' operator counts, what the geometry added, and the library
+    functions that dispatched the most in the in-run step.
+
+    >>> print(op_sites_summary({"verl/torch": 10}, {"verl/torch": 8, "g.py:f": 5}, top=3))
+    operators dispatched per step: off 10, in-run 13 (+3); by the library 5, by verl/torch -2
+          5  g.py:f
+    """
+    host = OpSites.HOST
+    n_off, n_in = sum(off.values()), sum(inrun.values())
+    ours = sorted(((n, s) for s, n in inrun.items() if s != host), reverse=True)[:top]
+    lines = [f"operators dispatched per step: off {n_off}, in-run {n_in} ({n_in - n_off:+d}); "
+             f"by the library {n_in - inrun.get(host, 0)}, by {host} "
+             f"{inrun.get(host, 0) - off.get(host, 0):+d}"]
+    lines += [f"{n:>7d}  {s}" for n, s in ours]
+    return "\n".join(lines)
 
 
 class EmptyCapture:

@@ -36,6 +36,7 @@ __all__ = [
     "GROUPED_DEVICE_TYPES",
     "grouped_offsets",
     "packed_row_products",
+    "consecutive_lengths",
     "linear_weight_rows",
     "add_to_blocks",
     "bias_gram",
@@ -404,12 +405,14 @@ def linear_weight_grad_and_gram(
     offsets = None if segments is None else grouped_offsets(segments, a)
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
-        blk = buf[: R * c * d_in].view(R, c, d_in)
+        whole = c == d_out  # one chunk: the whole tensors, no slices (fewer host dispatches)
+        blk = (buf if c == rows else buf[: R * c * d_in]).view(R, c, d_in)
         if segments is None:
-            torch.bmm(gt[:, o0 : o0 + c], a, out=blk)
+            torch.bmm(gt if whole else gt[:, o0 : o0 + c], a, out=blk)
         else:
-            blk = packed_row_products(gt[o0 : o0 + c], a, segments, out=blk, offsets=offsets)
-        torch.sum(blk, dim=0, out=dW[o0 : o0 + c])
+            blk = packed_row_products(gt if whole else gt[o0 : o0 + c], a, segments, out=blk,
+                                      offsets=offsets)
+        torch.sum(blk, dim=0, out=dW if whole else dW[o0 : o0 + c])
         if full is not None:
             flat_gram(full, blk.view(R, -1), scratch, product_dtype=product_dtype)
             continue
@@ -444,8 +447,7 @@ def grouped_offsets(segments: list[tuple[int, int]], a: torch.Tensor) -> torch.T
     if (a.dtype not in GROUPED_DTYPES or a.device.type not in GROUPED_DEVICE_TYPES
             or not hasattr(torch, "_grouped_mm")):
         return None
-    starts = [0] + [t1 for _, t1 in segments[:-1]]
-    if any(t0 != s or t1 < t0 for (t0, t1), s in zip(segments, starts, strict=True)):
+    if consecutive_lengths(segments, a.shape[0]) is None:
         return None
     return torch.tensor([t1 for _, t1 in segments], dtype=torch.int32).to(a.device)
 
@@ -460,15 +462,45 @@ def packed_row_products(gt: torch.Tensor, a: torch.Tensor, segments: list[tuple[
     products, where one product per row costs R dispatches and, on a GPU, R kernel launches;
     where torch refuses the operands (its kernels need 16-byte strides), one ``torch.mm`` per
     row into ``out``, as without ``offsets``. The same products either way (on CPU bit for bit).
+    Rows consecutive from token 0 (verl's packed micro-batches) take their operands as the views
+    of one ``split`` each (three dispatches for the R rows' views, then one per product, where
+    slicing each row costs four): the same views, the same products.
     """
     if offsets is not None and _grouped_layout(gt) and _grouped_layout(a):
         try:
             return torch._grouped_mm(gt, a, offs=offsets)
         except (RuntimeError, NotImplementedError):
             pass
+    lengths = consecutive_lengths(segments, a.shape[0])
+    if lengths is not None:
+        for x, y, o in zip(gt.split(lengths, dim=1), a.split(lengths), out.unbind(0),
+                           strict=False):
+            torch.mm(x, y, out=o)  # a trailing remainder (padding) has no ``out`` row: not formed
+        return out
     for i, (t0, t1) in enumerate(segments):
         torch.mm(gt[:, t0:t1], a[t0:t1], out=out[i])
     return out
+
+
+def consecutive_lengths(segments: list[tuple[int, int]], tokens: int) -> list[int] | None:
+    """The rows' token counts, with a last entry for the tokens after the last row, when the rows
+    ``(t0, t1)`` are consecutive from token 0 within ``tokens``; otherwise ``None``.
+
+    >>> consecutive_lengths([(0, 2), (2, 5)], 5), consecutive_lengths([(0, 2), (2, 5)], 7)
+    ([2, 3], [2, 3, 2])
+    >>> consecutive_lengths([(0, 2), (3, 5)], 5) is None
+    True
+    """
+    end = 0
+    lengths = []
+    for t0, t1 in segments:
+        if t0 != end or t1 < t0:
+            return None
+        lengths.append(t1 - t0)
+        end = t1
+    if end > tokens:
+        return None
+    return lengths + [tokens - end] if end < tokens else lengths
 
 
 def _grouped_layout(t: torch.Tensor) -> bool:

@@ -83,3 +83,30 @@ def test_amortised_mean_weighs_the_measured_step_one_in_every() -> None:
     # 20 steps, measured at 0 and 10: the plain mean and the amortised one agree
     ts20 = [10.0 if i % 10 == 0 else 1.0 for i in range(20)]
     assert VERL.amortised_mean(ts20, every=10) == pytest.approx(sum(ts20) / 20)
+
+
+def test_module_settings_set_constants_for_a_block_and_restore_them_after_an_error() -> None:
+    mod = ModuleType("limits")
+    mod.LIMIT, mod.OTHER = 512, "kept"
+    settings = VERL.ModuleSettings({(mod, "LIMIT"): 2048})
+    with pytest.raises(RuntimeError), settings:
+        assert mod.LIMIT == 2048
+        raise RuntimeError("a failed step")
+    assert (mod.LIMIT, mod.OTHER) == (512, "kept")
+    with settings:  # reusable: each block sets and restores
+        assert mod.LIMIT == 2048
+    assert mod.LIMIT == 512
+
+
+def test_op_sites_name_the_library_function_that_dispatched_each_operator() -> None:
+    import torch
+
+    from real_model import gram_layers
+
+    K = torch.zeros(2, 2, dtype=torch.float64)
+    flat = torch.ones(2, 3, dtype=torch.float64)
+    with VERL.OpSites() as ops:
+        gram_layers.flat_gram(K, flat)  # float64 rows: one addmm_ and the transpose
+        torch.ones(3) + 1  # the caller's own: two operators
+    assert K.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+    assert ops.sites == {"gram_layers.py:flat_gram": 2, VERL.OpSites.HOST: 2}

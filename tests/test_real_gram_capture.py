@@ -813,6 +813,26 @@ def test_packed_row_products_by_hand():
     assert P.flatten().tolist() == [1.0, 320.0]  # 1*1; 2*10 + 3*100
 
 
+@pytest.mark.parametrize("segments", [
+    [(0, 5), (5, 5), (5, 12), (12, 16)],  # consecutive from 0 (split views), trailing padding
+    [(0, 5), (6, 12), (12, 16)],  # a gap: one slice per row
+], ids=["consecutive", "gap"])
+def test_packed_row_products_split_views_equal_one_product_per_row(segments):
+    """Rows consecutive from token 0 take their operands from one ``split`` each: each row's
+    product is bit for bit the product of its own slices (an empty row gives zeros), and the
+    padding after the last row is never read into a row."""
+    g = torch.Generator().manual_seed(1)
+    delta, a = torch.randn(19, 8, generator=g), torch.randn(19, 6, generator=g)
+    out = torch.full((len(segments), 8, 6), float("nan"))
+    P = gm.packed_row_products(delta.T, a, segments, out=out, offsets=None)
+    assert P.data_ptr() == out.data_ptr()
+    for i, (t0, t1) in enumerate(segments):
+        assert torch.equal(P[i], delta.T[:, t0:t1] @ a[t0:t1])
+    assert gm.consecutive_lengths(segments, 19) == (
+        [5, 0, 7, 4, 3] if segments[1] == (5, 5) else None)
+    assert gm.consecutive_lengths([(0, 5), (5, 21)], 19) is None  # past the tokens
+
+
 @pytest.mark.parametrize("d_in", [12, 5])  # 5: a row stride of 20 bytes, which torch refuses
 def test_packed_row_products_grouped_equal_one_product_per_row(monkeypatch, d_in):
     """Where enabled (``GROUPED_DEVICE_TYPES``), the grouped product (``torch._grouped_mm``)
