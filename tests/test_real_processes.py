@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -69,3 +71,18 @@ def test_end_process_reports_a_failed_shutdown_and_exits_1(tmp_path):
     """, tmp_path)
     assert proc.returncode == 1
     assert "process group not shut down cleanly: RuntimeError: peer gone" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_process_exit_counts_runs_and_end_process_runs_exit_0(tmp_path):
+    """``benchmarks/bench_process_exit.py`` with one launch per ending: both lines printed, and
+    the run that ends with ``end_process`` exits 0 (the plain one may abort: torch's)."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_process_exit.py"),
+                           "--runs", "1", "--parallel", "1"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["plain", "end_process"]
+    assert lines[1].startswith("end_process  0 of 1 runs exited non-zero, 0 of them")
