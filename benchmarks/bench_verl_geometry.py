@@ -35,7 +35,9 @@ the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, th
 nodes, building the captures, the per-step protocol) as the difference.
 
 ``--grouped-rows`` adds a mode, in-run with the packed rows' per-row weight-gradient products as
-one grouped product (``gram_layers.GROUPED_DEVICE_TYPES``; off by default). ``--small-calls
+one grouped product (``gram_layers.GROUPED_DEVICE_TYPES``; off by default). ``--bf16-rows``
+adds a mode, in-run with bf16 Linears on the ``rows`` path on every device (float32 rows; by
+default on CPU only, ``gram_layers.ROWS_LOW_PRECISION_DEVICE_TYPES``). ``--small-calls
 TOKENS ELEMENTS`` adds a mode, in-run with larger small-call limits (the defaults, 512 tokens and
 65536 entries, were set on CPU): calls up to those sizes take the batched token kernels, a few
 operators per distinct input instead of a dozen per call, at up to ``N^2 (d_in + d_out)``
@@ -112,6 +114,10 @@ def main() -> None:
                     help="after the rounds, profile one plain and one in-run step "
                          "(torch.profiler): top operators by self CPU and device time, and the "
                          "operator calls the geometry adds")
+    ap.add_argument("--bf16-rows", action="store_true",
+                    help="add a mode: in-run with bf16/fp16 Linears on weight_grads='rows' on "
+                         "every device (gram_layers.ROWS_LOW_PRECISION_DEVICE_TYPES; CPU only "
+                         "by default): float32 rows, verl's dW from them")
     ap.add_argument("--small-calls", type=int, nargs=2, metavar=("TOKENS", "ELEMENTS"),
                     help="add a mode: in-run with other small-call limits "
                          "(gram_capture.SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS; defaults 512, "
@@ -169,6 +175,10 @@ def main() -> None:
         modes["in-run, grouped rows"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
         settings["in-run, grouped rows"] = ModuleSettings(
             {(gram_layers, "GROUPED_DEVICE_TYPES"): ("cpu", "cuda")})
+    if args.bf16_rows:
+        modes["in-run, bf16 rows"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        settings["in-run, bf16 rows"] = ModuleSettings(
+            {(gram_layers, "ROWS_LOW_PRECISION_DEVICE_TYPES"): ("cpu", "cuda")})
     if args.small_calls:
         tokens, elements = args.small_calls
         small = f"in-run, small {tokens}"

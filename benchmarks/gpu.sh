@@ -26,10 +26,11 @@
 #   bench_verl_bf16              only with VERL_PYTHON: verl's step with and without the geometry,
 #                                bf16, SmolLM2's width on 4 layers, ~227 tokens per row, one-pass
 #                                log-probs (as with flash_attn), a mode with every non-head call
-#                                of a micro-batch batched as a small call (--small-calls), the
+#                                of a micro-batch batched as a small call (--small-calls), a
+#                                mode with bf16 Linears on the rows path (--bf16-rows), the
 #                                operators each mode dispatches (--op-sites), a profile
 #   bench_verl_bf16_long         the same on 8 layers of width 1536, ~450 tokens per row (a step
-#                                that keeps the device busier), default modes and --op-sites
+#                                that keeps the device busier), --bf16-rows and --op-sites
 # plus OUT_DIR/device.txt (GPU, driver, torch, CUDA) and OUT_DIR/summary.txt (each step's exit
 # status). The benchmarks also write their JSON and Markdown tables into OUT_DIR; the tables in
 # docs/real_model_gram.md, docs/real_model.md and docs/trl.md are copied from them with the
@@ -88,11 +89,11 @@ if [ -n "${VERL_PYTHON:-}" ]; then
     step bench_verl_bf16 "$VERL_PYTHON" benchmarks/bench_verl_geometry.py --dtype bf16 \
         --hidden 576 --layers 4 --vocab 49152 --groups 4 --rollouts 8 --micro-batch 8 \
         --prompt-len 32 --max-response 400 --rounds 8 --warmup 1 --logprobs one-pass \
-        --small-calls 2048 4400000 --op-sites --profile
+        --small-calls 2048 4400000 --bf16-rows --op-sites --profile
     step bench_verl_bf16_long "$VERL_PYTHON" benchmarks/bench_verl_geometry.py --dtype bf16 \
         --hidden 1536 --layers 8 --vocab 49152 --groups 4 --rollouts 8 --micro-batch 8 \
         --prompt-len 32 --max-response 900 --rounds 4 --warmup 1 --logprobs one-pass \
-        --op-sites
+        --bf16-rows --op-sites
 fi
 
 echo "== summary (step, exit status): $OUT/summary.txt"

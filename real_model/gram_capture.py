@@ -468,7 +468,10 @@ class GramCapture:
         weight_grads: who forms the weight gradient of an ``nn.Linear`` (default ``"host"``).
             ``"host"``: the host's backward, as without the capture. ``"rows"``: for plain
             ``nn.Linear`` modules (``forward`` not overridden, not a tied LM head) with float32
-            or float64 weights, outside autocast, whose per-sample method is chosen
+            or float64 weights, called with an input in the weight's dtype outside autocast or
+            under an autocast to that dtype (FSDP2 mixed precision: bf16 weights unsharded for
+            the forward; bf16/fp16 calls on ``gm.ROWS_LOW_PRECISION_DEVICE_TYPES`` only, their
+            rows in float32), whose per-sample method is chosen
             (``linear_method`` ``"auto"`` by count, or ``"per_sample"``), the capture runs the
             module's ``F.linear`` in an autograd function whose backward forms the per-row
             gradients once (:func:`real_model.gram_layers.linear_weight_grad_and_gram`) and
@@ -837,10 +840,18 @@ class GramCapture:
 
     def _rows_call(self, name: str, x: torch.Tensor) -> bool:
         """Whether this call of a ``weight_grads="rows"`` Linear takes that path: input in the
-        weight's dtype, no autocast, and (``linear_method="auto"``) per-sample chosen by count."""
+        weight's dtype, autocast off or to that same dtype (so that it casts nothing: verl's bf16
+        mixed precision, whose FSDP2 unshards bf16 weights), a bf16/fp16 call only on a device
+        of ``gm.ROWS_LOW_PRECISION_DEVICE_TYPES`` (its rows in float32), and
+        (``linear_method="auto"``) per-sample chosen by count."""
         mod = self._rows_modules[name]
         try:  # never raise into the host's forward: on any doubt the module keeps the tap path
-            if x.dtype != mod.weight.dtype or torch.is_autocast_enabled(x.device.type):
+            dev = x.device.type
+            if x.dtype != mod.weight.dtype or (torch.is_autocast_enabled(dev)
+                                               and torch.get_autocast_dtype(dev) != x.dtype):
+                return False
+            if x.dtype in (torch.bfloat16, torch.float16) and (
+                    dev not in gm.ROWS_LOW_PRECISION_DEVICE_TYPES):
                 return False
             if self._small_linear_tokens(name, x) is not None:
                 return False  # batched at flush, with the host's dW

@@ -10,6 +10,7 @@ Shapes: ``R`` rollouts, ``T`` flattened positions per rollout, ``d_in``/``d_out`
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,8 @@ __all__ = [
     "grouped_offsets",
     "packed_row_products",
     "consecutive_lengths",
+    "ROWS_LOW_PRECISION_DEVICE_TYPES",
+    "float32_products",
     "linear_weight_rows",
     "add_to_blocks",
     "bias_gram",
@@ -379,6 +382,13 @@ def linear_weight_grad_and_gram(
     row sums and the Gram products alone. ``dW`` equals autograd's up to float rounding (the
     sum over rows runs in a different order).
 
+    bf16/fp16 rows are formed in float32 (their products are exact in float32) and summed there,
+    ``dW`` rounded to the input dtype once at the end, as autograd's float32-accumulating product
+    rounds it: rows summed in bf16 would each be rounded first, and where the rows' advantages
+    cancel, ``dW``'s relative error would grow by the cancellation factor. With
+    :func:`float32_products` the products come from the bf16 operands directly (a GPU's
+    ``out_dtype``); otherwise ``a`` and ``delta`` are widened to float32 first.
+
     Args:
         blocks: ``(K_b, rows_b)``: float64 ``[n_b, n_b]`` accumulators and the block's rows
             (a ``slice`` of consecutive rows, or a ``LongTensor`` of row indices).
@@ -397,21 +407,29 @@ def linear_weight_grad_and_gram(
     d_in, d_out = a.shape[-1], delta.shape[-1]
     rows = min(d_out, max(1, chunk_size // max(1, R * d_in)))
     scratch = scratch if scratch is not None else Scratch()
-    buf = scratch.get("rows", R * rows * d_in, a.dtype, a.device)
-    dW = torch.empty(d_out, d_in, dtype=a.dtype, device=a.device)
+    in_dtype = a.dtype
+    low = in_dtype in _LOW
+    out_dtype = torch.float32 if low and float32_products(a) else None
+    if low and out_dtype is None:  # bf16/fp16 values are float32 values: widening is exact
+        a, delta = a.float(), delta.float()
+    work = torch.float32 if low else in_dtype
+    buf = scratch.get("rows", R * rows * d_in, work, a.device)
+    dW = torch.empty(d_out, d_in, dtype=work, device=a.device)
     gt = delta.transpose(-2, -1)  # [R, d_out, T] or [d_out, N], strided (CPU BLAS takes it)
     views = all(isinstance(idx, slice) for _, idx in blocks)
     full = None if views else torch.zeros(R, R, dtype=torch.float64, device=a.device)
-    offsets = None if segments is None else grouped_offsets(segments, a)
+    offsets = None if segments is None or low else grouped_offsets(segments, a)
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
         whole = c == d_out  # one chunk: the whole tensors, no slices (fewer host dispatches)
         blk = (buf if c == rows else buf[: R * c * d_in]).view(R, c, d_in)
-        if segments is None:
+        if segments is None and out_dtype is not None:
+            torch.bmm(gt if whole else gt[:, o0 : o0 + c], a, out_dtype=out_dtype, out=blk)
+        elif segments is None:
             torch.bmm(gt if whole else gt[:, o0 : o0 + c], a, out=blk)
         else:
             blk = packed_row_products(gt if whole else gt[o0 : o0 + c], a, segments, out=blk,
-                                      offsets=offsets)
+                                      offsets=offsets, out_dtype=out_dtype)
         torch.sum(blk, dim=0, out=dW if whole else dW[o0 : o0 + c])
         if full is not None:
             flat_gram(full, blk.view(R, -1), scratch, product_dtype=product_dtype)
@@ -420,7 +438,41 @@ def linear_weight_grad_and_gram(
             flat_gram(K, blk[idx].reshape(-1, c * d_in), scratch, product_dtype=product_dtype)
     if full is not None:
         add_to_blocks(blocks, full)
-    return dW
+    return dW if dW.dtype == in_dtype else dW.to(in_dtype)
+
+
+ROWS_LOW_PRECISION_DEVICE_TYPES: tuple[str, ...] = ("cpu",)
+"""Devices on which a bf16/fp16 Linear takes ``weight_grads="rows"``
+(:func:`linear_weight_grad_and_gram`, float32 rows): elsewhere its weight gradient stays the
+host's and the capture forms the rows beside it. CPU: the operands are widened to float32
+(tested against float64 rows). CUDA: not yet run on a GPU (float32 products straight from the
+bf16 operands, :func:`float32_products`); ``bench_verl_geometry.py --bf16-rows`` turns it on to
+measure it there."""
+
+_F32_PRODUCTS_OK: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def float32_products(t: torch.Tensor) -> bool:
+    """Whether ``torch.mm`` and ``torch.bmm`` give float32 products of ``t``'s bf16/fp16 operands
+    directly (``out_dtype=torch.float32`` with ``out=``), on ``t``'s device type: tried once per
+    device type and dtype (CUDA builds have it; CPU builds do not).
+
+    >>> float32_products(torch.zeros(2, 2, dtype=torch.bfloat16))  # CPU torch: widen instead
+    False
+    """
+    key = (t.device.type, t.dtype)
+    ok = _F32_PRODUCTS_OK.get(key)
+    if ok is None:
+        try:
+            x = torch.ones(1, 2, 2, dtype=t.dtype, device=t.device)
+            out = torch.empty(1, 2, 2, dtype=torch.float32, device=t.device)
+            torch.bmm(x, x, out_dtype=torch.float32, out=out)
+            torch.mm(x[0], x[0], out_dtype=torch.float32, out=out[0])
+            ok = bool((out == 2).all())
+        except (RuntimeError, NotImplementedError, TypeError):
+            ok = False
+        _F32_PRODUCTS_OK[key] = ok
+    return ok
 
 
 GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -453,7 +505,8 @@ def grouped_offsets(segments: list[tuple[int, int]], a: torch.Tensor) -> torch.T
 
 
 def packed_row_products(gt: torch.Tensor, a: torch.Tensor, segments: list[tuple[int, int]], *,
-                        out: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
+                        out: torch.Tensor, offsets: torch.Tensor | None,
+                        out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Each packed row's product ``P_i = gt[:, t0_i:t1_i] a[t0_i:t1_i]`` (``[R, c, d_in]``).
 
     ``gt``: ``[c, N]`` (a chunk of ``delta^T``), ``a``: ``[N, d_in]``, ``segments``: the rows'
@@ -464,9 +517,12 @@ def packed_row_products(gt: torch.Tensor, a: torch.Tensor, segments: list[tuple[
     row into ``out``, as without ``offsets``. The same products either way (on CPU bit for bit).
     Rows consecutive from token 0 (verl's packed micro-batches) take their operands as the views
     of one ``split`` each (three dispatches for the R rows' views, then one per product, where
-    slicing each row costs four): the same views, the same products.
+    slicing each row costs four): the same views, the same products. ``out_dtype``: the
+    products' dtype when it is not the operands' (float32 from bf16: ``torch.mm``'s
+    ``out_dtype``, where :func:`float32_products` holds; no grouped product then).
     """
-    if offsets is not None and _grouped_layout(gt) and _grouped_layout(a):
+    mm = torch.mm if out_dtype is None else functools.partial(torch.mm, out_dtype=out_dtype)
+    if offsets is not None and out_dtype is None and _grouped_layout(gt) and _grouped_layout(a):
         try:
             return torch._grouped_mm(gt, a, offs=offsets)
         except (RuntimeError, NotImplementedError):
@@ -475,10 +531,10 @@ def packed_row_products(gt: torch.Tensor, a: torch.Tensor, segments: list[tuple[
     if lengths is not None:
         for x, y, o in zip(gt.split(lengths, dim=1), a.split(lengths), out.unbind(0),
                            strict=False):
-            torch.mm(x, y, out=o)  # a trailing remainder (padding) has no ``out`` row: not formed
+            mm(x, y, out=o)  # a trailing remainder (padding) has no ``out`` row: not formed
         return out
     for i, (t0, t1) in enumerate(segments):
-        torch.mm(gt[:, t0:t1], a[t0:t1], out=out[i])
+        mm(gt[:, t0:t1], a[t0:t1], out=out[i])
     return out
 
 

@@ -92,5 +92,5 @@ def test_with_a_verl_python_the_verl_steps_run_with_it(tmp_path: Path) -> None:
     verl_calls = [c for c in log.read_text().split("\n") if c.startswith("verl_python")]
     assert len(verl_calls) == 3 and "tests/test_real_verl_gpu.py" in verl_calls[0]
     assert all("--dtype bf16" in c and "--logprobs one-pass" in c and "--op-sites" in c
-               for c in verl_calls[1:])
+               and "--bf16-rows" in c for c in verl_calls[1:])
     assert "--small-calls 2048 4400000" in verl_calls[1]

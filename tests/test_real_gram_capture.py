@@ -833,6 +833,38 @@ def test_packed_row_products_split_views_equal_one_product_per_row(segments):
     assert gm.consecutive_lengths([(0, 5), (5, 21)], 19) is None  # past the tokens
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "batch_first"])
+def test_bf16_rows_are_float32_so_cancelling_rows_keep_dw_to_bf16_rounding(packed):
+    """bf16 rows whose products cancel (advantages of both signs, as in a GRPO group): ``dW``
+    is the float64 sum rounded to bf16 (within one bf16 ulp of it), where summing rows rounded
+    to bf16 first is off by many times that; the Gram is the float64 rows' to float32 rounding."""
+    g = torch.Generator().manual_seed(3)
+    R, T, d_in, d_out = 4, 6, 5, 3
+    a = torch.randn(R, T, d_in, generator=g).bfloat16()
+    base = torch.randn(T, d_out, generator=g)
+    signs = torch.tensor([1.0, -1.0, 1.0, -1.0])[:, None, None]
+    delta = (signs * base + 1e-3 * torch.randn(R, T, d_out, generator=g)).bfloat16()
+    a = torch.cat([a[:1]] * R)  # the same tokens in every row: the products cancel
+    rows64 = torch.einsum("rto,rti->roi", delta.double(), a.double())  # exact: bf16 products
+    exact = rows64.sum(0)
+    K = torch.zeros(R, R, dtype=torch.float64)
+    if packed:
+        segments = [(r * T, (r + 1) * T) for r in range(R)]
+        dW = gm.linear_weight_grad_and_gram([(K, slice(0, R))], a.reshape(R * T, d_in),
+                                            delta.reshape(R * T, d_out), chunk_size=1 << 10,
+                                            segments=segments)
+    else:
+        dW = gm.linear_weight_grad_and_gram([(K, slice(0, R))], a, delta, chunk_size=1 << 10)
+    assert dW.dtype == torch.bfloat16
+    ulp = 2.0 ** -7 * exact.abs()  # rounding to bf16 (8 significant bits) moves x by <= 2^-8 |x|
+    assert bool(((dW.double() - exact).abs() <= ulp + 1e-12).all())
+    naive = torch.stack([(delta[r].T @ a[r]) for r in range(R)]).sum(0)  # bf16 rows summed
+    assert float((naive.double() - exact).abs().max()) > 10 * float(
+        (dW.double() - exact).abs().max())
+    flat = rows64.reshape(R, -1)
+    assert float((K - flat @ flat.T).abs().max() / (flat @ flat.T).abs().max()) <= 1e-6
+
+
 @pytest.mark.parametrize("d_in", [12, 5])  # 5: a row stride of 20 bytes, which torch refuses
 def test_packed_row_products_grouped_equal_one_product_per_row(monkeypatch, d_in):
     """Where enabled (``GROUPED_DEVICE_TYPES``), the grouped product (``torch._grouped_mm``)

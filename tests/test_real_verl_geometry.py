@@ -539,3 +539,44 @@ def test_make_engine_names_an_unknown_compute_dtype(tmp_path):
     with pytest.raises(ValueError, match=r"compute_dtype must be one of \['bf16', 'fp32'\], "
                                          r"got 'fp16'"):
         vc.make_engine(tmp_path, micro_batch_size=4, compute_dtype="fp16")
+
+
+BF16_ENGINE_RTOL = 5e-2  # as tests/test_real_verl_gpu.py: bf16 has 8 mantissa bits
+BF16_GRAM_FACTOR = 4.0
+BF16_ROWS_GRAD_RTOL = 2.0**-7  # dW rounded to bf16 once, as verl's own: at most two bf16 ulps
+
+
+@pytest.mark.parametrize("remove_padding", [True, False], ids=["packed", "padded"])
+def test_bf16_mixed_precision_linears_take_the_rows_path_with_float32_rows(tmp_path,
+                                                                          remove_padding):
+    """verl's bf16 mixed precision (FSDP2 unshards bf16 weights, the forward under a bf16
+    autocast that then casts nothing): the Linears take ``weight_grads="rows"``, their rows
+    formed in float32. verl's gradient with the geometry is as close to the float64 sum of the
+    rows as without it, and the Gram within the GPU test's bf16 bound of the float64 rows'."""
+    vc.init_process_group()
+    vc.register_cpu_platform()
+    path = vc.save_tiny_llama(tmp_path / "tiny")
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+                            compute_dtype="bf16", use_remove_padding=remove_padding)
+    # per-sample for every Linear (by count, "auto" gives the tiny shape's wide ones the identity)
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0, batch_small_calls=False,
+                                                        linear_method="per_sample"))
+    td = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
+    data = vc.rank_slice(td, 0, 1, micro_batch_size=4, use_remove_padding=remove_padding)
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
+    res = H.check_step(engine, path, data, loss_fn, with_grad=True)
+    assert "failed" not in res, res.get("failed")
+    assert set(res["paths"].values()) == {"in_run"}
+    caps = [mb.capture for mb in engine.geometry.micro]
+    linears = {n for n, (_, kind, _) in caps[0].plan.modules.items() if kind == "linear"
+               and n not in caps[0].embedding_of_head}
+    assert all(c.from_rows == linears for c in caps), [sorted(linears - c.from_rows) for c in caps]
+    # every Linear but a tied head, in each micro-batch
+    engine.geometry = None
+    grads, _ = H.measured_step(engine, data, loss_fn)
+    e_engine, e_gram = res["sum_err"], max(res["gram_err"].values())
+    e_off = H.rel_err(res["engine_grad"], H.flat_grad(grads, res["names"]))
+    print(f"bf16 rows: engine vs float64 rows {e_engine:.2e}, with vs without geometry "
+          f"{e_off:.2e}, Gram {e_gram:.2e}")
+    assert e_engine <= BF16_ENGINE_RTOL and e_off <= BF16_ROWS_GRAD_RTOL, (e_engine, e_off)
+    assert e_gram <= BF16_GRAM_FACTOR * e_engine + 1e-3, (e_engine, e_gram)

@@ -139,3 +139,32 @@ def test_flash_case_runs_only_the_flash_kernel(engines):
         torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+@pytest.mark.parametrize(("loss_mode", "agg"), LOSSES[:1])
+def test_bf16_rows_path_on_gpu_is_as_exact_as_verl_own_gradient(engines, monkeypatch, loss_mode,
+                                                               agg):
+    """bf16 Linears on ``weight_grads="rows"`` on CUDA (``gram_layers.ROWS_LOW_PRECISION_DEVICE_
+    TYPES``, CPU only by default until measured): float32 rows straight from the bf16 operands
+    (``out_dtype``), verl's ``dW`` their sum rounded once; as exact as the tap path."""
+    from real_model import gram_layers as gm
+
+    monkeypatch.setattr(gm, "ROWS_LOW_PRECISION_DEVICE_TYPES", ("cpu", "cuda"))
+    assert gm.float32_products(torch.zeros(1, device="cuda", dtype=torch.bfloat16))
+    case = CASES[("bf16", "sdpa")]
+    engine = _engine(engines, "bf16", "sdpa")
+    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0, batch_small_calls=False,
+                                                        linear_method="per_sample"))
+    loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=loss_mode,
+                              loss_agg_mode=agg)
+    data = _data(engines["path"], case)
+    res = H.check_step(engine, engines["path"], data, loss_fn, with_grad=True)
+    assert "failed" not in res, res.get("failed")
+    assert all(mb.capture.from_rows for mb in engine.geometry.micro)
+    e_engine, e_gram = res["sum_err"], max(res["gram_err"].values())
+    engine.geometry = None
+    e_off = H.rel_err(res["engine_grad"], _plain_grad(engine, data, loss_fn, res["names"], False))
+    print(f"\n[verl gpu] bf16 rows path: engine gradient vs float64 rows {e_engine:.2e}, Gram "
+          f"{e_gram:.2e}, gradient with vs without geometry {e_off:.2e}")
+    assert e_engine <= BF16_ENGINE_RTOL and e_off <= 2.0**-7, (e_engine, e_off)
+    assert e_gram <= BF16_GRAM_FACTOR * e_engine + 1e-3, (e_engine, e_gram)
