@@ -199,12 +199,10 @@ def main() -> None:
             cfg = modes[mode]
             if timers is not None:
                 timers.active = mode == "in-run (timed)" and r >= args.warmup
-            engine.geometry = cfg
             if r == args.warmup and mode == "every 10":
                 cfg.step = 0  # the first timed round is a measured step
-            data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
-            vc.set_old_log_probs(engine, data)  # on-policy, untimed (see the module doc)
-            with settings.get(mode, ModuleSettings({})):
+            data = on_policy(engine, cfg, batch, rank, world, args.micro_batch)
+            with settings.get(mode, NO_SETTINGS):
                 sync()
                 t0 = time.perf_counter()
                 with engine.train_mode():
@@ -235,10 +233,8 @@ def main() -> None:
         sites = {}
         counted = ["off", "in-run", *settings]  # the in-run modes with their own settings too
         for mode in counted:
-            engine.geometry = modes[mode]
-            data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
-            vc.set_old_log_probs(engine, data)
-            with settings.get(mode, ModuleSettings({})), engine.train_mode(), OpSites() as ops:
+            data = on_policy(engine, modes[mode], batch, rank, world, args.micro_batch)
+            with settings.get(mode, NO_SETTINGS), engine.train_mode(), OpSites() as ops:
                 engine.train_batch(data, loss)
             sites[mode] = ops.sites
         if rank == 0:
@@ -247,9 +243,7 @@ def main() -> None:
     if args.profile:
         calls = {}
         for mode in ("off", "in-run"):
-            engine.geometry = modes[mode]
-            data = vc.rank_slice(batch, rank, world, micro_batch_size=args.micro_batch)
-            vc.set_old_log_probs(engine, data)
+            data = on_policy(engine, modes[mode], batch, rank, world, args.micro_batch)
             calls[mode] = profile_step(partial(engine.train_batch, data, loss), engine, sync,
                                        label=mode, top=20, show=rank == 0)
         if rank == 0:
@@ -258,6 +252,18 @@ def main() -> None:
                   f"{sum(calls['in-run'].values())}; most added by the geometry: "
                   + ", ".join(f"{k} +{n}" for k, n in sorted(added.items(),
                                                               key=lambda kv: -kv[1])[:12]))
+
+
+def on_policy(engine: Any, geometry: Any, batch: Any, rank: int, world: int,
+              micro_batch: int) -> Any:
+    """This rank's slice of ``batch`` with its old log-probs from the engine's current weights
+    (verl's ``compute_log_prob``; untimed), the engine set to ``geometry``."""
+    from real_model import verl_cpu as vc
+
+    engine.geometry = geometry
+    data = vc.rank_slice(batch, rank, world, micro_batch_size=micro_batch)
+    vc.set_old_log_probs(engine, data)
+    return data
 
 
 def one_pass_logprobs(logits: Any, labels: Any, inplace_backward: bool = True) -> Any:
@@ -320,6 +326,9 @@ class ModuleSettings:
         for (mod, name), value in self._saved.items():
             setattr(mod, name, value)
         self._saved.clear()
+
+
+NO_SETTINGS = ModuleSettings({})
 
 
 class OpSites:

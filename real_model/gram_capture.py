@@ -850,8 +850,7 @@ class GramCapture:
             if x.dtype != mod.weight.dtype or (torch.is_autocast_enabled(dev)
                                                and torch.get_autocast_dtype(dev) != x.dtype):
                 return False
-            if x.dtype in (torch.bfloat16, torch.float16) and (
-                    dev not in gm.ROWS_LOW_PRECISION_DEVICE_TYPES):
+            if not gm.rows_allowed(x.dtype, dev):
                 return False
             if self._small_linear_tokens(name, x) is not None:
                 return False  # batched at flush, with the host's dW

@@ -40,6 +40,7 @@ __all__ = [
     "consecutive_lengths",
     "ROWS_LOW_PRECISION_DEVICE_TYPES",
     "float32_products",
+    "rows_allowed",
     "linear_weight_rows",
     "add_to_blocks",
     "bias_gram",
@@ -418,15 +419,14 @@ def linear_weight_grad_and_gram(
     gt = delta.transpose(-2, -1)  # [R, d_out, T] or [d_out, N], strided (CPU BLAS takes it)
     views = all(isinstance(idx, slice) for _, idx in blocks)
     full = None if views else torch.zeros(R, R, dtype=torch.float64, device=a.device)
-    offsets = None if segments is None or low else grouped_offsets(segments, a)
+    offsets = None if segments is None else grouped_offsets(segments, a)
+    bmm = torch.bmm if out_dtype is None else functools.partial(torch.bmm, out_dtype=out_dtype)
     for o0 in range(0, d_out, rows):
         c = min(rows, d_out - o0)
         whole = c == d_out  # one chunk: the whole tensors, no slices (fewer host dispatches)
         blk = (buf if c == rows else buf[: R * c * d_in]).view(R, c, d_in)
-        if segments is None and out_dtype is not None:
-            torch.bmm(gt if whole else gt[:, o0 : o0 + c], a, out_dtype=out_dtype, out=blk)
-        elif segments is None:
-            torch.bmm(gt if whole else gt[:, o0 : o0 + c], a, out=blk)
+        if segments is None:
+            bmm(gt if whole else gt[:, o0 : o0 + c], a, out=blk)
         else:
             blk = packed_row_products(gt if whole else gt[o0 : o0 + c], a, segments, out=blk,
                                       offsets=offsets, out_dtype=out_dtype)
@@ -450,6 +450,18 @@ bf16 operands, :func:`float32_products`); ``bench_verl_geometry.py --bf16-rows``
 measure it there."""
 
 _F32_PRODUCTS_OK: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def rows_allowed(dtype: torch.dtype, device_type: str) -> bool:
+    """Whether a Linear call in ``dtype`` on ``device_type`` may take ``weight_grads="rows"``:
+    any float32/float64 call; a bf16/fp16 call on :data:`ROWS_LOW_PRECISION_DEVICE_TYPES` only.
+
+    >>> rows_allowed(torch.float32, "cuda"), rows_allowed(torch.bfloat16, "cpu")
+    (True, True)
+    >>> rows_allowed(torch.bfloat16, "cuda")  # until measured on a GPU
+    False
+    """
+    return dtype not in _LOW or device_type in ROWS_LOW_PRECISION_DEVICE_TYPES
 
 
 def float32_products(t: torch.Tensor) -> bool:

@@ -541,11 +541,6 @@ def test_make_engine_names_an_unknown_compute_dtype(tmp_path):
         vc.make_engine(tmp_path, micro_batch_size=4, compute_dtype="fp16")
 
 
-BF16_ENGINE_RTOL = 5e-2  # as tests/test_real_verl_gpu.py: bf16 has 8 mantissa bits
-BF16_GRAM_FACTOR = 4.0
-BF16_ROWS_GRAD_RTOL = 2.0**-7  # dW rounded to bf16 once, as verl's own: at most two bf16 ulps
-
-
 @pytest.mark.parametrize("remove_padding", [True, False], ids=["packed", "padded"])
 def test_bf16_mixed_precision_linears_take_the_rows_path_with_float32_rows(tmp_path,
                                                                           remove_padding):
@@ -578,5 +573,5 @@ def test_bf16_mixed_precision_linears_take_the_rows_path_with_float32_rows(tmp_p
     e_off = H.rel_err(res["engine_grad"], H.flat_grad(grads, res["names"]))
     print(f"bf16 rows: engine vs float64 rows {e_engine:.2e}, with vs without geometry "
           f"{e_off:.2e}, Gram {e_gram:.2e}")
-    assert e_engine <= BF16_ENGINE_RTOL and e_off <= BF16_ROWS_GRAD_RTOL, (e_engine, e_off)
-    assert e_gram <= BF16_GRAM_FACTOR * e_engine + 1e-3, (e_engine, e_gram)
+    assert e_engine <= H.BF16_ENGINE_RTOL and e_off <= H.BF16_ROWS_GRAD_RTOL, (e_engine, e_off)
+    assert e_gram <= H.BF16_GRAM_FACTOR * e_engine + 1e-3, (e_engine, e_gram)

@@ -22,6 +22,10 @@ AGG_MODES = tuple(sorted({mode for mode, _ in VERL_LOSSES.values()}))
 AUDITED_POLICY_LOSSES = tuple(sorted({policy for _, policy in VERL_LOSSES.values()}))
 REWARDS = [[1, 0, 0, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 0]]  # 4 groups of 4, all mixed
 INTERLEAVED = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]  # every 2 rows: 2 groups
+# bf16 steps (verl's mixed precision), relative errors against the float64 rows:
+BF16_ENGINE_RTOL = 5e-2  # verl's own bf16 gradient (8 mantissa bits: 2^-8 = 0.4% per product)
+BF16_GRAM_FACTOR = 4.0  # Gram <= factor * verl's error + 1e-3 (a Gram doubles its rows' error)
+BF16_ROWS_GRAD_RTOL = 2.0**-7  # rows path vs verl's dW: each rounded to bf16 once (2 half-ulps)
 
 
 def full_params(engine: Any) -> dict[str, torch.Tensor]:
