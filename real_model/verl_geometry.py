@@ -185,12 +185,15 @@ def tap_log_probs(model_output: Mapping[str, Any], sink: list) -> None:
     the nested tensor's slower unwrapping), else on the nested tensor itself (verl's autograd
     graph and its outputs unchanged either way)."""
     lp = model_output["log_probs"]
-    if not lp.requires_grad:
+    # a nested tensor's own attributes, read without its __torch_function__ (~5 us each)
+    with torch._C.DisableTorchFunctionSubclass():
+        requires_grad, nested, grad_fn = lp.requires_grad, lp.is_nested, lp.grad_fn
+    if not requires_grad:
         raise ValueError("verl's log-probs need no gradient: nothing to attribute per token")
     values = getattr(lp, "_values", None)  # a jagged view's values: its gradient is plain
-    if (lp.is_nested and isinstance(values, torch.Tensor) and not values.is_nested
+    if (nested and isinstance(values, torch.Tensor) and not values.is_nested
             and values.requires_grad and values.grad_fn is not None
-            and lp.grad_fn is not None and _feeds(lp.grad_fn, values.grad_fn)):
+            and grad_fn is not None and _feeds(grad_fn, values.grad_fn)):
         lp = values
     lp.register_hook(functools.partial(_keep_values, sink))
 
@@ -771,7 +774,7 @@ def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
     bounds = ids.offsets().tolist()  # the rows' tokens in the packed values (not unbound here)
     if pos.offsets().tolist() != bounds:
         raise ValueError("verl's position ids and input ids have different row lengths")
-    values = (ids.values(), pos.values())
+    values = (_jagged_values(ids), _jagged_values(pos))
     for i in range(len(bounds) - 1):
         r = _Row(key=(rank << ROW_SHIFT) | i, uid=uids[i],
                  reward=None if rewards is None else float(rewards[i]),
@@ -780,6 +783,13 @@ def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
         r.temperature = float(temperature)  # type: ignore[attr-defined]
         out.append(r)
     return out
+
+
+def _jagged_values(t: torch.Tensor) -> torch.Tensor:
+    """A jagged nested tensor's packed values: its ``_values`` (the tensor ``values()`` views,
+    without the view's dispatch through the nested tensor, ~0.1 ms), else ``values()``."""
+    v = getattr(t, "_values", None)
+    return v if isinstance(v, torch.Tensor) and not v.is_nested else t.values()
 
 
 def _row_meta(r: _Row, rank: int) -> dict[str, Any]:

@@ -575,3 +575,35 @@ def test_bf16_mixed_precision_linears_take_the_rows_path_with_float32_rows(tmp_p
           f"{e_off:.2e}, Gram {e_gram:.2e}")
     assert e_engine <= H.BF16_ENGINE_RTOL and e_off <= H.BF16_ROWS_GRAD_RTOL, (e_engine, e_off)
     assert e_gram <= H.BF16_GRAM_FACTOR * e_engine + 1e-3, (e_engine, e_gram)
+
+
+def _jagged_log_probs():
+    """A jagged ``log_probs`` over two rows (2 and 3 tokens), a view of float32 values ``2 v``."""
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], requires_grad=True)
+    lp = torch.nested.nested_tensor_from_jagged(v * 2, offsets=torch.tensor([0, 2, 5]))
+    return v, lp
+
+
+def test_tap_log_probs_keeps_dloss_dlogp_per_packed_token_of_a_jagged_view():
+    v, lp = _jagged_log_probs()
+    sink = []
+    vg.tap_log_probs({"log_probs": lp}, sink)
+    w = torch.tensor([1.0, -1.0, 0.5, 0.0, 2.0])
+    (lp.values() * w).sum().backward()  # dL/dlogp = w, hand-checked
+    assert len(sink) == 1 and torch.equal(sink[0], w)
+    assert torch.equal(v.grad, 2 * w)  # verl's gradient unchanged by the tap
+
+
+def test_tap_log_probs_on_a_plain_tensor_keeps_its_flat_gradient():
+    x = torch.zeros(2, 3, requires_grad=True)
+    lp = x + 1
+    sink = []
+    vg.tap_log_probs({"log_probs": lp}, sink)
+    (lp * torch.arange(6.0).reshape(2, 3)).sum().backward()
+    assert torch.equal(sink[0], torch.arange(6.0))
+
+
+def test_tap_log_probs_refuses_log_probs_without_gradient():
+    lp = torch.nested.nested_tensor_from_jagged(torch.zeros(5), offsets=torch.tensor([0, 2, 5]))
+    with pytest.raises(ValueError, match="need no gradient"):
+        vg.tap_log_probs({"log_probs": lp}, [])
