@@ -190,9 +190,8 @@ def tap_log_probs(model_output: Mapping[str, Any], sink: list) -> None:
         requires_grad, nested, grad_fn = lp.requires_grad, lp.is_nested, lp.grad_fn
     if not requires_grad:
         raise ValueError("verl's log-probs need no gradient: nothing to attribute per token")
-    values = getattr(lp, "_values", None)  # a jagged view's values: its gradient is plain
-    if (nested and isinstance(values, torch.Tensor) and not values.is_nested
-            and values.requires_grad and values.grad_fn is not None
+    values = _jagged_values(lp) if nested else None  # a jagged view's: its gradient is plain
+    if (values is not None and values.requires_grad and values.grad_fn is not None
             and grad_fn is not None and _feeds(grad_fn, values.grad_fn)):
         lp = values
     lp.register_hook(functools.partial(_keep_values, sink))
@@ -774,7 +773,7 @@ def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
     bounds = ids.offsets().tolist()  # the rows' tokens in the packed values (not unbound here)
     if pos.offsets().tolist() != bounds:
         raise ValueError("verl's position ids and input ids have different row lengths")
-    values = (_jagged_values(ids), _jagged_values(pos))
+    values = tuple(t.values() if (v := _jagged_values(t)) is None else v for t in (ids, pos))
     for i in range(len(bounds) - 1):
         r = _Row(key=(rank << ROW_SHIFT) | i, uid=uids[i],
                  reward=None if rewards is None else float(rewards[i]),
@@ -785,11 +784,12 @@ def _rows_of_batch(data: Any, uids: list[str], rank: int) -> list[_Row]:
     return out
 
 
-def _jagged_values(t: torch.Tensor) -> torch.Tensor:
-    """A jagged nested tensor's packed values: its ``_values`` (the tensor ``values()`` views,
-    without the view's dispatch through the nested tensor, ~0.1 ms), else ``values()``."""
+def _jagged_values(t: torch.Tensor) -> torch.Tensor | None:
+    """A jagged nested tensor's packed values, its ``_values`` (the plain tensor ``values()``
+    views, without that view's dispatch through the nested tensor: ~0.1 ms), or ``None`` when
+    ``t`` has none (a strided nested tensor, a plain tensor)."""
     v = getattr(t, "_values", None)
-    return v if isinstance(v, torch.Tensor) and not v.is_nested else t.values()
+    return v if isinstance(v, torch.Tensor) and not v.is_nested else None
 
 
 def _row_meta(r: _Row, rank: int) -> dict[str, Any]:
