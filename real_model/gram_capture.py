@@ -1430,6 +1430,7 @@ class GramCapture:
                 K, sel(ids), sel(g), chunk_size=self.chunk, padding_idx=mod.padding_idx,
                 tied_rows=self.tied_rows.get(name) if values is not None else None,
                 tied_values=None if values is None else values[b],
+                scratch=self.scratch, product_dtype=self.product_dtype,
             )
 
     def plan_head_counted(self, emb: str) -> bool:

@@ -702,6 +702,8 @@ def embedding_rows_gram(
     padding_idx: int | None,
     tied_rows: torch.Tensor | None = None,
     tied_values: torch.Tensor | None = None,
+    scratch: Scratch | None = None,
+    product_dtype: torch.dtype = torch.float64,
 ) -> None:
     """Add the Gram of per-sample embedding gradients ``E_i = sum_t onehot(id_it) delta_it^T``.
 
@@ -714,16 +716,22 @@ def embedding_rows_gram(
     (sorted ids, ``[U]``) and ``tied_values`` (``H_i[U]``, ``[R, U, d]``) carry the head's
     per-sample gradient on those rows; this function then adds
     ``<E_i, E_j> + <H_i[U], E_j[U]> + <E_i[U], H_j[U]>`` (the ``<H_i, H_j>`` part is added by the
-    Linear path).
+    Linear path), read from the ``[2R, 2R]`` Gram of the stacked rows ``[H[U]; E]``.
+
+    The rows ``E_i`` are formed in float64 for ``product_dtype=float64`` and in float32 otherwise
+    (each entry a sum of the few ``delta`` of one id in one row, as the host's own float32 embedding
+    backward sums them); their Gram goes through :func:`flat_gram` with ``product_dtype``.
 
     Args:
         K: ``[R, R]`` float64 accumulator.
         ids: ``[R, T]`` token ids fed to the embedding.
         delta: ``[R, T, d]`` gradients w.r.t. the embedding output.
-        chunk_size: bound on the float64 entries of one ``[R, c, d]`` block.
+        chunk_size: bound on the entries of one ``[R, c, d]`` block (``[2R, c, d]`` when tied).
         padding_idx: the embedding's ``padding_idx`` (its row receives no gradient) or ``None``.
         tied_rows: sorted distinct ids at which ``tied_values`` is given, or ``None``.
         tied_values: ``[R, len(tied_rows), d]`` or ``None``.
+        scratch: work buffers reused across calls (the rows block).
+        product_dtype: dtype of the rows and their Gram products (see :func:`flat_gram`).
     """
     R, T = ids.shape
     d = delta.shape[-1]
@@ -734,25 +742,36 @@ def embedding_rows_gram(
             raise RuntimeError("tied embedding rows do not cover the embedding input ids")
     else:
         uniq, inv = torch.unique(ids, sorted=True, return_inverse=True)
-    keep = torch.ones_like(ids, dtype=torch.bool)
+    work = torch.float64 if product_dtype == torch.float64 else torch.float32
+    g = delta.reshape(R * T, d).to(work)
+    inv = inv.reshape(-1)
+    r_idx = torch.arange(R, device=ids.device).repeat_interleave(T)
     if padding_idx is not None:
-        keep = ids != padding_idx
+        keep = ids.reshape(-1) != padding_idx
+        g, inv, r_idx = g[keep], inv[keep], r_idx[keep]
     n_u = uniq.numel()
-    rows = max(1, chunk_size // max(1, R * d))
-    g64 = delta.reshape(R, T, d).to(torch.float64)
-    r_idx = torch.arange(R, device=ids.device).unsqueeze(1).expand(R, T)
+    stack = 2 if tied_values is not None else 1
+    rows = max(1, chunk_size // max(1, stack * R * d))
+    scratch = scratch if scratch is not None else Scratch()
     for u0 in range(0, n_u, rows):
         u1 = min(n_u, u0 + rows)
-        sel = keep & (inv >= u0) & (inv < u1)
-        E = torch.zeros(R * (u1 - u0), d, dtype=torch.float64, device=delta.device)
-        flat_idx = r_idx[sel] * (u1 - u0) + (inv[sel] - u0)
-        E.index_add_(0, flat_idx, g64[sel])
-        E = E.reshape(R, -1)
-        K.add_(E @ E.T)
-        if tied_values is not None:
-            H = tied_values[:, u0:u1].reshape(R, -1).to(torch.float64)
-            cross = H @ E.T
-            K.add_(cross + cross.T)
+        n = u1 - u0
+        X = scratch.get("embedding_rows", stack * R * n * d, work, delta.device)
+        X = X.view(stack, R, n, d)
+        E = X[-1]
+        E.zero_()
+        if u0 == 0 and u1 == n_u:  # one chunk: every kept token
+            E.view(R * n, d).index_add_(0, r_idx * n + inv, g)
+        else:
+            sel = (inv >= u0) & (inv < u1)
+            E.view(R * n, d).index_add_(0, r_idx[sel] * n + (inv[sel] - u0), g[sel])
+        if tied_values is None:
+            flat_gram(K, E.view(R, -1), scratch, product_dtype=product_dtype)
+            continue
+        X[0].copy_(tied_values[:, u0:u1])
+        G = torch.zeros(2 * R, 2 * R, dtype=torch.float64, device=K.device)
+        flat_gram(G, X.view(2 * R, -1), scratch, product_dtype=product_dtype)
+        K.add_(G[R:, R:] + G[:R, R:] + G[R:, :R])
 
 
 def scaled_norm_factor(module: torch.nn.Module, delta: torch.Tensor,

@@ -346,6 +346,51 @@ def test_embedding_token_kernel_by_hand():
                        torch.tensor([[1.0, 0, 0], [0, 4, 0], [0, 0, 0]], dtype=torch.float64))
 
 
+def test_embedding_rows_gram_of_two_rows_by_hand():
+    """Row 0 ids (1, 1), delta (1, 2): E_0 = {1: 3}; row 1 ids (1, 2), delta (4, 5):
+    E_1 = {1: 4, 2: 5}: K = [[9, 12], [12, 41]]; with id 2 as padding E_1 = {1: 4}:
+    [[9, 12], [12, 16]]. The same in float32 products and with one id per chunk."""
+    from real_model.gram_layers import embedding_rows_gram
+
+    ids = torch.tensor([[1, 1], [1, 2]])
+    d = torch.tensor([[[1.0], [2.0]], [[4.0], [5.0]]])
+    for dtype in (torch.float64, torch.float32):
+        for chunk in (1 << 20, 1):
+            for pad, want in ((None, [[9.0, 12], [12, 41]]), (2, [[9.0, 12], [12, 16]])):
+                K = torch.zeros(2, 2, dtype=torch.float64)
+                embedding_rows_gram(K, ids, d, chunk_size=chunk, padding_idx=pad,
+                                    product_dtype=dtype)
+                assert torch.equal(K, torch.tensor(want, dtype=torch.float64)), (dtype, chunk)
+
+
+def test_embedding_rows_gram_tied_adds_the_cross_terms_of_head_and_embedding_rows():
+    """Tied head rows H_i on the batch's ids: the added Gram is <H+E, H+E> - <H, H> (float64,
+    from the explicit rows), in float64 and within float32 rounding in float32 products;
+    ids missing from the tied rows are refused."""
+    from real_model.gram_layers import embedding_rows_gram
+
+    gen = torch.Generator().manual_seed(0)
+    R, T, d = 3, 5, 4
+    ids = torch.randint(0, 6, (R, T), generator=gen)
+    delta = torch.randn(R, T, d, generator=gen, dtype=torch.float64)
+    rows = torch.unique(ids)
+    H = torch.randn(R, rows.numel(), d, generator=gen, dtype=torch.float64)
+    E = torch.zeros(R, rows.numel(), d, dtype=torch.float64)
+    for i in range(R):
+        for t in range(T):
+            E[i, int(torch.searchsorted(rows, ids[i, t]))] += delta[i, t]
+    S, Hf = (H + E).reshape(R, -1), H.reshape(R, -1)
+    want = S @ S.T - Hf @ Hf.T
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        K = torch.zeros(R, R, dtype=torch.float64)
+        embedding_rows_gram(K, ids, delta.to(dtype), chunk_size=2 * R * d, padding_idx=None,
+                            tied_rows=rows, tied_values=H.to(dtype), product_dtype=dtype)
+        assert rel_err(K, want) < tol, dtype
+    with pytest.raises(RuntimeError, match="tied embedding rows do not cover"):
+        embedding_rows_gram(torch.zeros(R, R, dtype=torch.float64), ids, delta, chunk_size=64,
+                            padding_idx=None, tied_rows=rows[1:], tied_values=H[:, 1:])
+
+
 def test_scaled_norm_factor_reads_z_of_weight_times_z():
     """``out = weight * z`` with the module's own weight: the node's ``z``; any other product
     (a weight that is not the module's, or a sum): ``None``."""
