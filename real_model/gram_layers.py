@@ -760,11 +760,11 @@ def embedding_rows_gram(
         X = X.view(stack, R, n, d)
         E = X[-1]
         E.zero_()
-        if u0 == 0 and u1 == n_u:  # one chunk: every kept token
-            E.view(R * n, d).index_add_(0, r_idx * n + inv, g)
-        else:
+        idx, vals = r_idx * n + (inv - u0), g
+        if n < n_u:  # this chunk's ids only (one chunk: every kept token, no mask)
             sel = (inv >= u0) & (inv < u1)
-            E.view(R * n, d).index_add_(0, r_idx[sel] * n + (inv[sel] - u0), g[sel])
+            idx, vals = idx[sel], vals[sel]
+        E.view(R * n, d).index_add_(0, idx, vals)
         if tied_values is None:
             flat_gram(K, E.view(R, -1), scratch, product_dtype=product_dtype)
             continue
