@@ -41,7 +41,9 @@ default on CPU only, ``gram_layers.ROWS_LOW_PRECISION_DEVICE_TYPES``). ``--small
 TOKENS ELEMENTS`` adds a mode, in-run with larger small-call limits (the defaults, 512 tokens and
 65536 entries, were set on CPU): calls up to those sizes take the batched token kernels, a few
 operators per distinct input instead of a dozen per call, at up to ``N^2 (d_in + d_out)``
-multiply-adds a call. ``--logprobs
+multiply-adds a call. ``--kernel-ratio R`` adds a mode, in-run with
+``gram_capture.SMALL_CALL_KERNEL_RATIO`` set to ``R`` (default 40; 0: Linear calls are small by
+their size alone, as before that bound). ``--logprobs
 one-pass`` replaces verl's log-prob fallback (without the ``flash_attn`` package it runs one
 log-softmax per packed token, which on a GPU makes the plain step several times slower) with
 verl's one-pass ``logprobs_from_logits_naive``. ``--profile`` runs one plain and one in-run step
@@ -123,6 +125,10 @@ def main() -> None:
                          "(gram_capture.SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS; defaults 512, "
                          "65536, set for CPU): calls up to these sizes take the batched token "
                          "kernels, a few operators per distinct input")
+    ap.add_argument("--kernel-ratio", type=int, metavar="R",
+                    help="add a mode: in-run with gram_capture.SMALL_CALL_KERNEL_RATIO = R "
+                         "(default 40: a Linear call is also small when N^2 (d_in + d_out) <= R "
+                         "n d_in d_out; 0: by its size alone)")
     ap.add_argument("--op-sites", action="store_true",
                     help="after the rounds, count the operators one plain and one in-run step "
                          "dispatch, by the library function that dispatched them")
@@ -130,6 +136,8 @@ def main() -> None:
     if args.rounds < 1 or args.warmup < 0 or args.lora_rank < 0:
         ap.error(f"--rounds must be >= 1, --warmup and --lora-rank >= 0 (got {args.rounds}, "
                  f"{args.warmup}, {args.lora_rank})")
+    if args.kernel_ratio is not None and args.kernel_ratio < 0:
+        ap.error(f"--kernel-ratio must be >= 0 (got {args.kernel_ratio})")
     load0 = os.getloadavg()
 
     from real_model import verl_cpu as vc
@@ -185,6 +193,11 @@ def main() -> None:
         modes[small] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
         settings[small] = ModuleSettings({(gram_capture, "SMALL_CALL_TOKENS"): tokens,
                                           (gram_capture, "SMALL_CALL_ELEMENTS"): elements})
+    if args.kernel_ratio is not None:
+        ratio = f"in-run, kernel ratio {args.kernel_ratio}"
+        modes[ratio] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        settings[ratio] = ModuleSettings(
+            {(gram_capture, "SMALL_CALL_KERNEL_RATIO"): args.kernel_ratio})
     timers = KindTimers() if args.kinds else None
     if timers is not None:
         modes["in-run (timed)"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))

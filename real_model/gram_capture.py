@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import sys
 import weakref
 from collections import defaultdict
@@ -95,6 +96,21 @@ leaves' rows as one Gram. Each such call otherwise costs ~10 tensor operations w
 SMALL_CALL_TOKENS = 512
 """Most tokens ``N`` of a small Linear call (its ``[N, N]`` token kernels are formed whole)."""
 
+SMALL_CALL_KERNEL_RATIO = 40
+"""A weight-only Linear call of ``N`` tokens over ``n`` rows is also small when its token
+kernels' multiply-adds are at most this many times its per-row gradients' entries:
+``N^2 (d_in + d_out) <= SMALL_CALL_KERNEL_RATIO n d_in d_out`` (and ``N <=``
+:data:`SMALL_CALL_TOKENS`, ``N (d_in + d_out) <=`` :data:`SMALL_CALL_KEPT`). Short rows make the
+per-row path (``weight_grads="rows"``: ``n`` products of a few tokens each, their sum and their
+Gram, memory-bound) dearer than the token kernels. Measured on CPU, float32, one thread
+(``benchmarks/bench_linear_gram.py --packed``, 4 rows): the kernels cost less than the per-row
+path's extra below a ratio of about 60 at width 256 and about 120 at width 576; 40 keeps a
+margin."""
+
+SMALL_CALL_KEPT = 1 << 22
+"""Most entries ``N (d_in + d_out)`` a batched Linear call keeps (its input and output gradient,
+until :meth:`GramCapture.flush`): 16 MiB in float32."""
+
 
 NORM_CLOSED_FORM_CHECKED: dict[type, bool] = {}
 """Verdict per norm class: does its closed-form per-row gradient (``gm.fast_leaf_grads``) match
@@ -119,6 +135,23 @@ def _most_small_tokens(width: int) -> int:
     """The most tokens of a small call reading ``width`` entries per token: ``N <=
     SMALL_CALL_TOKENS`` and ``N width <= SMALL_CALL_ELEMENTS``."""
     return min(SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS // max(1, width))
+
+
+def _most_small_linear_tokens(d_in: int, d_out: int, rows: int) -> int:
+    """The most tokens ``N`` of a small call of a ``d_in -> d_out`` Linear over ``rows`` rows:
+    ``N <= SMALL_CALL_TOKENS``, ``N (d_in + d_out) <= SMALL_CALL_KEPT``, and either ``N (d_in +
+    d_out) <= SMALL_CALL_ELEMENTS`` or ``N^2 (d_in + d_out) <= SMALL_CALL_KERNEL_RATIO rows d_in
+    d_out`` (:data:`SMALL_CALL_KERNEL_RATIO`).
+
+    >>> _most_small_linear_tokens(64, 64, 4)  # 65536 // 128 = 512 tokens by size alone
+    512
+    >>> _most_small_linear_tokens(256, 512, 4)  # by size 85; by cost isqrt(40*4*256*512 // 768)
+    165
+    """
+    width = max(1, d_in + d_out)
+    by_cost = math.isqrt(SMALL_CALL_KERNEL_RATIO * max(0, rows) * d_in * d_out // width)
+    return min(SMALL_CALL_TOKENS, SMALL_CALL_KEPT // width,
+               max(SMALL_CALL_ELEMENTS // width, by_cost))
 
 
 class GramCaptureError(ValueError):
@@ -540,7 +573,7 @@ class GramCapture:
         self._rows_modules: dict[str, nn.Module] = {}  # Linear modules with a capture forward
         self._handles: list[Any] = []
         self._route = [self]  # the hooks' capture (:meth:`handover` passes them on)
-        self._limits: list[dict[str, tuple[str, int]]] = []  # :meth:`_small_token_limits`
+        self._limits: dict[int, dict[str, tuple[str, int]]] = {}  # :meth:`_small_token_limits`
         self._trl: tuple[Any, Any] | None = None
         self.pass_index = 0  # passes before this one on the same hooks (:meth:`handover`)
         self._new_pass(None if segments is None else PackedRows(segments, dev))
@@ -568,7 +601,8 @@ class GramCapture:
         self._small_now: dict[str, str] | None = None  # packed: module -> kind, if small here
         if packed is not None and self.batch_small_calls:
             self._small_now = {name: kind for name, (kind, most)
-                               in self._small_token_limits().items() if packed.tokens <= most}
+                               in self._small_token_limits(packed.n).items()
+                               if packed.tokens <= most}
         self._uniform_rows: dict[tuple[int, int, torch.device], PackedRows] = {}
         self._busy = False
         self._exited = False
@@ -646,9 +680,9 @@ class GramCapture:
     def _rows_module(self, name: str) -> bool:
         """Whether ``weight_grads="rows"`` applies to module ``name`` (see the class doc)."""
         mod, kind, names = self.plan.modules[name]
-        width = self._small_linear_width(name)
-        if self.batch_small_calls and self.packed is not None and width is not None and (
-                self._small(self.packed.tokens, width)):
+        dims = self._small_linear_dims(name)
+        if self.batch_small_calls and self.packed is not None and dims is not None and (
+                self.packed.tokens <= _most_small_linear_tokens(*dims, self.packed.n)):
             return False  # every call of the packed rows is small: batched, the host's dW
         return (self.weight_grads == "rows" and kind == "linear"
                 and self.linear_method in ("auto", "per_sample")
@@ -1129,13 +1163,14 @@ class GramCapture:
             gm.flat_gram(K, sel(grads), self.scratch, product_dtype=self.product_dtype)
 
     # ----------------------------------------------------------------- small calls, batched
-    def _small_layout(self, t: torch.Tensor, width: int, *,
-                      features: bool = True) -> PackedRows | None:
+    def _small_layout(self, t: torch.Tensor, width: int, *, features: bool = True,
+                      linear: tuple[int, int] | None = None) -> PackedRows | None:
         """The token layout of a small call whose tokens are ``t``'s leading axes (one trailing
         feature axis, or none: ``features=False``, token ids) and that reads ``width`` entries
         per token: the packed rows, or batch-first rows of ``T`` tokens each as segments;
         ``None`` when the call is not small (:data:`SMALL_CALL_ELEMENTS`,
-        :data:`SMALL_CALL_TOKENS`) or not on the capture's rows."""
+        :data:`SMALL_CALL_TOKENS`; a Linear's ``linear = (d_in, d_out)`` also by
+        :data:`SMALL_CALL_KERNEL_RATIO`) or not on the capture's rows."""
         if not self.batch_small_calls or self.n is None:
             return None
         if self.packed is not None and self.packed.is_packed(t):
@@ -1151,27 +1186,30 @@ class GramCapture:
             if layout is None:  # batch-first rows of T tokens each, as packed segments
                 layout = PackedRows(torch.arange(0, self.n * T + 1, T), t.device)
                 self._uniform_rows[key] = layout
-        return layout if self._small(layout.tokens, width) else None
+        most = (_most_small_tokens(width) if linear is None
+                else _most_small_linear_tokens(*linear, layout.n))
+        return layout if layout.tokens <= most else None
 
     @staticmethod
     def _small(tokens: int, width: int) -> bool:
         """A call of ``tokens`` tokens reading ``width`` entries per token is small."""
         return tokens <= _most_small_tokens(width)
 
-    def _small_linear_width(self, name: str) -> int | None:
-        """``d_in + d_out`` of module ``name`` when its calls may be batched (a weight-only
+    def _small_linear_dims(self, name: str) -> tuple[int, int] | None:
+        """``(d_in, d_out)`` of module ``name`` when its calls may be batched (a weight-only
         ``nn.Linear``-kind module, not a tied head), else ``None``."""
         mod, kind, names = self.plan.modules[name]
         if kind != "linear" or names != ["weight"] or name in self.embedding_of_head:
             return None
-        return int(sum(mod.weight.shape))
+        d_out, d_in = mod.weight.shape
+        return int(d_in), int(d_out)
 
     def _small_linear_tokens(self, name: str, x: torch.Tensor) -> PackedRows | None:
         """:meth:`_small_layout` of a call on input ``x`` of a Linear that may be batched."""
-        width = self._small_linear_width(name)
-        if width is None or x.dim() < 2:
+        dims = self._small_linear_dims(name)
+        if dims is None or x.dim() < 2:
             return None
-        return self._small_layout(x, width)
+        return self._small_layout(x, sum(dims), linear=dims)
 
     def _defer_norm(self, name: str, mod: nn.Module, names: list[str], delta: torch.Tensor,
                     host_fn: Any) -> bool:
@@ -1298,19 +1336,24 @@ class GramCapture:
         self.called[name] += 1
         self.batched.add(name)
 
-    def _small_token_limits(self) -> dict[str, tuple[str, int]]:
-        """Module -> (kind, the most packed tokens at which its calls are small), for the
-        modules whose calls may be batched: a weight-only Linear (not a tied head), an untied
-        embedding, a module with one 1-d ``weight`` (a norm: :meth:`_record_packed` checks its
-        ``weight * z`` form). Formed once for the captures that share these hooks."""
-        if self._limits:
-            return self._limits[0]
-        limits: dict[str, tuple[str, int]] = {}
+    def _small_token_limits(self, rows: int) -> dict[str, tuple[str, int]]:
+        """Module -> (kind, the most packed tokens of ``rows`` rows at which its calls are
+        small), for the modules whose calls may be batched: a weight-only Linear (not a tied
+        head), an untied embedding, a module with one 1-d ``weight`` (a norm:
+        :meth:`_record_packed` checks its ``weight * z`` form). Formed once per row count for
+        the captures that share these hooks."""
+        limits = self._limits.get(rows)
+        if limits is not None:
+            return limits
+        limits = {}
         for name, (mod, kind, names) in self.plan.modules.items():
             w = getattr(mod, "weight", None)
             if kind == "linear":
-                width = self._small_linear_width(name)
-            elif kind == "embedding" and name not in self.tied_embeddings:
+                dims = self._small_linear_dims(name)
+                if dims is not None:
+                    limits[name] = (kind, _most_small_linear_tokens(*dims, rows))
+                continue
+            if kind == "embedding" and name not in self.tied_embeddings:
                 width = int(w.shape[-1]) if isinstance(w, torch.Tensor) else None
             elif kind == "generic" and names == ["weight"] and w.dim() == 1:
                 width = 2 * int(w.shape[0])
@@ -1318,7 +1361,7 @@ class GramCapture:
                 width = None
             if width is not None:
                 limits[name] = (kind, _most_small_tokens(width))
-        self._limits.append(limits)
+        self._limits[rows] = limits
         return limits
 
     def _read_recorded(self) -> None:

@@ -155,9 +155,10 @@ class GeometryConfig:
             TRL's own backward (gradient bit-identical with the geometry off; the Linear Grams
             then cost one more product per layer).
         batch_small_calls: in-run only: the terms of small module calls (a few tokens x narrow
-            layers, ``real_model.gram_capture.SMALL_CALL_ELEMENTS``) are added together after
-            the micro-batch's backward, batched (a batched Linear keeps TRL's own ``dW``);
-            ``False``: each call adds its own in the backward (default True).
+            layers, ``real_model.gram_capture.SMALL_CALL_ELEMENTS``; a Linear call also when its
+            token kernels cost less than its per-row gradients, ``SMALL_CALL_KERNEL_RATIO``) are
+            added together after the micro-batch's backward, batched (a batched Linear keeps
+            TRL's own ``dW``); ``False``: each call adds its own in the backward (default True).
     """
 
     geometry_every: int = 1

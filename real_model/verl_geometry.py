@@ -124,9 +124,11 @@ class GeometryConfig:
             float rounding), or ``"host"``: verl's own (bit-identical; one more product per
             Linear).
         batch_small_calls: add the terms of small module calls (a few tokens x narrow layers,
-            ``real_model.gram_capture.SMALL_CALL_ELEMENTS``) together after each micro-batch's
-            backward, batched (``GramCapture(batch_small_calls=...)``; a batched Linear keeps
-            verl's own ``dW``); ``False``: each call adds its own in the backward (default True).
+            ``real_model.gram_capture.SMALL_CALL_ELEMENTS``; a Linear call also when its token
+            kernels cost less than its per-row gradients, ``SMALL_CALL_KERNEL_RATIO``) together
+            after each micro-batch's backward, batched (``GramCapture(batch_small_calls=...)``;
+            a batched Linear keeps verl's own ``dW``); ``False``: each call adds its own in the
+            backward (default True).
     """
 
     every: int = 1

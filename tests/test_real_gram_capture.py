@@ -951,13 +951,14 @@ def test_small_calls_batched_give_the_per_call_gram_and_the_reference(request, w
 
 def test_calls_above_the_small_bound_are_not_batched(monkeypatch, untied):
     """A Linear call holding more than ``SMALL_CALL_ELEMENTS`` entries adds its own term in the
-    backward, so does a call of more than ``SMALL_CALL_TOKENS`` tokens; a flush with nothing kept
-    does nothing."""
+    backward (the kernel-cost bound off), so does a call of more than ``SMALL_CALL_TOKENS``
+    tokens; a flush with nothing kept does nothing."""
     from real_model import gram_capture
 
     ids, am, cm = batch(R=4, T=9)
     small = 4 * 9 * (16 + 16)  # the q projection's call: N (d_in + d_out)
     monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", small)
+    monkeypatch.setattr(gram_capture, "SMALL_CALL_KERNEL_RATIO", 0)
     with GramCapture(untied) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()
     wide = {n for n, m in untied.named_modules()
@@ -972,6 +973,67 @@ def test_calls_above_the_small_bound_are_not_batched(monkeypatch, untied):
     assert not any(n in cap.batched for n in linear_names(untied))
     assert rel_err(cap.result(), K) <= RTOL
     untied.zero_grad(set_to_none=True)
+
+
+def test_linear_calls_whose_token_kernels_cost_less_than_their_rows_are_batched(monkeypatch,
+                                                                                untied):
+    """Above ``SMALL_CALL_ELEMENTS`` a weight-only Linear call is still batched when ``N^2 (d_in +
+    d_out) <= SMALL_CALL_KERNEL_RATIO n d_in d_out`` (here ``N = 36`` tokens over ``n = 4``
+    rows), unless it keeps more than ``SMALL_CALL_KEPT`` entries; the Gram is the per-call
+    one either way."""
+    from real_model import gram_capture
+
+    ids, am, cm = batch(R=4, T=9)
+    N, n = 4 * 9, 4
+    with GramCapture(untied, batch_small_calls=False) as cap:
+        (token_logprobs(untied, ids, am) * cm).sum().backward()
+    K_per_call = cap.result()
+    dims = {name: (m.in_features, m.out_features) for name, m in untied.named_modules()
+            if type(m) is nn.Linear and m.bias is None}
+    monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", 1)  # by size: nothing is small
+    for ratio in (0, 20, 40, 1000):
+        monkeypatch.setattr(gram_capture, "SMALL_CALL_KERNEL_RATIO", ratio)
+        want = {name for name, (i, o) in dims.items() if N * N * (i + o) <= ratio * n * i * o}
+        with GramCapture(untied) as cap:
+            (token_logprobs(untied, ids, am) * cm).sum().backward()
+        assert cap.batched & set(dims) == want
+        assert rel_err(cap.result(), K_per_call) <= RTOL
+    assert set() < {name for name, (i, o) in dims.items()
+                    if N * N * (i + o) <= 40 * n * i * o} < set(dims)  # the cases differ
+    monkeypatch.setattr(gram_capture, "SMALL_CALL_KEPT", N * 32 - 1)  # below q's N (16 + 16)
+    with GramCapture(untied) as cap:
+        (token_logprobs(untied, ids, am) * cm).sum().backward()
+    assert not cap.batched & set(dims)
+    assert rel_err(cap.result(), K_per_call) <= RTOL
+    untied.zero_grad(set_to_none=True)
+
+
+def test_packed_linear_calls_cheaper_as_token_kernels_are_batched_beside_the_rows_path(
+        monkeypatch, untied):
+    """Packed rows (as verl runs them, ``weight_grads="rows"``, no input taps): the Linears
+    batched by the kernel-cost bound are those the formula names for ``N = 19`` tokens over
+    ``n = 4`` rows; the others take the rows path; the Gram is the per-row reference's."""
+    from real_model import gram_capture
+
+    cu, ids, pos, u = packed_batch([5, 3, 7, 4])
+    terms = packed_terms(untied, ids, pos, u, cu)
+    K_ref = per_row_gram(untied, terms)
+    N, n = int(cu[-1]), 4
+    dims = {name: (m.in_features, m.out_features) for name, m in untied.named_modules()
+            if type(m) is nn.Linear and m.bias is None}
+    monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", 1)
+    for ratio in (0, 10, 1000):
+        monkeypatch.setattr(gram_capture, "SMALL_CALL_KERNEL_RATIO", ratio)
+        want = {name for name, (i, o) in dims.items() if N * N * (i + o) <= ratio * n * i * o}
+        with GramCapture(untied, segments=cu, input_taps=False, weight_grads="rows") as cap:
+            terms().sum().backward()
+        untied.zero_grad(set_to_none=True)
+        assert cap.ok, cap.problems()
+        assert cap.batched & set(dims) == want
+        assert cap.from_rows == set(dims) - want
+        assert rel_err(cap.result(), K_ref) <= RTOL
+    assert set() < {name for name, (i, o) in dims.items()
+                    if N * N * (i + o) <= 10 * n * i * o} < set(dims)  # the cases differ
 
 
 def hook_counts(model):
