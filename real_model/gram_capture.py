@@ -103,9 +103,9 @@ kernels' multiply-adds are at most this many times its per-row gradients' entrie
 :data:`SMALL_CALL_TOKENS`, ``N (d_in + d_out) <=`` :data:`SMALL_CALL_KEPT`). Short rows make the
 per-row path (``weight_grads="rows"``: ``n`` products of a few tokens each, their sum and their
 Gram, memory-bound) dearer than the token kernels. Measured on CPU, float32, one thread
-(``benchmarks/bench_linear_gram.py --packed``, 4 rows): the kernels cost less than the per-row
-path's extra below a ratio of about 60 at width 256 and about 120 at width 576; 40 keeps a
-margin."""
+(``benchmarks/bench_linear_gram.py --packed``, 4 rows, a layer's four Linear shapes): the kernels
+cost less than the per-row path's extra below a ratio of about 60 at width 256, 120 at width 576
+and 130 at width 1024; 40 keeps a margin (there the kernels cost 0.75x, 0.35x and 0.3x of it)."""
 
 SMALL_CALL_KEPT = 1 << 22
 """Most entries ``N (d_in + d_out)`` a batched Linear call keeps (its input and output gradient,
