@@ -680,9 +680,7 @@ class GramCapture:
     def _rows_module(self, name: str) -> bool:
         """Whether ``weight_grads="rows"`` applies to module ``name`` (see the class doc)."""
         mod, kind, names = self.plan.modules[name]
-        dims = self._small_linear_dims(name)
-        if self.batch_small_calls and self.packed is not None and dims is not None and (
-                self.packed.tokens <= _most_small_linear_tokens(*dims, self.packed.n)):
+        if self._small_now is not None and name in self._small_now:
             return False  # every call of the packed rows is small: batched, the host's dW
         return (self.weight_grads == "rows" and kind == "linear"
                 and self.linear_method in ("auto", "per_sample")
