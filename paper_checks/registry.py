@@ -45,6 +45,7 @@ from .papers import DEFAULT_PAPER, get_paper, paper_of_module, papers, section_o
 
 __all__ = [
     "VERDICTS",
+    "KINDS",
     "Verdict",
     "Claim",
     "CheckContext",
@@ -73,6 +74,19 @@ VERDICT_LEGEND: dict[str, str] = {
     "counterexample or the right value",
     "inconclusive": "it cannot be decided here (e.g. measurements on a model we do not have, a "
     "statement too vague to test), or a computation the verdict rests on failed or is missing",
+}
+
+#: What a claim's verdict is about (``Claim.kind``; the report counts verdicts by kind). Every
+#: registered claim names one.
+KINDS: dict[str, str] = {
+    "derivation": "a derivation, theorem, proof step or definition: mathematics the paper states",
+    "printed-value": "a number the paper prints (a table cell, a displayed value)",
+    "reference": "a cross-reference, citation, notation or typo",
+    "as-practised": "the statement under a variant used in practice that the paper does not state "
+    "(e.g. std-normalised GRPO, length-normalised aggregation)",
+    "empirical": "a measurement on a model or data set",
+    "interpretation": "a qualitative reading the paper draws (discussion, interpretation, future "
+    "work)",
 }
 
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
@@ -169,6 +183,7 @@ class Claim:
     variants: tuple[str, ...] = ()
     section: str = ""
     paper: str = DEFAULT_PAPER
+    kind: str | None = None
 
 
 @dataclass
@@ -191,6 +206,7 @@ class ClaimResult:
     short: str | None = None
     paper: str = DEFAULT_PAPER
     undecided: str | None = None
+    kind: str | None = None
 
     @property
     def summary(self) -> str | None:
@@ -212,6 +228,7 @@ class ClaimResult:
         """JSON-ready dict (the plot function is dropped; ``figure`` holds its file)."""
         return {
             "id": self.id,
+            "kind": self.kind,
             "location": self.location,
             "claim": self.claim,
             "check": self.check,
@@ -238,6 +255,7 @@ def claim(
     text: str,
     check: str,
     variants: Iterable[str] = (),
+    kind: str | None = None,
 ) -> Callable[[Callable[[CheckContext], Outcome]], Callable[[CheckContext], Outcome]]:
     """Decorator: register ``fn`` as the check of claim ``id``.
 
@@ -252,9 +270,12 @@ def claim(
         text: our paraphrase of the statement.
         check: what the check computes, in which world, with which estimator variants.
         variants: estimator names used (``grpo`` mean-centred, ``grpo_std`` std-normalised, ...).
+        kind: what the verdict is about, a key of :data:`KINDS`.
     """
     if not id.replace("_", "").isalnum() or id.lower() != id:
         raise ValueError(f"claim id must be snake_case, got {id!r}")
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"claim {id!r}: kind must be one of {list(KINDS)}, got {kind!r}")
 
     def deco(fn: Callable[[CheckContext], Outcome]) -> Callable[[CheckContext], Outcome]:
         paper = paper_of_module(fn.__module__)
@@ -262,7 +283,8 @@ def claim(
         _check_prefix(id, paper.key)
         if id in REGISTRY:
             raise ValueError(f"claim id {id!r} registered twice")
-        REGISTRY[id] = Claim(id, location, text, check, fn, tuple(variants), section, paper.key)
+        REGISTRY[id] = Claim(id, location, text, check, fn, tuple(variants), section, paper.key,
+                             kind)
         return fn
 
     return deco
@@ -320,6 +342,7 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
         short=out.short,
         paper=c.paper,
         undecided=out.undecided,
+        kind=c.kind,
     )
 
 
