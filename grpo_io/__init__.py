@@ -16,6 +16,9 @@ without being imported).
 * :func:`lock_out_dir` (:mod:`grpo_io.locks`): one writer per output folder, an advisory
   ``flock`` on ``DIR/.lock`` held for the whole run; a second writer gets one
   :class:`FolderInUseError` line naming the folder and the holder (pid, host, start, command).
+* :mod:`grpo_io.options`: a command's options from its config dataclass (:func:`option` fields:
+  help, bounds, choices, path kinds), one check (:func:`validate`) for the command line and for
+  Python configs, :func:`check_path` for every path a command reads or writes.
 * :func:`environment`: Python, platform and library versions and the device, recorded with every
   run (the seed is the caller's to record).
 """
@@ -35,15 +38,19 @@ from .jsonio import (
     write_json,
 )
 from .locks import LOCK_NAME, FolderInUseError, lock_holder, lock_out_dir, locks_out_dir
+from .options import OptionError, OptionTypeError, check_path, option, validate
 from .paths import OutPathError, prepare_out_dir, write_out_file
 
 __all__ = [
     "LOCK_NAME",
     "NONFINITE_POLICY",
     "FolderInUseError",
+    "OptionError",
+    "OptionTypeError",
     "OutPathError",
     "append_jsonl",
     "atomic_write_text",
+    "check_path",
     "dumps",
     "environment",
     "from_jsonable",
@@ -51,12 +58,14 @@ __all__ = [
     "lock_holder",
     "lock_out_dir",
     "locks_out_dir",
+    "option",
     "package_version",
     "prepare_out_dir",
     "read_json",
     "read_jsonl",
     "rewrite_jsonl",
     "to_jsonable",
+    "validate",
     "write_json",
     "write_out_file",
 ]
