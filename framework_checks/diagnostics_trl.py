@@ -137,12 +137,13 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
 
-def _matches(rs: list[dict[str, Any]], wants: list[float]) -> tuple[int, list[str]]:
+def _matches(rs: list[dict[str, Any]], wants: list[float], label: str
+             ) -> tuple[int, list[str]]:
     """How many rows have ``frac_reward_zero_std == want``, and the others, in words."""
     off = []
     for r, want in zip(rs, wants, strict=True):
         if not _same(r["frac_reward_zero_std"], want):
-            off.append(f"{r['case']} (TRL {r['frac_reward_zero_std']:.3g} vs {want:.3g})")
+            off.append(f"{r['case']} (TRL {r['frac_reward_zero_std']:.3g}, {label} {want:.3g})")
     return len(rs) - len(off), off
 
 
@@ -152,11 +153,12 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
     for setting in SETTINGS:
         rs = [r for r in rows if r["setting"] == setting]
         n = len(rs)
-        n_group, off_group = _matches(rs, [r["small_std_share"] for r in rs])
+        n_group, off_group = _matches(rs, [r["small_std_share"] for r in rs],
+                                      "float64 share")
         key = "normalized_batch_std" if SETTINGS[setting][1] == "normalize_then_sum" else \
             "batch_std"
-        n_flag, off_flag = _matches(rs, [float(r[key] <= ISCLOSE_ATOL) for r in rs])
-        n_dead, off_dead = _matches(rs, [r["dead_share"] for r in rs])
+        n_flag, off_flag = _matches(rs, [float(r[key] <= ISCLOSE_ATOL) for r in rs], "flag")
+        n_dead, off_dead = _matches(rs, [r["dead_share"] for r in rs], "dead")
         if n_group >= n_flag:
             what, k, off = ("the share of groups whose reward std is within 1e-8 of 0 "
                             "(torch.isclose)", n_group, off_group)

@@ -278,6 +278,7 @@ def findings(cases: list[dict[str, Any]]) -> list[str]:
         f"proxy1 / proxy3 over the exact SNR, by case: {snrs}. Units: rollouts of one prompt "
         "share its direction and its baseline, so with sequences as the units (verl's N - 1) "
         "their agreement counts as signal; with prompts as the units (grpo_theory.diagnostics "
-        f"noise/snr) only what prompts share does. Exact SNR, sequences vs prompts: {units}."
+        "noise/snr) only what prompts share does. The batch's SNR, sequences vs prompts as the "
+        f"units: {units}."
     )
     return out
