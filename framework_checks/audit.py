@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .battery import Case, battery
+from .diagnostics_audit import audit_diagnostics
 from .load import load_framework
 from .ours import ADVANTAGE_MAP, LOSS_MAP
 
@@ -146,6 +147,7 @@ def audit_framework(
         "not_representable": [c.name for c in skipped],
         "edge_values": _edge_values(framework, rows),
         "rows": rows,
+        "diagnostics": audit_diagnostics(framework, source),
     }
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .diagnostics_audit import render_diagnostics
+
 __all__ = ["render_markdown"]
 
 
@@ -69,4 +71,4 @@ def render_markdown(report: dict[str, Any]) -> str:
             for e in report["edge_values"]
         )
         edge += "\n"
-    return head + "\n".join(lines) + "\n" + edge
+    return head + "\n".join(lines) + "\n" + edge + render_diagnostics(report.get("diagnostics"))

@@ -17,7 +17,8 @@ FRAMEWORKS = ("trl", "verl", "openrlhf")
 #: The files each framework's checks read (the first is the anchor a source must have).
 FILES: dict[str, tuple[str, ...]] = {
     "trl": ("trl/trainer/grpo_trainer.py", "trl/trainer/rloo_trainer.py", "trl/trainer/utils.py"),
-    "verl": ("verl/trainer/ppo/core_algos.py", "verl/utils/torch_functional.py"),
+    "verl": ("verl/trainer/ppo/core_algos.py", "verl/utils/torch_functional.py",
+             "verl/trainer/ppo/metric_utils.py"),
     "openrlhf": (
         "openrlhf/trainer/ppo_utils/experience_maker.py",
         "openrlhf/models/loss.py",

@@ -13,7 +13,8 @@ Modules by mathematical topic (each with its equations and conventions):
   (linear estimators, sympy), :mod:`~grpo_theory.bounds` (tails and concentration),
   :mod:`~grpo_theory.mass` (FADE's gradient masses);
 * the gradient: :mod:`~grpo_theory.aggregation` (loss aggregation weights),
-  :mod:`~grpo_theory.spectral` (spectra of the gradient matrix);
+  :mod:`~grpo_theory.spectral` (spectra of the gradient matrix),
+  :mod:`~grpo_theory.diagnostics` (a step's norms, dead groups, noise scale, SNR);
 * :mod:`~grpo_theory.conventions` (how TRL, verl and OpenRLHF name all this), and
   :mod:`~grpo_theory.tables`.
 
@@ -60,6 +61,18 @@ from .conventions import (
     Convention,
     TrlLossType,
     conventions_markdown,
+)
+from .diagnostics import (
+    NOISE_STATUS,
+    NoiseScale,
+    dead_groups,
+    diagnostics_from_sums,
+    diagnostics_notes,
+    gradient_noise_scale,
+    group_sums,
+    merge_group_sums,
+    noise_scale_parts,
+    step_diagnostics,
 )
 from .fade import (
     asym_grpo_advantages,
@@ -205,6 +218,17 @@ __all__ = [
     "SpectralMetrics",
     "stable_rank",
     "top1_fraction",
+    # training diagnostics of a step (from the Grams of its gradient rows)
+    "NOISE_STATUS",
+    "NoiseScale",
+    "dead_groups",
+    "diagnostics_from_sums",
+    "diagnostics_notes",
+    "gradient_noise_scale",
+    "group_sums",
+    "merge_group_sums",
+    "noise_scale_parts",
+    "step_diagnostics",
     # framework conventions and tables
     "CONVENTIONS",
     "Convention",

@@ -39,6 +39,8 @@ _LAZY: dict[str, str] = {
     "run_training": "training",
     "summarize_training": "training",
     "EXPERIMENTS": "experiments",
+    "NoiseScaleWorld": "noise_scale",
+    "check_noise_scale": "noise_scale",
     "run_experiment": "experiments",
 }
 _SUBMODULES = (
@@ -54,6 +56,7 @@ _SUBMODULES = (
     "training",
     "experiments",
     "cli",
+    "noise_scale",
 )
 
 __all__ = sorted([*_LAZY, "psi_models"])
