@@ -91,6 +91,20 @@ def test_sample_group_tiny_model_masks_and_seeding() -> None:
         sample_group(model, TOK, "Q", R=2, temperature=-1.0)
 
 
+def test_sampling_a_transformers_model_passes_its_cache_without_deprecation_warnings() -> None:
+    import warnings
+
+    from real_model.rollouts import sample_groups
+
+    model = tiny_random_model(vocab_size=TOK.vocab_size, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sample_group(model, TOK, "Q: 1+1?", R=2, max_new_tokens=3, seed=0)
+        sample_groups(model, TOK, ["Q: 1+1?", "Q: 2+2?"], R=2, max_new_tokens=3, seeds=[0, 1])
+    assert [str(w.message) for w in caught
+            if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
+
+
 # --- geometry ---
 def test_group_geometry_matches_explicit_svd() -> None:
     rng = np.random.default_rng(0)
