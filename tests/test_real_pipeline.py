@@ -284,6 +284,38 @@ def test_compare_toy_rows_and_outputs(tmp_path: Path) -> None:
         run_compare(tmp_path, real=tmp_path / "missing.json")
 
 
+def test_compare_figure_is_titled_by_what_it_shows_and_names_every_mark(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from real_model.compare import compare_title, plot_compare, toy_rank_rows
+
+    alone = compare_title(p=0.5, p_from="the default", real_name=None)
+    assert "real model" not in alone.split("\n")[0] and "pass --real" in alone
+    both = compare_title(p=0.141, p_from="the real run's accuracy", real_name="smollm2-offline")
+    assert both.startswith("GRPO gradient spectrum: toy worlds and the real model smollm2-offline")
+    ax_rank, ax_top1 = Figure().subplots(1, 2)
+    plot_compare(ax_rank, ax_top1, toy_rank_rows((2, 4), p=0.5))
+    for ax in (ax_rank, ax_top1):
+        assert ax.get_title() and ax.get_ylabel() and ax.get_legend() is None
+    labels = {h for ax in (ax_rank, ax_top1) for h in ax.get_legend_handles_labels()[1]}
+    assert "paper Table 1: top-1 range (reported)" in labels  # the right panel's bars, named
+    assert "toy world isotropic (exact)" in labels
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_rank_with_a_missing_model_fails_before_writing_config(tmp_path: Path) -> None:
+    from real_model.rank import RankConfig, run_rank
+
+    out = tmp_path / "r"
+    with pytest.raises(ModelNotAvailableError, match="does not exist"):
+        run_rank(out, RankConfig(model=str(tmp_path / "nonexistent"), prompts=1, **SMALL_RUN),
+                 progress=False)
+    assert not (out / "config.json").exists() and not (out / "results.jsonl").exists()
+
+
 def test_cli_registers_and_stays_cheap_to_import() -> None:
     code = (
         "import sys, real_model, real_model.cli;"
