@@ -553,6 +553,15 @@ def default_window(num_steps: int) -> int:
     return max(1, round(num_steps / 10))
 
 
+#: Axis labels of the training figure's metrics.
+_TRAIN_LABELS = {
+    "effective_rank_mean": "effective rank (mixed groups)",
+    "top1_fraction_mean": "top-1 fraction (mixed groups)",
+    "rank_mean": "numerical rank (mixed groups)",
+    "accuracy": "accuracy (mean reward)",
+}
+
+
 def plot_training_metric(
     ax: Any,
     records: list[dict[str, Any]],
@@ -562,7 +571,8 @@ def plot_training_metric(
     window: int | None = None,
 ) -> Any:
     """``metric`` against the GRPO step: per-window means with a +/- 1 sd band, per-step values
-    faint behind them. Returns ``ax``.
+    faint behind them. Returns ``ax``; no legend (:func:`train_figure` draws one for all
+    panels), and an axis with no value at all says so in words.
 
     ``metric``: ``effective_rank_mean`` / ``top1_fraction_mean`` / ``rank_mean`` (one line per
     ``R``; the window pools the per-group values of its steps) or a step field such as
@@ -580,32 +590,54 @@ def plot_training_metric(
             sp = [r["spectra"].get(str(R), {}) for r in records]
             per_step = [np.nan if x.get(metric) is None else x[metric] for x in sp]
             series.append((f"R={R}", per_step, [x.get(f"{base}_values", []) for x in sp]))
+    drawn = 0
     for label, per_step, pooled in series:
         y = np.array([np.nan if v is None else v for v in per_step], dtype=float)
         (faint,) = ax.plot(steps, y, ls="none", marker=".", alpha=0.3)
         st = window_stats(steps, pooled, window=window)
+        drawn += st["mean"].size
         ax.plot(st["center"], st["mean"], marker="o", color=faint.get_color(), label=label)
         band = np.nan_to_num(st["sd"])
         ax.fill_between(st["center"], st["mean"] - band, st["mean"] + band,
                         color=faint.get_color(), alpha=0.15)
-    if len(series) > 1 or series[0][0] != "_nolegend_":
-        ax.legend(fontsize=8)
-    ax.set_xlabel(f"GRPO step (means over {window}-step windows, band: +/- 1 sd)")
-    ax.set_ylabel(metric.replace("_", " "))
+    if not drawn:
+        ax.text(0.5, 0.75, "no step recorded" if not records else
+                "no value: no step had a mixed-reward group", transform=ax.transAxes,
+                ha="center", va="center", fontsize=8, color="C3",
+                bbox={"facecolor": "white", "edgecolor": "none"})
+    if steps:
+        ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel(_TRAIN_LABELS.get(metric, metric.replace("_", " ")))
     return ax
 
 
 def train_figure(path: Path, records: list[dict[str, Any]], R_values: Sequence[int]) -> None:
     """``train.png``: effective rank and top-1 fraction per ``R``, and accuracy, against the step
-    (:func:`plot_training_metric`; the analogues of the paper's Figs. 1-3)."""
+    (:func:`plot_training_metric`; the analogues of the paper's Figs. 1-3), with the paper's
+    reported effective rank "~2" (Table 1, :data:`paper_values.PAPER_TABLE1`) as a reference
+    line; one legend under the panels; the window and band explained in the title."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    if records:
-        plot_training_metric(axes[0], records, metric="effective_rank_mean", R_values=R_values)
-        plot_training_metric(axes[1], records, metric="top1_fraction_mean", R_values=R_values)
-        plot_training_metric(axes[2], records, metric="accuracy", R_values=R_values)
-    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3)", fontsize=10)
-    fig.tight_layout()
+    from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
+    metrics = ("effective_rank_mean", "top1_fraction_mean", "accuracy")
+    for ax, metric in zip(axes, metrics, strict=True):
+        plot_training_metric(ax, records, metric=metric, R_values=R_values)
+    ranks = sorted({float(v["eff_rank"]) for v in PAPER_TABLE1.values()})
+    for er in ranks:
+        axes[0].axhline(er, color="k", ls="--", lw=0.8,
+                        label=f'paper Table 1: effective rank "{PAPER_TABLE1_EFF_RANK_TEXT}"')
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center",
+                   ncol=len(seen), fontsize=8, frameon=False)
+    w = default_window(len(records))
+    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3); dots: "
+                 f"per step, lines: means over {w}-step windows, band: +/- 1 sd", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
