@@ -182,12 +182,20 @@ def _equal_label(value: float) -> str:
     return {0.0: "all wrong", 1.0: "all right"}.get(value, f"all {value:g}")
 
 
-def _more_mixed_options(cfg: RankConfig, counts: dict[float, int]) -> str:
-    """The options that give more mixed groups: more prompts, larger groups, and problems that
+def _more_mixed_options(
+    cfg: RankConfig, counts: dict[float, int], records: Sequence[dict[str, Any]]
+) -> str:
+    """The options that give more mixed groups: more prompts, larger groups, longer completions
+    (when some stopped at ``max_new_tokens``: their answers may be cut off), and problems that
     are easier (mostly all wrong) or harder (mostly all right), by the options that set them."""
     more = max(2 * cfg.prompts, 16)
     larger = " ".join(str(2 * R) for R in sorted(cfg.R_values))
     opts = [f"more prompts (--prompts {more})", f"larger groups (--R {larger})"]
+    reasons = [x for r in records for x in r.get("stop_reasons", [])]
+    cut = reasons.count("length")
+    if cut:
+        opts.append(f"longer completions (--max-new-tokens {2 * cfg.max_new_tokens}: {cut} of "
+                    f"{len(reasons)} stopped at the limit, perhaps before their answer)")
     wrong, right = counts.get(0.0, 0), counts.get(1.0, 0)
     if cfg.source != "generated":
         if wrong >= right:
@@ -206,7 +214,8 @@ def no_mixed_group_notes(
     """One line per ``R`` of ``summary`` without a mixed-reward group: why (every group's rewards
     were equal, by kind: all wrong / all right, so every advantage is 0 and there is no gradient
     to take a spectrum of) and which options would give mixed groups
-    (:func:`_more_mixed_options`). Empty when every ``R`` has a mixed group.
+    (:func:`_more_mixed_options`; ``records``' ``stop_reasons`` say whether completions were cut
+    at ``max_new_tokens``). Empty when every ``R`` has a mixed group.
 
     >>> from real_model.config import RankConfig
     >>> recs = [{"rewards": [0, 0, 1, 0]}, {"rewards": [1, 1, 1, 1]}]
@@ -221,10 +230,11 @@ def no_mixed_group_notes(
         R = row["R"]
         counts = _equal_group_counts(records, R)
         kinds = ", ".join(f"{n} {_equal_label(v)}" for v, n in sorted(counts.items()))
+        groups = "the one group" if row["groups"] == 1 else f"all {row['groups']} groups"
         notes.append(
-            f"R={R}: no mixed group: all {row['groups']} groups had equal rewards ({kinds}), so "
-            "every advantage is 0: no gradient, no spectrum (n/a). For mixed groups: "
-            f"{_more_mixed_options(cfg, counts)}."
+            f"R={R}: no mixed group: {groups} had equal rewards ({kinds}), so every advantage "
+            "is 0: no gradient, no spectrum (n/a). For mixed groups: "
+            f"{_more_mixed_options(cfg, counts, records)}."
         )
     return notes
 

@@ -128,6 +128,17 @@ def test_no_mixed_group_note_asks_for_harder_problems_when_the_groups_are_all_ri
     assert "easier" not in note and note.endswith("or larger groups (--R 4).")
 
 
+def test_no_mixed_group_note_asks_for_longer_completions_when_some_were_cut() -> None:
+    from real_model.outputs import no_mixed_group_notes
+
+    cfg = RankConfig(prompts=1, R_values=(2,), max_new_tokens=32)
+    recs = [{"rewards": [0, 0], "stop_reasons": ["length", "stop"]}]
+    (note,) = no_mixed_group_notes(cfg, recs, [{"R": 2, "groups": 1, "mixed_groups": 0}])
+    assert note.startswith("R=2: no mixed group: the one group had equal rewards (1 all wrong)")
+    assert ("longer completions (--max-new-tokens 64: 1 of 2 stopped at the limit, perhaps "
+            "before their answer)") in note
+
+
 def test_no_note_when_every_R_has_a_mixed_group() -> None:
     from real_model.outputs import no_mixed_group_notes
 
