@@ -85,7 +85,8 @@ def missing_framework_fix(framework: str) -> str:
     ``pyproject.toml`` has one), or a wheel fetched elsewhere and passed with ``--source``."""
     pin = PINNED[framework]
     install = f"pip install -e '.[{framework}]'" if framework in ("trl", "verl") else (
-        f"pip install {pin.requirement(framework)}")
+        f"pip install --no-deps {pin.requirement(framework)} (Linux x86-64, Python 3.11: its "
+        "only wheel; the checks read its files and never import it)")
     return (f"{install}, or on a machine with network `pip download --no-deps "
             f"{pin.requirement(framework)} {' '.join(_PLATFORM)}` and pass "
             f"--source {pin.filename}")

@@ -118,7 +118,9 @@ def test_a_wheel_with_another_hash_is_refused_and_not_kept(
 
 def test_openrlhf_has_no_extra_so_its_fix_is_its_pin_or_source() -> None:
     fix = fetch.missing_framework_fix("openrlhf")
-    assert fix.startswith("pip install openrlhf==0.11.2, or") and "--platform" in fix
+    assert fix.startswith("pip install --no-deps openrlhf==0.11.2 (Linux x86-64, Python 3.11")
+    assert "--platform manylinux1_x86_64" in fix and fix.endswith(
+        "--source openrlhf-0.11.2-cp311-cp311-manylinux1_x86_64.whl")
 
 
 def _not_installed(monkeypatch: pytest.MonkeyPatch, framework: str) -> None:
