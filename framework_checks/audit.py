@@ -21,6 +21,7 @@ each kind of discrepancy the smallest input that shows it. Everything printed is
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -32,7 +33,10 @@ from .diagnostics_audit import audit_diagnostics
 from .load import load_framework
 from .ours import ADVANTAGE_MAP, LOSS_MAP
 
-__all__ = ["RTOL", "DEFAULT_SETTING", "audit_framework", "compare"]
+__all__ = [
+    "RTOL", "DEFAULT_SETTING", "ORDINARY_FAMILIES", "audit_framework", "compare",
+    "summarise_report",
+]
 
 RTOL = 1e-5
 
@@ -42,12 +46,28 @@ def compare(
     fw: Callable[[], np.ndarray], ours: Callable[[], np.ndarray], carry: np.ndarray
 ) -> dict[str, Any]:
     """Run both sides; classify; ``carry`` marks the entries that matter (tokens exist)."""
-    fw_err = our_err = None
-    a = b = None
-    try:
-        a = np.asarray(fw(), dtype=np.float64)
-    except Exception as exc:  # noqa: BLE001 - any framework failure is a finding
-        fw_err = f"{type(exc).__name__}: {exc}"[:160]
+    fw_err = None
+    a = None
+    # a framework's own warnings on an edge case (torch's std() of one sample...) are part of
+    # the finding: recorded with the result, not printed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            a = np.asarray(fw(), dtype=np.float64)
+        except Exception as exc:  # noqa: BLE001 - any framework failure is a finding
+            fw_err = f"{type(exc).__name__}: {exc}"[:160]
+    res = _classify(a, fw_err, ours, carry)
+    if caught:
+        res["framework_warnings"] = sorted({f"{w.category.__name__}: {w.message}"[:160]
+                                            for w in caught})
+    return res
+
+
+def _classify(a: np.ndarray | None, fw_err: str | None, ours: Callable[[], np.ndarray],
+              carry: np.ndarray) -> dict[str, Any]:
+    """:func:`compare`'s verdict, once the framework has run (``a`` or ``fw_err``): runs
+    ``grpo_theory``'s side and classifies."""
+    our_err = b = None
     try:
         b = np.asarray(ours(), dtype=np.float64)
     except (ValueError, TypeError) as exc:
@@ -120,10 +140,18 @@ def _setting_results(kind: str, fn: Callable[..., np.ndarray],
 
 
 def audit_framework(
-    framework: str, source: str | None = None, *, dtype: str = "float32"
+    framework: str,
+    source: str | None = None,
+    *,
+    dtype: str = "float32",
+    download: bool = True,
+    say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run the battery for one framework; returns a JSON-ready dict (``rows``, ``cases``)."""
-    fc = load_framework(framework, source, dtype=dtype)
+    """Run the battery for one framework; returns a JSON-ready dict (``rows``, ``summary``:
+    :func:`summarise_report`). ``download``, ``say``: see
+    :func:`~framework_checks.load.framework_source` (a framework that is not installed is read
+    from its pinned wheel)."""
+    fc = load_framework(framework, source, dtype=dtype, download=download, say=say)
     cases, skipped = [], []
     for c in battery():
         (cases if _representable(c.rewards, dtype) else skipped).append(c)
@@ -146,8 +174,54 @@ def audit_framework(
         "rtol": RTOL,
         "not_representable": [c.name for c in skipped],
         "edge_values": _edge_values(framework, rows),
+        "summary": summarise_report(rows),
         "rows": rows,
         "diagnostics": audit_diagnostics(framework, source),
+    }
+
+
+#: The battery's ordinary inputs (:mod:`framework_checks.battery`): where a framework should
+#: agree with ``grpo_theory``; every other family is an edge case.
+ORDINARY_FAMILIES = ("random normal", "random binary", "single success", "unequal lengths")
+
+
+def summarise_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the conclusion of a framework's report says, computed from its ``rows``.
+
+    Returns:
+        ``settings`` (how many were compared), ``agree`` (those without any discrepancy),
+        ``differences``: one dict per setting and kind of discrepancy (``setting``, ``kind``
+        (``rows``' discrepancy kind), ``status``, ``family``, ``ordinary`` (the family is one of
+        :data:`ORDINARY_FAMILIES`), ``cases``, ``max_abs_diff``, and for the smallest input
+        showing it ``example`` (the case name), ``framework`` / ``grpo_theory`` (their values at
+        the largest difference, when both are numbers), ``framework_nonfinite`` (where
+        ``grpo_theory`` refuses: whether the framework returned NaN/inf) and ``error`` (the
+        refusal or exception, when one side raised)).
+    """
+    differences = []
+    for row in rows:
+        for kind, info in row["discrepancies"].items():
+            small = info["smallest"]
+            at = small.get("at") or {}
+            differences.append({
+                "setting": row["setting"],
+                "kind": kind,
+                "status": small["status"],
+                "family": small["family"],
+                "ordinary": small["family"] in ORDINARY_FAMILIES,
+                "cases": len(info["cases"]),
+                "max_abs_diff": info["max_abs_diff"],
+                "example": small["case"],
+                "framework": at.get("framework"),
+                "grpo_theory": at.get("grpo_theory"),
+                "framework_nonfinite": small.get("framework_nonfinite"),
+                "error": small.get("framework") if small["status"] == "framework raises"
+                else small.get("grpo_theory") if "refuses" in small["status"] else None,
+            })
+    return {
+        "settings": len(rows),
+        "agree": sum(not row["discrepancies"] for row in rows),
+        "differences": differences,
     }
 
 

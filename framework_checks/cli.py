@@ -4,13 +4,17 @@ Where a framework is importable (or its source is given with ``--source``: a whe
 or one of its files) the command runs its own advantage and loss code in its training dtype on
 a fixed battery (:func:`framework_checks.battery.battery`) and prints a Markdown table of
 agreements and discrepancies (max abs diff, the smallest input that shows each), with the version
-it ran; ``--out DIR`` also writes ``frameworks.md`` and ``frameworks.json``. The audit itself is
-:mod:`framework_checks.audit`; this module stays cheap to import (no numpy at import time).
+it ran, under a one-paragraph conclusion; ``--out DIR`` also writes ``frameworks.md`` and
+``frameworks.json``. A framework that is not installed is read from its pinned wheel, fetched
+once into the user cache after one line says so (:mod:`framework_checks.fetch`;
+``--no-download``: name the fix instead). The audit itself is :mod:`framework_checks.audit`;
+this module stays cheap to import (no numpy at import time).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +41,14 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.source and not args.framework:
         raise ValueError("--source needs --framework (which framework the source belongs to)")
+    _require_torch()
     chosen = [args.framework] if args.framework else list(FRAMEWORKS)
     reports, skipped = [], []
     for fw in chosen:
         try:
-            reports.append(audit_framework(fw, args.source, dtype=args.dtype))
+            reports.append(audit_framework(fw, args.source, dtype=args.dtype,
+                                           download=not args.no_download,
+                                           say=_say))
         except FrameworkCodeError as exc:
             if args.framework:
                 raise ValueError(str(exc)) from exc
@@ -62,6 +69,23 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if reports else 2
 
 
+def _say(line: str) -> None:
+    """A status line (a download): on stderr, so stdout stays the report."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _require_torch() -> None:
+    """The frameworks' code runs on torch tensors: without torch, one line says what to do."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ValueError(
+            "frameworks runs each framework's own torch code, and torch is not installed here; "
+            "install it first (CPU-only build: pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu; the README's table lists the others)"
+        )
+
+
 def register(subparsers: Any) -> None:
     """Add ``frameworks`` to the ``grpo-audit`` command line."""
     from .source import FRAMEWORKS  # stdlib only
@@ -79,5 +103,11 @@ def register(subparsers: Any) -> None:
         "(default: the installed package)",
     )
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument(
+        "--no-download",
+        action="store_true",
+        help="never fetch a framework that is not installed (default: its pinned wheel is "
+        "downloaded once into the user cache, source only, after saying so)",
+    )
     p.add_argument("--out", default=None, help="directory for frameworks.md and frameworks.json")
     p.set_defaults(func=run)

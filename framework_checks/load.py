@@ -1,35 +1,66 @@
-"""``load_framework``: a framework's advantage and loss code, from its source, on our layout."""
+"""``load_framework``: a framework's advantage and loss code, from its source, on our layout.
+
+The source is ``--source`` when given, else the installed package, else the pinned wheel in the
+user cache (:func:`framework_checks.fetch.pinned_wheel`: fetched once, after saying so).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from . import openrlhf, trl, verl
 from .adapter import FrameworkCode
-from .source import FrameworkCodeError, find_source
+from .fetch import pinned_wheel
+from .source import FrameworkCodeError, SourceTree, find_source
 
-__all__ = ["load_framework", "LOADERS"]
+__all__ = ["load_framework", "framework_source", "LOADERS"]
 
 #: framework -> ``load(tree, dtype) -> FrameworkCode`` (one module per framework).
 LOADERS = {"trl": trl.load, "verl": verl.load, "openrlhf": openrlhf.load}
 
 
+def framework_source(
+    framework: str,
+    source: str | Path | None = None,
+    *,
+    download: bool = True,
+    say: Callable[[str], None] = print,
+) -> SourceTree:
+    """``framework``'s files: from ``source`` when given, else the installed package, else its
+    pinned wheel (:func:`~framework_checks.fetch.pinned_wheel`; ``download`` and ``say`` are its
+    options)."""
+    if source is not None:
+        return find_source(framework, source)
+    try:
+        return find_source(framework, None)
+    except FrameworkCodeError:  # not installed: the pinned wheel is enough (read, not imported)
+        return find_source(framework, pinned_wheel(framework, download=download, say=say))
+
+
 def load_framework(
-    framework: str, source: str | Path | None = None, *, dtype: str = "float32"
+    framework: str,
+    source: str | Path | None = None,
+    *,
+    dtype: str = "float32",
+    download: bool = True,
+    say: Callable[[str], None] = print,
 ) -> FrameworkCode:
     """Load ``framework``'s advantage and loss code (see :mod:`framework_checks`).
 
     Args:
         framework: ``"trl"``, ``"verl"`` or ``"openrlhf"``.
-        source: see :func:`framework_checks.source.find_source`.
+        source: see :func:`framework_checks.source.find_source`; ``None``: the installed
+            package, else the pinned wheel (:func:`framework_source`).
         dtype: dtype the rewards are given to the framework in; default ``"float32"`` (what all
             three use in training: TRL's reward tensor, verl's ``token_level_rewards``, OpenRLHF's
             ``promote_types(rewards, float32)``).
+        download, say: see :func:`framework_source`.
 
     Raises:
         FrameworkCodeError: not found, or the code does not have the expected functions.
     """
-    tree = find_source(framework, source)
+    tree = framework_source(framework, source, download=download, say=say)
     try:
         return LOADERS[framework](tree, dtype)
     except (

@@ -36,7 +36,9 @@ from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
 from .run_io import read_json, write_json
 
-__all__ = ["TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
+__all__ = [
+    "TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare", "compare_title",
+]
 
 #: World name -> (psi model of :func:`sims.psi_models.limit_gram`, its parameters). A world's name
 #: carries the parameters that distinguish it (the audit's world is "common (strength 4)").
@@ -124,9 +126,20 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, res
 
 
+def _source_label(row: dict[str, Any]) -> str:
+    """Legend label of a row's source: a toy world's exact value, or the real run's mean."""
+    kind, _, name = row["source"].partition(":")
+    if kind == "toy":
+        return f"toy world {name} (exact)"
+    return f"real model {name} (mean ± sd over mixed groups)"
+
+
 def plot_compare(ax_rank: Any, ax_top1: Any, rows: Sequence[dict[str, Any]]) -> tuple[Any, Any]:
-    """Effective rank and top-1 fraction vs R for every source, with the paper's reported values."""
+    """Effective rank (``ax_rank``) and top-1 fraction (``ax_top1``) against R for every source
+    of ``rows``, beside the paper's reported Table 1 (drawn just right of each R so it covers no
+    value of ours). No legend: :func:`run_compare` draws one under both panels."""
     sources = list(dict.fromkeys(r["source"] for r in rows))
+    top = 1.02
     for n, src in enumerate(sources):
         rr = sorted((r for r in rows if r["source"] == src), key=lambda r: r["R"])
         Rs = [r["R"] for r in rr]
@@ -134,30 +147,45 @@ def plot_compare(ax_rank: Any, ax_top1: Any, rows: Sequence[dict[str, Any]]) -> 
         for ax, key in ((ax_rank, "effective_rank"), (ax_top1, "top1")):
             y = [np.nan if r[f"{key}_mean"] is None else r[f"{key}_mean"] for r in rr]
             e = [0.0 if r.get(f"{key}_sd") is None else r[f"{key}_sd"] for r in rr]
-            ax.errorbar(Rs, y, yerr=e, label=src, capsize=3, **style)
+            ax.errorbar(Rs, y, yerr=e, label=_source_label(rr[0]), capsize=3, **style)
+            if key == "top1":
+                top = max(top, *(np.nan_to_num(np.add(y, e)) + 0.02))
     pR = sorted(PAPER_TABLE1)
+    x_paper = [R * 1.12 for R in pR]
     ax_rank.scatter(
-        pR,
+        x_paper,
         [PAPER_TABLE1[R]["eff_rank"] for R in pR],
         marker="*",
         s=120,
         color="k",
         zorder=4,
-        label="paper Table 1 (reported, ~2)",
+        label=f'paper Table 1: effective rank "{PAPER_TABLE1_EFF_RANK_TEXT}" (reported)',
     )
     lo = [PAPER_TABLE1[R]["top1"][0] for R in pR]
     hi = [PAPER_TABLE1[R]["top1"][1] for R in pR]
-    ax_top1.vlines(pR, lo, hi, color="k", lw=4, label="paper Table 1 (reported range)")
+    ax_top1.vlines(x_paper, lo, hi, color="k", lw=4, label="paper Table 1: top-1 range (reported)")
     allR = sorted({r["R"] for r in rows} | set(pR))
-    ax_rank.plot(allR, allR, ls=":", color="grey", label="R")
-    for ax, lab in ((ax_rank, "effective rank"), (ax_top1, "top-1 fraction")):
+    ax_rank.plot(allR, allR, ls=":", color="grey", label="R (largest possible effective rank)")
+    for ax, lab in ((ax_rank, "effective rank (sum s)^2 / sum s^2"),
+                    (ax_top1, "top-1 fraction s_1^2 / sum s^2")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(allR, [str(R) for R in allR])
+        ax.set_xlim(allR[0] / 1.4, allR[-1] * 1.4)
         ax.set_xlabel("group size R")
         ax.set_ylabel(lab)
-    ax_top1.set_ylim(0, 1.02)
-    ax_rank.legend(fontsize=7)
+    ax_rank.set_title("effective rank of diag(A) Psi, given a mixed group", fontsize=9)
+    ax_top1.set_title("top-1 fraction of diag(A) Psi, given a mixed group", fontsize=9)
+    ax_top1.set_ylim(0, top)
     return ax_rank, ax_top1
+
+
+def compare_title(*, p: float, p_from: str, real_name: str | None) -> str:
+    """``compare.png``'s title: what is shown (toy worlds, the real run when there is one, the
+    paper's Table 1), and the toy worlds' success probability ``p`` with where it came from."""
+    shown = f"toy worlds and the real model {real_name}" if real_name else "toy worlds"
+    hint = "" if real_name else "; real model: pass --real RESULTS.json"
+    return (f"GRPO gradient spectrum: {shown} beside the paper's Table 1\n"
+            f"(GRPO advantages; toy rewards Bernoulli(p={p:.3f}), {p_from}{hint})")
 
 
 def _md(rows: Sequence[dict[str, Any]]) -> str:
@@ -206,21 +234,27 @@ def run_compare(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     real_rows, real_res = ([], None) if real is None else _real_rows(real)
+    p_from = "--p"
     if p is None:
         acc = real_res.get("accuracy") if real_res else None
-        p = acc if acc is not None and 0 < acc < 1 else 0.5
+        p, p_from = (acc, "the real run's accuracy") if acc is not None and 0 < acc < 1 else (
+            0.5, "the default")
     rows = toy_rank_rows(R_values, p=p) + [r for r in real_rows if r["R"] in set(R_values)]
     md = (
         f"Toy worlds: exact means given a mixed group, rewards Bernoulli(p={p:.3f}); "
         "real: means ± sd "
         "over mixed groups; paper: values as reported in its Table 1.\n\n" + _md(rows)
     )
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), layout="constrained")
     plot_compare(axes[0], axes[1], rows)
-    fig.suptitle(
-        "GRPO gradient spectrum: toy worlds vs real model vs paper (GRPO advantages)", fontsize=10
-    )
-    fig.tight_layout()
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=2, fontsize=8,
+               frameon=False)
+    real_name = (real_res.get("model") or {}).get("name", "real") if real_res else None
+    fig.suptitle(compare_title(p=p, p_from=p_from, real_name=real_name), fontsize=10)
     fig.savefig(out / "compare.png", dpi=120)
     plt.close(fig)
     res = {

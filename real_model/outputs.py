@@ -41,6 +41,7 @@ __all__ = [
     "rank_table_markdown",
     "rank_title",
     "rank_results",
+    "no_mixed_group_notes",
     "write_rank_results",
     "plot_rank_metric",
     "rank_figure",
@@ -166,6 +167,83 @@ def rank_table_markdown(rows: Sequence[dict[str, Any]], *, title: str = "") -> s
     return (f"{title}\n\n" if title else "") + head + body + note
 
 
+def _equal_group_counts(records: Sequence[dict[str, Any]], R: int) -> dict[float, int]:
+    """How many of the size-``R`` groups (each record's first ``R`` rewards) had all rewards equal
+    to each value (binary rewards: ``{0.0: all wrong, 1.0: all right}``)."""
+    counts: dict[float, int] = {}
+    for r in records:
+        w = np.asarray(r["rewards"], dtype=float)[:R]
+        if w.size == R and np.all(w == w[0]):
+            counts[float(w[0])] = counts.get(float(w[0]), 0) + 1
+    return counts
+
+
+def _equal_label(value: float) -> str:
+    return {0.0: "all wrong", 1.0: "all right"}.get(value, f"all {value:g}")
+
+
+def _more_mixed_options(
+    cfg: RankConfig, counts: dict[float, int], records: Sequence[dict[str, Any]]
+) -> str:
+    """The options that give more mixed groups: more prompts, larger groups, longer completions
+    (when some stopped at ``max_new_tokens``: their answers may be cut off), and problems that
+    are easier (mostly all wrong) or harder (mostly all right), by the options that set them."""
+    more = max(2 * cfg.prompts, 16)
+    larger = " ".join(str(2 * R) for R in sorted(cfg.R_values))
+    opts = [f"more prompts (--prompts {more})", f"larger groups (--R {larger})"]
+    reasons = [x for r in records for x in r.get("stop_reasons", [])]
+    cut = reasons.count("length")
+    if cut:
+        opts.append(f"longer completions (--max-new-tokens {2 * cfg.max_new_tokens}: {cut} of "
+                    f"{len(reasons)} stopped at the limit, perhaps before their answer)")
+    wrong, right = counts.get(0.0, 0), counts.get(1.0, 0)
+    if cfg.source != "generated":
+        if wrong >= right:
+            opts.append("easier problems (--source generated --difficulty 1 --operations add sub)")
+    elif wrong >= right:
+        if tuple(cfg.difficulty) != (1,) or not set(cfg.operations) <= {"add", "sub"}:
+            opts.append("easier problems (--difficulty 1 --operations add sub)")
+    else:
+        opts.append(f"harder problems (--difficulty {max(cfg.difficulty) + 1})")
+    return ", ".join(opts[:-1]) + " or " + opts[-1]
+
+
+def no_mixed_group_notes(
+    cfg: RankConfig, records: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]]
+) -> list[str]:
+    """One line per ``R`` of ``summary`` without a mixed-reward group: why (every group's rewards
+    were equal, by kind: all wrong / all right, so every advantage is 0 and there is no gradient
+    to take a spectrum of) and which options would give mixed groups
+    (:func:`_more_mixed_options`; ``records``' ``stop_reasons`` say whether completions were cut
+    at ``max_new_tokens``). Empty when every ``R`` has a mixed group.
+
+    >>> from real_model.config import RankConfig
+    >>> recs = [{"rewards": [0, 0, 1, 0]}, {"rewards": [1, 1, 1, 1]}]
+    >>> rows = [{"R": 2, "groups": 2, "mixed_groups": 0}, {"R": 4, "groups": 2, "mixed_groups": 1}]
+    >>> no_mixed_group_notes(RankConfig(R_values=(2, 4), prompts=2), recs, rows)[0][:78]
+    'R=2: no mixed group: all 2 groups had equal rewards (1 all wrong, 1 all right)'
+    """
+    notes = []
+    for row in summary:
+        if row["mixed_groups"] or not row["groups"]:
+            continue
+        R = row["R"]
+        counts = _equal_group_counts(records, R)
+        kinds = ", ".join(f"{n} {_equal_label(v)}" for v, n in sorted(counts.items()))
+        groups = "the one group" if row["groups"] == 1 else f"all {row['groups']} groups"
+        notes.append(
+            f"R={R}: no mixed group: {groups} had equal rewards ({kinds}), so every advantage "
+            "is 0: no gradient, no spectrum (n/a). For mixed groups: "
+            f"{_more_mixed_options(cfg, counts, records)}."
+        )
+    return notes
+
+
+#: What each metric of ``rank.png`` is called on its axis.
+_METRIC_LABELS = {"effective_rank": "effective rank (sum s)^2 / sum s^2",
+                  "top1_fraction": "top-1 fraction s_1^2 / sum s^2", "rank": "numerical rank"}
+
+
 def plot_rank_metric(
     ax: Any,
     records: Sequence[dict[str, Any]],
@@ -174,10 +252,26 @@ def plot_rank_metric(
     estimator: str = "grpo",
     R_values: Sequence[int] = (2, 4, 8),
     seed: int = 0,
+    paper: bool = True,
 ) -> Any:
-    """Scatter of ``metric`` per mixed group vs ``R`` (jittered), with the mean; returns ``ax``."""
+    """``metric`` per mixed group against ``R`` (jittered dots) with their mean (diamond);
+    returns ``ax``.
+
+    With ``paper`` (default) the paper's Table 1 is drawn beside ours, from
+    :data:`paper_values.PAPER_TABLE1` (its reported effective rank "~2" as a star, its top-1
+    fraction ranges as bars); the effective rank also gets the line ``R`` (the largest possible).
+    An ``R`` without a mixed group is labelled so at its place, and an axis with no mixed group at
+    any ``R`` says so in its middle: the panel is never silently empty.
+    """
+    from paper_values import PAPER_TABLE1
+
     rng = np.random.default_rng(seed)
-    for R in sorted(R_values):
+    Rs = sorted(R_values)
+    paper_Rs = sorted(PAPER_TABLE1) if paper and metric in ("effective_rank", "top1_fraction") \
+        else []
+    empty: list[int] = []
+    labels = {"dots": "ours: one mixed group", "mean": "ours: mean"}  # on the first R drawn
+    for R in Rs:
         vals = [
             r["by_R"][str(R)]["estimators"][estimator][metric]
             for r in records
@@ -185,39 +279,65 @@ def plot_rank_metric(
         ]
         vals = [v for v in vals if v is not None]
         if not vals:
+            empty.append(R)
             continue
-        x = R + rng.uniform(-0.15, 0.15, len(vals)) * R / 4
-        ax.scatter(x, vals, s=12, alpha=0.5, color="C0")
-        ax.scatter([R], [np.mean(vals)], s=60, marker="D", color="C3", zorder=3)
+        x = R * 2.0 ** rng.uniform(-0.12, 0.12, len(vals))
+        ax.scatter(x, vals, s=12, alpha=0.5, color="C0", label=labels.pop("dots", None))
+        ax.scatter([R], [np.mean(vals)], s=60, marker="D", color="C3", zorder=3,
+                   label=labels.pop("mean", None))
+    if metric == "effective_rank" and paper_Rs:
+        ax.scatter([R * 1.18 for R in paper_Rs], [PAPER_TABLE1[R]["eff_rank"] for R in paper_Rs],
+                   marker="*", s=140,
+                   color="k", zorder=4, label='paper Table 1: effective rank "~2"')
+    if metric == "top1_fraction" and paper_Rs:
+        ax.vlines([R * 1.18 for R in paper_Rs], [PAPER_TABLE1[R]["top1"][0] for R in paper_Rs],
+                  [PAPER_TABLE1[R]["top1"][1] for R in paper_Rs], color="k", lw=4, zorder=4,
+                  label="paper Table 1: top-1 range")
     if metric in ("effective_rank", "rank"):
-        Rs = sorted(R_values)
-        ax.plot(Rs, Rs, ls="--", color="grey", lw=1, label="R (max possible)")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.plot(Rs, Rs, ls="--", color="grey", lw=1, label="R (largest possible)")
+    if metric == "top1_fraction":
+        ax.set_ylim(0, 1.02)
+    lo, hi = ax.get_ylim()
+    for R in empty:
+        ax.text(R, lo + 0.5 * (hi - lo), "no mixed\ngroup", ha="center", va="center",
+                fontsize=7, color="C3", rotation=90)
+    if len(empty) == len(Rs):  # said above the data, where it covers nothing
+        ax.set_title("ours: no mixed group at any R, so no spectrum\n(every group's rewards "
+                     "were equal; table.md says what to change)", fontsize=8, color="C3")
+    ticks = sorted({*Rs, *paper_Rs})
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(R_values), [str(r) for r in sorted(R_values)])
+    ax.set_xticks(ticks, [str(r) for r in ticks])
+    ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
     ax.set_xlabel("group size R")
-    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylabel(_METRIC_LABELS.get(metric, metric.replace("_", " ")))
     return ax
 
 
 def rank_figure(
     path: Path, records: Sequence[dict[str, Any]], estimator: str, R_values: Sequence[int]
 ) -> None:
-    """``rank.png``: effective rank and top-1 fraction per mixed group against ``R``."""
+    """``rank.png``: effective rank and top-1 fraction per mixed group against ``R``, beside
+    the paper's Table 1 (:func:`plot_rank_metric`), one legend under both panels."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    plot_rank_metric(
-        axes[0], records, metric="effective_rank", estimator=estimator, R_values=R_values
-    )
-    plot_rank_metric(
-        axes[1], records, metric="top1_fraction", estimator=estimator, R_values=R_values
-    )
-    axes[1].set_ylim(0, 1.02)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2))
+    for ax, metric in zip(axes, ("effective_rank", "top1_fraction"), strict=True):
+        plot_rank_metric(ax, records, metric=metric, estimator=estimator, R_values=R_values)
+    handles, labels = {}, {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+            labels[lab] = lab
+    fig.legend(list(handles.values()), list(labels), loc="lower center", ncol=3, fontsize=8,
+               frameon=False)
+    n_mixed = {R: sum(bool(r["by_R"].get(str(R), {}).get("mixed")) for r in records)
+               for R in sorted(R_values)}
     fig.suptitle(
-        f"GRPO gradient spectrum per mixed group ({estimator}; diamonds: mean)", fontsize=10
+        f"GRPO gradient spectrum of the real model ({estimator} advantages; mixed groups: "
+        + ", ".join(f"R={R}: {n}/{len(records)}" for R, n in n_mixed.items()) + ")",
+        fontsize=9,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -227,16 +347,19 @@ def rank_results(
     results_jsonl: Path,
 ) -> dict[str, Any]:
     """``real rank``'s ``results.json``: :func:`run_header`, the summary of the main estimator
-    ``cfg.estimators[0]`` and of every estimator, accuracy (mean reward), number of groups,
+    ``cfg.estimators[0]`` and of every estimator, ``notes`` (:func:`no_mixed_group_notes`: why an
+    ``R`` has no number, and what to change), accuracy (mean reward), number of groups,
     ``wall_s`` (this call's seconds) and the path of the records."""
     main = cfg.estimators[0]
+    summary = summarize_rank(records, estimator=main, R_values=cfg.R_values)
     return {
         **run_header("real_rank", cfg, loaded),
         "main_estimator": main,
-        "summary": summarize_rank(records, estimator=main, R_values=cfg.R_values),
+        "summary": summary,
         "summary_by_estimator": {
             e: summarize_rank(records, estimator=e, R_values=cfg.R_values) for e in cfg.estimators
         },
+        "notes": no_mixed_group_notes(cfg, records, summary),
         "accuracy": float(np.mean([np.mean(r["rewards"]) for r in records])),
         "num_groups": len(records),
         "wall_s_this_call": wall_s,
@@ -258,6 +381,8 @@ def write_rank_results(
     result = rank_results(cfg, loaded, records, wall_s=wall_s, results_jsonl=results_jsonl)
     write_json(out / "results.json", result)
     table = rank_table_markdown(result["summary"], title=rank_title(result))
+    if result["notes"]:
+        table += "\n" + "\n".join(f"Note: {n}" for n in result["notes"]) + "\n"
     (out / "table.md").write_text(table, encoding="utf-8")
     rank_figure(out / "rank.png", records, result["main_estimator"], cfg.R_values)
     return result
@@ -438,6 +563,15 @@ def default_window(num_steps: int) -> int:
     return max(1, round(num_steps / 10))
 
 
+#: Axis labels of the training figure's metrics.
+_TRAIN_LABELS = {
+    "effective_rank_mean": "effective rank (mixed groups)",
+    "top1_fraction_mean": "top-1 fraction (mixed groups)",
+    "rank_mean": "numerical rank (mixed groups)",
+    "accuracy": "accuracy (mean reward)",
+}
+
+
 def plot_training_metric(
     ax: Any,
     records: list[dict[str, Any]],
@@ -447,7 +581,8 @@ def plot_training_metric(
     window: int | None = None,
 ) -> Any:
     """``metric`` against the GRPO step: per-window means with a +/- 1 sd band, per-step values
-    faint behind them. Returns ``ax``.
+    faint behind them. Returns ``ax``; no legend (:func:`train_figure` draws one for all
+    panels), and an axis with no value at all says so in words.
 
     ``metric``: ``effective_rank_mean`` / ``top1_fraction_mean`` / ``rank_mean`` (one line per
     ``R``; the window pools the per-group values of its steps) or a step field such as
@@ -465,32 +600,54 @@ def plot_training_metric(
             sp = [r["spectra"].get(str(R), {}) for r in records]
             per_step = [np.nan if x.get(metric) is None else x[metric] for x in sp]
             series.append((f"R={R}", per_step, [x.get(f"{base}_values", []) for x in sp]))
+    drawn = 0
     for label, per_step, pooled in series:
         y = np.array([np.nan if v is None else v for v in per_step], dtype=float)
         (faint,) = ax.plot(steps, y, ls="none", marker=".", alpha=0.3)
         st = window_stats(steps, pooled, window=window)
+        drawn += st["mean"].size
         ax.plot(st["center"], st["mean"], marker="o", color=faint.get_color(), label=label)
         band = np.nan_to_num(st["sd"])
         ax.fill_between(st["center"], st["mean"] - band, st["mean"] + band,
                         color=faint.get_color(), alpha=0.15)
-    if len(series) > 1 or series[0][0] != "_nolegend_":
-        ax.legend(fontsize=8)
-    ax.set_xlabel(f"GRPO step (means over {window}-step windows, band: +/- 1 sd)")
-    ax.set_ylabel(metric.replace("_", " "))
+    if not drawn:
+        ax.text(0.5, 0.75, "no step recorded" if not records else
+                "no value: no step had a mixed-reward group", transform=ax.transAxes,
+                ha="center", va="center", fontsize=8, color="C3",
+                bbox={"facecolor": "white", "edgecolor": "none"})
+    if steps:
+        ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel(_TRAIN_LABELS.get(metric, metric.replace("_", " ")))
     return ax
 
 
 def train_figure(path: Path, records: list[dict[str, Any]], R_values: Sequence[int]) -> None:
     """``train.png``: effective rank and top-1 fraction per ``R``, and accuracy, against the step
-    (:func:`plot_training_metric`; the analogues of the paper's Figs. 1-3)."""
+    (:func:`plot_training_metric`; the analogues of the paper's Figs. 1-3), with the paper's
+    reported effective rank "~2" (Table 1, :data:`paper_values.PAPER_TABLE1`) as a reference
+    line; one legend under the panels; the window and band explained in the title."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    if records:
-        plot_training_metric(axes[0], records, metric="effective_rank_mean", R_values=R_values)
-        plot_training_metric(axes[1], records, metric="top1_fraction_mean", R_values=R_values)
-        plot_training_metric(axes[2], records, metric="accuracy", R_values=R_values)
-    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3)", fontsize=10)
-    fig.tight_layout()
+    from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
+    metrics = ("effective_rank_mean", "top1_fraction_mean", "accuracy")
+    for ax, metric in zip(axes, metrics, strict=True):
+        plot_training_metric(ax, records, metric=metric, R_values=R_values)
+    ranks = sorted({float(v["eff_rank"]) for v in PAPER_TABLE1.values()})
+    for er in ranks:
+        axes[0].axhline(er, color="k", ls="--", lw=0.8,
+                        label=f'paper Table 1: effective rank "{PAPER_TABLE1_EFF_RANK_TEXT}"')
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center",
+                   ncol=len(seen), fontsize=8, frameon=False)
+    w = default_window(len(records))
+    fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3); dots: "
+                 f"per step, lines: means over {w}-step windows, band: +/- 1 sd", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -17,7 +17,12 @@ the earlier ``prompts`` was a multiple of ``rollout_batch``: the batch shapes th
 Every record carries the configuration it was computed under (``config``: the resume key), and
 ``config.json`` holds it too: a rerun whose settings differ from either is refused, naming the
 differing options, even when ``config.json`` was deleted. All options are checked
-(:meth:`RankConfig.validate`) before the model is loaded or anything is written.
+(:meth:`RankConfig.validate`), and the model is found (:func:`~real_model.loading.resolve_model`),
+before the model is loaded or anything is written.
+
+An ``R`` without a mixed-reward group has no spectrum: ``table.md`` (which the command prints)
+and ``results.json`` (``notes``) say why, in one line per such ``R``, and which options give
+mixed groups (:func:`~real_model.outputs.no_mixed_group_notes`).
 
 Summary rows (per ``R``, for the main estimator, over groups with mixed rewards only, since an
 all-equal group has ``A = 0`` and no spectrum): max rank (largest number of nonzero weights, the
@@ -79,6 +84,10 @@ def run_rank(
     from .loading import load_model
 
     cfg.validate()  # before any file is written or the model is loaded
+    if loaded is None:  # a model that is not there fails here, before config.json is written
+        from .loading import resolve_device, resolve_model
+
+        resolve_model(cfg.model, device=resolve_device(cfg.device))
     problem_set = load_problems(cfg, cfg.prompts)
     out = Path(out_dir)
     jsonl = out / "results.jsonl"

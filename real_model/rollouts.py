@@ -371,6 +371,25 @@ class _Rows:
         return out
 
 
+def cached_forward(model: Any, past: Any, **inputs: Any) -> tuple[Any, Any]:
+    """``model(**inputs, use_cache=True)`` continuing the KV cache ``past`` (``None``: none yet);
+    returns the output and the model's new cache.
+
+    transformers 5.x names the cache ``cache`` (``past_key_values`` is deprecated there: a
+    FutureWarning and a log line per run); earlier releases and plain modules take
+    ``past_key_values``. The name is read from the model's ``forward`` signature.
+    """
+    import inspect
+
+    if past is not None:
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters else (
+            "past_key_values")
+        inputs[name] = past
+    out = model(**inputs, use_cache=True)
+    new = getattr(out, "cache", None)  # transformers 5.x; reading past_key_values would warn
+    return out, (out.past_key_values if new is None else new)
+
+
 class _GroupForward:
     """:func:`sample_group`'s model calls for the ``R`` rows of one unpadded prompt ``pids``.
 
@@ -391,19 +410,16 @@ class _GroupForward:
 
         x = torch.tensor([self.pids] * self.R, device=self.device)
         if self.R > 1:  # the R rows share the prompt: prefill once, repeat the cache
-            out = self.model(input_ids=x[:1], use_cache=True)
-            self.past = out.past_key_values
+            out, self.past = cached_forward(self.model, None, input_ids=x[:1])
             if hasattr(self.past, "batch_repeat_interleave"):
                 self.past.batch_repeat_interleave(self.R)
                 return out.logits[:, -1, :].float().expand(self.R, -1)
-        out = self.model(input_ids=x, use_cache=True)  # R = 1, or a cache without repetition
-        self.past = out.past_key_values
+        out, self.past = cached_forward(self.model, None, input_ids=x)  # R = 1, or no repetition
         return out.logits[:, -1, :].float()
 
     def step(self, nxt: Any, t: int, active: np.ndarray) -> Any:
         """Logits ``[R, V]`` after the tokens ``nxt [R]`` of step ``t``."""
-        out = self.model(input_ids=nxt[:, None], past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
+        out, self.past = cached_forward(self.model, self.past, input_ids=nxt[:, None])
         return out.logits[:, -1, :].float()
 
 
@@ -449,10 +465,9 @@ class _BatchForward:
         lv = torch.from_numpy(self.live).to(self.device)
         ones = torch.ones((self.live.size, 1), dtype=self.attn.dtype, device=self.device)
         self.attn = torch.cat([self.attn, ones], dim=1)
-        out = self.model(input_ids=nxt[lv][:, None], attention_mask=self.attn,
-                         position_ids=(self.next_pos[lv] + t)[:, None],
-                         past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
+        out, self.past = cached_forward(self.model, self.past, input_ids=nxt[lv][:, None],
+                                        attention_mask=self.attn,
+                                        position_ids=(self.next_pos[lv] + t)[:, None])
         return out.logits[:, -1, :].float()
 
 
@@ -539,8 +554,8 @@ def _prefill(
     P = _common_prefix(pids) if G > 1 else 0
     past = None
     if P > 0:
-        out = model(input_ids=torch.tensor([list(pids[0][:P])], device=device), use_cache=True)
-        past = out.past_key_values
+        _, past = cached_forward(model, None, input_ids=torch.tensor([list(pids[0][:P])],
+                                                                     device=device))
         if hasattr(past, "batch_repeat_interleave"):
             past.batch_repeat_interleave(G)
         else:
@@ -554,9 +569,8 @@ def _prefill(
         ids[g, Smax - len(o) :] = torch.tensor(o, device=device)
         mask[g, P + Smax - len(o) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=past,
-                use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1, :].float()
+    out, past = cached_forward(model, past, input_ids=ids, attention_mask=mask, position_ids=pos)
+    logits = out.logits[:, -1, :].float()
     if R == 1:
         return past, logits, mask
     if hasattr(past, "batch_repeat_interleave"):

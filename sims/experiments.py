@@ -30,6 +30,7 @@ import numpy as np
 from grpo_io import atomic_write_text, dumps, environment, locks_out_dir, to_jsonable
 
 from .plots import (
+    legend_below,
     plot_gradient_ratio,
     plot_multiturn_bias,
     plot_spectra,
@@ -37,6 +38,7 @@ from .plots import (
     plot_training,
     plot_variance_ratio,
 )
+from .progress import progress
 from .results import CheckResult, md_escape, results_table
 
 __all__ = ["EXPERIMENTS", "run_experiment"]
@@ -98,7 +100,7 @@ def _checks_payload(checks: list[CheckResult]) -> dict[str, Any]:
 def _fig(ncols: int = 1, w: float = 5.0, h: float = 3.6) -> tuple[Any, Any]:
     from matplotlib.figure import Figure  # no pyplot: no global state, no backend switch
 
-    fig = Figure(figsize=(w * ncols, h))
+    fig = Figure(figsize=(w * ncols, h), layout="constrained")  # room for labels and legends
     axes = fig.subplots(1, ncols, squeeze=False)
     return fig, axes[0]
 
@@ -115,17 +117,32 @@ def exp_moments(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     ests = ("grpo", "grpo_std", "rloo") if quick else _all_estimators()
     bern, beta = _bandit(), _bandit("beta")
     checks: list[CheckResult] = []
-    for R in Rs:
-        for e in ests:
-            checks += check_theorem41(bern, e, R=R, n_groups=n, rng=rng, eps_values=(0.3,))
-        for e in ("grpo", "rloo"):
-            checks += check_theorem41(beta, e, R=R, n_groups=n, rng=rng)
-    fig, (ax,) = _fig()
-    plot_variance_ratio(ax, checks)
-    ax.set_title("Thm 4.1(ii): Var(A_i)/sigma^2 (x: MC +-2SE)")
-    return _write(
-        out_dir, "moments", seed, quick, _checks_payload(checks), results_table(checks), fig, t0
-    )
+    cells = [(R, e, bern, {"eps_values": (0.3,)}) for R in Rs for e in ests]
+    cells += [(R, e, beta, {}) for R in Rs for e in ("grpo", "rloo")]
+    cells.sort(key=lambda c: c[0])  # the order of the sampling: R by R, Bernoulli then Beta
+    for R, e, world, kw in progress(cells, label="sims moments", quick=quick):
+        checks += check_theorem41(world, e, R=R, n_groups=n, rng=rng, **kw)
+    curve = _variance_ratio_curve(ests, p=bern.J())
+    fig, (ax,) = _fig(w=7.5)
+    plot_variance_ratio(ax, checks, exact_curve=curve)
+    ax.set_title(f"Thm 4.1(ii): Var(A_i)/sigma_r^2, Bernoulli rewards (J={bern.J():.3g})")
+    payload = {**_checks_payload(checks), "variance_ratio_exact": curve}
+    return _write(out_dir, "moments", seed, quick, payload, results_table(checks), fig, t0)
+
+
+def _variance_ratio_curve(estimators: tuple[str, ...], *, p: float) -> dict[str, Any]:
+    """The exact ``Var(A_i) / sigma_r^2`` of each estimator for Bernoulli(``p``) rewards at
+    every ``R`` in 2..16 (:func:`sims.exact.bernoulli_advantage_moments`): the lines of the
+    moments figure, drawn whatever ``R`` were sampled."""
+    from .exact import bernoulli_advantage_moments
+
+    Rs = list(range(2, 17))
+    return {
+        "R": Rs,
+        "p": p,
+        "ratio": {e: [bernoulli_advantage_moments(e, R=R, p=p)["var"] / (p * (1 - p))
+                      for R in Rs] for e in estimators},
+    }
 
 
 # --- unbiasedness -------------------------------------------------------------------------------
@@ -148,7 +165,7 @@ def exp_unbiasedness(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]
         for m in ([0.05, 0.1, 0.3], [0.3, 0.6, 0.5], [0.8, 0.95, 0.9])
     ]
     checks: list[CheckResult] = []
-    for R in Rs:
+    for R in progress(Rs, label="sims unbiasedness (R)", quick=quick):
         for e in ests:
             checks += check_unbiasedness(bandit, e, R=R, n_groups=n, rng=rng)
             checks += check_unbiasedness(mdp, e, R=R, n_groups=n, rng=rng, n_outcomes=3)
@@ -158,6 +175,7 @@ def exp_unbiasedness(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]
     fig, axes = _fig(2)
     plot_gradient_ratio(axes[0], checks, world="SoftmaxBandit")
     plot_gradient_ratio(axes[1], checks, world="TokenMDP")
+    legend_below(fig, axes, ncol=6)
     return _write(
         out_dir,
         "unbiasedness",
@@ -184,15 +202,16 @@ def exp_multiturn(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     ests = ("grpo", "rloo", "grpo_std")
     checks: list[CheckResult] = []
     stage_summary = []
-    for R in Rs:
-        for e in ests:
+    cells = [("adv", R, e) for R in Rs for e in ests]
+    cells += [("modes", R, bl) for R in Rs for bl in ("group_mean", "leave_one_out")]
+    mode_rows: list[dict[str, Any]] = []
+    for what, R, e in progress(cells, label="sims multiturn", quick=quick):
+        if what == "adv":
             checks += check_multiturn(mdp, e, R=R, n=n, rng=rng)
             stage_summary += _stage_bias_summary(multiturn_bias_table(mdp, e, R=R), e, R=R,
                                                  H=mdp.shape[0])
-    mode_rows: list[dict[str, Any]] = []
-    for R in Rs:
-        for bl in ("group_mean", "leave_one_out"):
-            cm, rows_m = check_multiturn_modes(mdp, R=R, n=n // 2, rng=rng, baseline=bl)
+        else:
+            cm, rows_m = check_multiturn_modes(mdp, R=R, n=n // 2, rng=rng, baseline=e)
             checks += cm
             mode_rows += rows_m
     grpo_rows = multiturn_bias_table(mdp, "grpo", R=4)
@@ -317,7 +336,8 @@ def exp_spectra(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     )
     psi_tab = mdp.psi()
     summary: list[dict[str, Any]] = []
-    for lab, model, kw, d in _spectra_models(quick):
+    for lab, model, kw, d in progress(_spectra_models(quick), label="sims spectra (worlds)",
+                                      quick=quick):
         for R in Rs:
             if model == "token_mdp":
                 idx, rewards = mdp.sample(n, R, rng)
@@ -365,6 +385,7 @@ def exp_spectra(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     fig, axes = _fig(2)
     plot_spectra(axes[0], summary, metric="effective_rank")
     plot_spectra(axes[1], summary, metric="top1_fraction")
+    legend_below(fig, axes, ncol=4)
     payload = {**_checks_payload(checks), "summary": summary, "p": p, "n_groups_per_cell": n}
     return _write(out_dir, "spectra", seed, quick, payload, table, fig, t0)
 
@@ -382,7 +403,7 @@ def exp_training(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     variants = [(e, e, "sampled") for e in ests]
     if not quick:
         variants.append(("grpo exact E[g]", "grpo", "exact"))
-    for label, e, grad in variants:
+    for label, e, grad in progress(variants, label="sims training (estimators)", quick=quick):
         prompts = make_prompts(np.random.default_rng(seed), n_prompts=n_prompts)
         runs[label] = run_training(
             estimator=e,
@@ -415,6 +436,7 @@ def exp_training(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     plot_training(axes[0], runs, key="sigma_r")
     plot_training(axes[1], runs, key="eff_rank")
     plot_training(axes[2], runs, key="grad_norm")
+    legend_below(fig, axes, ncol=6)
     payload = {**_checks_payload(checks), "summaries": summaries, "runs": runs}
     return _write(out_dir, "training", seed, quick, payload, table, fig, t0)
 
@@ -437,13 +459,13 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
     Rs = (2, 4, 8, 16)
     n = 20_000 if quick else 200_000
     checks: list[CheckResult] = []
-    for R in Rs:
+    for R in progress(Rs, label="sims tails (checks, R)", quick=quick):
         checks += check_tails(
             estimator="grpo", R=R, p=p, eps_values=(0.1, 0.2, 0.3), n_groups=n, rng=rng
         )
     eps_grid = np.round(np.linspace(0.02, 0.6, 30), 4)
     curves = []
-    for R in Rs:
+    for R in progress(Rs, label="sims tails (curves, R)", quick=quick):
         rew = (rng.random((n, R)) < p).astype(np.float64)
         curves.append(
             {
@@ -482,8 +504,9 @@ def exp_tails(out_dir: Path, *, seed: int, quick: bool) -> dict[str, Any]:
         )
     table = results_table(checks) + "\n\nBounds vs exact:\n\n" + "\n".join(lines)
     fig, axes = _fig(len(Rs), w=3.6)
-    for ax, cv in zip(axes, curves, strict=True):
-        plot_tails(ax, cv)
+    for n, (ax, cv) in enumerate(zip(axes, curves, strict=True)):
+        plot_tails(ax, cv, ylabel=n == 0)
+    legend_below(fig, axes[:1])
     payload = {**_checks_payload(checks), "curves": curves}
     return _write(out_dir, "tails", seed, quick, payload, table, fig, t0)
 

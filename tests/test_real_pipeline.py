@@ -91,6 +91,20 @@ def test_sample_group_tiny_model_masks_and_seeding() -> None:
         sample_group(model, TOK, "Q", R=2, temperature=-1.0)
 
 
+def test_sampling_a_transformers_model_passes_its_cache_without_deprecation_warnings() -> None:
+    import warnings
+
+    from real_model.rollouts import sample_groups
+
+    model = tiny_random_model(vocab_size=TOK.vocab_size, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sample_group(model, TOK, "Q: 1+1?", R=2, max_new_tokens=3, seed=0)
+        sample_groups(model, TOK, ["Q: 1+1?", "Q: 2+2?"], R=2, max_new_tokens=3, seeds=[0, 1])
+    assert [str(w.message) for w in caught
+            if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
+
+
 # --- geometry ---
 def test_group_geometry_matches_explicit_svd() -> None:
     rng = np.random.default_rng(0)
@@ -268,6 +282,38 @@ def test_compare_toy_rows_and_outputs(tmp_path: Path) -> None:
     assert (tmp_path / "compare.png").is_file() and "paper Table 1 (reported" in res["table_md"]
     with pytest.raises(FileNotFoundError, match="real rank"):
         run_compare(tmp_path, real=tmp_path / "missing.json")
+
+
+def test_compare_figure_is_titled_by_what_it_shows_and_names_every_mark(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from real_model.compare import compare_title, plot_compare, toy_rank_rows
+
+    alone = compare_title(p=0.5, p_from="the default", real_name=None)
+    assert "real model" not in alone.split("\n")[0] and "pass --real" in alone
+    both = compare_title(p=0.141, p_from="the real run's accuracy", real_name="smollm2-offline")
+    assert both.startswith("GRPO gradient spectrum: toy worlds and the real model smollm2-offline")
+    ax_rank, ax_top1 = Figure().subplots(1, 2)
+    plot_compare(ax_rank, ax_top1, toy_rank_rows((2, 4), p=0.5))
+    for ax in (ax_rank, ax_top1):
+        assert ax.get_title() and ax.get_ylabel() and ax.get_legend() is None
+    labels = {h for ax in (ax_rank, ax_top1) for h in ax.get_legend_handles_labels()[1]}
+    assert "paper Table 1: top-1 range (reported)" in labels  # the right panel's bars, named
+    assert "toy world isotropic (exact)" in labels
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_rank_with_a_missing_model_fails_before_writing_config(tmp_path: Path) -> None:
+    from real_model.rank import RankConfig, run_rank
+
+    out = tmp_path / "r"
+    with pytest.raises(ModelNotAvailableError, match="does not exist"):
+        run_rank(out, RankConfig(model=str(tmp_path / "nonexistent"), prompts=1, **SMALL_RUN),
+                 progress=False)
+    assert not (out / "config.json").exists() and not (out / "results.jsonl").exists()
 
 
 def test_cli_registers_and_stays_cheap_to_import() -> None:

@@ -95,3 +95,116 @@ def test_corrupt_config_json_error_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"config\.json is not valid JSON") as e:
         run_rank(out, RankConfig(prompts=1, **SMALL_RUN), loaded=tiny_loaded(), progress=False)
     assert str(out / "config.json") in str(e.value)
+
+
+# --- an R without a mixed group: why, what to change, and a figure that says so -------------------
+def _records(rewards: list[list[float]]) -> list[dict]:
+    return [{"rewards": r} for r in rewards]
+
+
+def test_no_mixed_group_note_counts_the_equal_groups_and_names_the_options() -> None:
+    from real_model.outputs import no_mixed_group_notes
+
+    cfg = RankConfig(prompts=4, R_values=(2, 4))
+    recs = _records([[0, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 1], [0, 0, 0, 1]])
+    rows = [{"R": 2, "groups": 4, "mixed_groups": 0}, {"R": 4, "groups": 4, "mixed_groups": 3}]
+    (note,) = no_mixed_group_notes(cfg, recs, rows)
+    assert note.startswith("R=2: no mixed group: all 4 groups had equal rewards "
+                           "(3 all wrong, 1 all right), so every advantage is 0")
+    assert "--prompts 16" in note and "--R 4 8" in note
+    assert "easier problems (--difficulty 1 --operations add sub)" in note
+
+
+def test_no_mixed_group_note_asks_for_harder_problems_when_the_groups_are_all_right() -> None:
+    from real_model.outputs import no_mixed_group_notes
+
+    cfg = RankConfig(prompts=2, R_values=(2,), difficulty=(1,), operations=("add",))
+    (note,) = no_mixed_group_notes(cfg, _records([[1, 1], [1, 1]]),
+                                   [{"R": 2, "groups": 2, "mixed_groups": 0}])
+    assert "(2 all right)" in note and "harder problems (--difficulty 2)" in note
+    # the easiest generated problems already: not proposed again when all are wrong
+    (note,) = no_mixed_group_notes(cfg, _records([[0, 0], [0, 0]]),
+                                   [{"R": 2, "groups": 2, "mixed_groups": 0}])
+    assert "easier" not in note and note.endswith("or larger groups (--R 4).")
+
+
+def test_no_mixed_group_note_asks_for_longer_completions_when_some_were_cut() -> None:
+    from real_model.outputs import no_mixed_group_notes
+
+    cfg = RankConfig(prompts=1, R_values=(2,), max_new_tokens=32)
+    recs = [{"rewards": [0, 0], "stop_reasons": ["length", "stop"]}]
+    (note,) = no_mixed_group_notes(cfg, recs, [{"R": 2, "groups": 1, "mixed_groups": 0}])
+    assert note.startswith("R=2: no mixed group: the one group had equal rewards (1 all wrong)")
+    assert ("longer completions (--max-new-tokens 64: 1 of 2 stopped at the limit, perhaps "
+            "before their answer)") in note
+
+
+def test_no_note_when_every_R_has_a_mixed_group() -> None:
+    from real_model.outputs import no_mixed_group_notes
+
+    rows = [{"R": 2, "groups": 1, "mixed_groups": 1}]
+    assert no_mixed_group_notes(RankConfig(R_values=(2,)), _records([[0, 1]]), rows) == []
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_rank_run_without_mixed_groups_says_why_in_table_results_and_figure(
+    tmp_path: Path,
+) -> None:
+    from real_model.rank import run_rank
+
+    out = tmp_path / "r"
+    res = run_rank(out, RankConfig(prompts=2, **SMALL_RUN), loaded=tiny_loaded(),
+                   progress=False, reward_fn=lambda text, gold: 0.0)
+    (note,) = res["notes"]
+    assert note.startswith("R=2: no mixed group: all 2 groups had equal rewards (2 all wrong)")
+    assert f"Note: {note}" in (out / "table.md").read_text()
+    assert json.loads((out / "results.json").read_text())["notes"] == [note]
+    assert (out / "rank.png").stat().st_size > 0
+
+
+def _fake_record(rewards: list[float], values: dict[int, tuple[float, float]]) -> dict:
+    """A rank record whose group at each R has the given (effective rank, top-1), mixed or not
+    as its first R rewards say."""
+    by_R = {}
+    for R, (er, t1) in values.items():
+        mixed = min(rewards[:R]) != max(rewards[:R])
+        by_R[str(R)] = {"mixed": mixed, "estimators": {"grpo": {
+            "effective_rank": er if mixed else None, "top1_fraction": t1 if mixed else None}}}
+    return {"rewards": rewards, "by_R": by_R}
+
+
+def test_rank_figure_draws_the_papers_table1_beside_ours_and_labels_the_missing_R() -> None:
+    from matplotlib.figure import Figure
+
+    from paper_values import PAPER_TABLE1
+    from real_model.outputs import plot_rank_metric
+
+    recs = [_fake_record([0, 0, 1, 0], {2: (1.5, 0.6), 4: (2.5, 0.7)}),
+            _fake_record([1, 0, 1, 1], {2: (1.9, 0.55), 4: (3.0, 0.65)})]
+    ax_er, ax_t1 = Figure().subplots(1, 2)
+    plot_rank_metric(ax_er, recs, metric="effective_rank", R_values=(2, 4))
+    plot_rank_metric(ax_t1, recs, metric="top1_fraction", R_values=(2, 4))
+    star = next(c for c in ax_er.collections if c.get_label().startswith("paper Table 1"))
+    assert [y for _, y in star.get_offsets()] == [PAPER_TABLE1[R]["eff_rank"]
+                                                  for R in sorted(PAPER_TABLE1)]
+    bars = next(c for c in ax_t1.collections if c.get_label().startswith("paper Table 1"))
+    assert [tuple(seg[:, 1]) for seg in bars.get_segments()] == [
+        PAPER_TABLE1[R]["top1"] for R in sorted(PAPER_TABLE1)]
+    # R=2: only the second group is mixed; R=4: both; nothing is labelled missing
+    assert not [t for t in ax_er.texts if "no mixed" in t.get_text()]
+
+
+def test_rank_figure_panel_without_any_mixed_group_says_so_in_words() -> None:
+    from matplotlib.figure import Figure
+
+    from real_model.outputs import plot_rank_metric
+
+    recs = [_fake_record([0, 0, 0, 0], {2: (0, 0), 4: (0, 0)}),
+            _fake_record([1, 1, 0, 1], {2: (0, 0), 4: (2.0, 0.7)})]
+    ax = Figure().subplots()
+    plot_rank_metric(ax, recs[:1], metric="top1_fraction", R_values=(2, 4))
+    assert "no mixed group at any R" in ax.get_title()
+    assert sum("no mixed" in t.get_text() for t in ax.texts) == 2  # at R=2 and at R=4
+    ax = Figure().subplots()
+    plot_rank_metric(ax, recs, metric="top1_fraction", R_values=(2, 4))
+    assert ax.get_title() == "" and [t.get_position()[0] for t in ax.texts] == [2]

@@ -49,3 +49,45 @@ def test_training_plot_draws_window_means_of_pooled_group_values():
     plot_training_metric(ax2, recs, metric="accuracy", window=4)
     assert np.allclose(ax2.get_lines()[1].get_ydata(), [0.15])
     plt.close(fig), plt.close(fig2)
+
+
+def test_training_plot_without_any_mixed_group_says_so_and_leaves_the_legend_to_the_figure():
+    from matplotlib.figure import Figure
+
+    recs = [{"step": s, "accuracy": 0.0, "spectra": {"2": {"effective_rank_mean": None,
+                                                             "effective_rank_values": []}}}
+            for s in range(3)]
+    ax = Figure().subplots()
+    plot_training_metric(ax, recs, metric="effective_rank_mean", R_values=(2,))
+    assert [t.get_text() for t in ax.texts] == ["no value: no step had a mixed-reward group"]
+    assert ax.get_legend() is None and ax.get_xlabel() == "GRPO step"
+    ax = Figure().subplots()
+    plot_training_metric(ax, recs, metric="accuracy")
+    assert list(ax.texts) == [] and ax.get_ylabel() == "accuracy (mean reward)"
+
+
+def test_train_figure_has_one_legend_with_the_papers_effective_rank(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from real_model import outputs
+
+    drawn, real_savefig = {}, Figure.savefig
+
+    def keep(fig, path, **kw):
+        drawn["fig"] = fig
+        return real_savefig(fig, path, **kw)
+
+    recs = [{"step": s, "accuracy": 0.5, "spectra": {"2": {"effective_rank_mean": 1.5,
+                                                             "effective_rank_values": [1.5]}}}
+            for s in range(2)]
+    monkeypatch.setattr(Figure, "savefig", keep)
+    outputs.train_figure(tmp_path / "train.png", recs, (2,))
+    fig = drawn["fig"]
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "R=2", 'paper Table 1: effective rank "~2"']
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert (tmp_path / "train.png").stat().st_size > 0

@@ -1,0 +1,35 @@
+"""A progress bar for full-size ``sims`` runs, on a terminal only.
+
+:func:`progress` wraps the loop over an experiment's cells (group size x estimator, world,
+training variant): a ``tqdm`` bar on stderr when stderr is a terminal and the run is full size;
+otherwise the items unchanged, so quick runs (the audit's), pipes, logs and tests print nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+__all__ = ["progress", "show_progress"]
+
+T = TypeVar("T")
+
+
+def show_progress(*, quick: bool) -> bool:
+    """Whether a bar is drawn: a full-size run (not ``quick``) with stderr on a terminal."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return not quick and isatty is not None and bool(isatty())
+
+
+def progress(items: Iterable[T], *, label: str, quick: bool) -> Iterator[T]:
+    """``items``, with a bar named ``label`` on stderr when :func:`show_progress` says so (the
+    bar is removed when done: the command's own summary line follows)."""
+    if not show_progress(quick=quick):
+        yield from items
+        return
+    from tqdm import tqdm
+
+    seq = list(items)
+    yield from tqdm(seq, desc=label, total=len(seq), leave=False, file=sys.stderr,
+                    dynamic_ncols=True)
