@@ -30,7 +30,7 @@ import numpy as np
 
 from .battery import Case, battery
 from .diagnostics_audit import audit_diagnostics
-from .load import load_framework
+from .load import framework_source, load_framework
 from .ours import ADVANTAGE_MAP, LOSS_MAP
 
 __all__ = [
@@ -151,7 +151,8 @@ def audit_framework(
     :func:`summarise_report`). ``download``, ``say``: see
     :func:`~framework_checks.load.framework_source` (a framework that is not installed is read
     from its pinned wheel)."""
-    fc = load_framework(framework, source, dtype=dtype, download=download, say=say)
+    tree = framework_source(framework, source, download=download, say=say)
+    fc = load_framework(framework, tree, dtype=dtype)
     cases, skipped = [], []
     for c in battery():
         (cases if _representable(c.rewards, dtype) else skipped).append(c)
@@ -176,7 +177,7 @@ def audit_framework(
         "edge_values": _edge_values(framework, rows),
         "summary": summarise_report(rows),
         "rows": rows,
-        "diagnostics": audit_diagnostics(framework, source),
+        "diagnostics": audit_diagnostics(framework, tree),
     }
 
 

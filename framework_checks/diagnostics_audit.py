@@ -8,17 +8,21 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .source import FrameworkCodeError, find_source
+from .source import FrameworkCodeError, SourceTree, find_source
 
 __all__ = ["audit_diagnostics", "render_diagnostics"]
 
 
-def audit_diagnostics(framework: str, source: str | Path | None = None) -> dict[str, Any] | None:
-    """The diagnostics audit of ``framework`` (None for a framework without one); a release
-    whose code lacks the expected functions gives ``{"error": ...}``, never a traceback."""
+def audit_diagnostics(
+    framework: str, source: str | Path | SourceTree | None = None
+) -> dict[str, Any] | None:
+    """The diagnostics audit of ``framework`` (None for a framework without one); ``source`` as
+    :func:`~framework_checks.source.find_source` takes it, or a :class:`SourceTree` already read.
+    A release whose code lacks the expected functions gives ``{"error": ...}``, never a
+    traceback."""
     if framework not in ("verl", "trl"):
         return None
-    tree = find_source(framework, source)
+    tree = source if isinstance(source, SourceTree) else find_source(framework, source)
     try:
         if framework == "verl":
             from .diagnostics_verl import audit_variance_proxy

@@ -22,14 +22,16 @@ LOADERS = {"trl": trl.load, "verl": verl.load, "openrlhf": openrlhf.load}
 
 def framework_source(
     framework: str,
-    source: str | Path | None = None,
+    source: str | Path | SourceTree | None = None,
     *,
     download: bool = True,
     say: Callable[[str], None] = print,
 ) -> SourceTree:
     """``framework``'s files: from ``source`` when given, else the installed package, else its
     pinned wheel (:func:`~framework_checks.fetch.pinned_wheel`; ``download`` and ``say`` are its
-    options)."""
+    options); a :class:`SourceTree` already read is returned as it is."""
+    if isinstance(source, SourceTree):
+        return source
     if source is not None:
         return find_source(framework, source)
     try:
@@ -40,7 +42,7 @@ def framework_source(
 
 def load_framework(
     framework: str,
-    source: str | Path | None = None,
+    source: str | Path | SourceTree | None = None,
     *,
     dtype: str = "float32",
     download: bool = True,
@@ -51,7 +53,8 @@ def load_framework(
     Args:
         framework: ``"trl"``, ``"verl"`` or ``"openrlhf"``.
         source: see :func:`framework_checks.source.find_source`; ``None``: the installed
-            package, else the pinned wheel (:func:`framework_source`).
+            package, else the pinned wheel (:func:`framework_source`); or a :class:`SourceTree`
+            already read.
         dtype: dtype the rewards are given to the framework in; default ``"float32"`` (what all
             three use in training: TRL's reward tensor, verl's ``token_level_rewards``, OpenRLHF's
             ``promote_types(rewards, float32)``).
