@@ -173,3 +173,5 @@ def test_frameworks_trl_not_installed_fetches_its_wheel_and_opens_with_a_conclus
     assert conclusion.startswith("**Conclusion.** trl 1.16.0 (float32): ")
     rep = json.loads((out / "frameworks.json").read_text())["reports"][0]
     assert f"{rep['summary']['agree']} of {rep['summary']['settings']} settings" in conclusion
+    diagnostics = rep["diagnostics"]  # read from the same fetched wheel, not the installed package
+    assert diagnostics is not None and "error" not in diagnostics and diagnostics["rows"]
