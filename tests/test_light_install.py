@@ -3,8 +3,9 @@
 
 README's quick start promises this; ``.ci/run`` checks it in a fresh virtual environment. Here it
 is checked without installing anything: the dependency lists of pyproject, the module-level
-imports of the packages on the audit's path, and an audit of one claim in a subprocess whose
-imports of torch and the ``real`` extra fail as they would where those are not installed.
+imports of the packages on the audit's path (default tier), and an audit of one claim in a
+subprocess whose imports of torch and the ``real`` extra fail as they would where those are not
+installed (slow tier).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the packages the audit, the tables and the toy worlds import
@@ -121,6 +124,7 @@ print(json.dumps({"code": code, "tried": sorted(set(tried)),
 """
 
 
+@pytest.mark.slow  # a fresh interpreter importing scipy and matplotlib (seconds); CI's step 1
 def test_audit_runs_where_torch_and_the_real_extra_are_not_installed(tmp_path: Path) -> None:
     out = tmp_path / "report"
     proc = subprocess.run(
