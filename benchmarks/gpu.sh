@@ -32,9 +32,10 @@
 #   bench_verl_bf16_long         the same on 8 layers of width 1536, ~450 tokens per row (a step
 #                                that keeps the device busier), --bf16-rows and --op-sites
 # plus OUT_DIR/device.txt (GPU, driver, torch, CUDA) and OUT_DIR/summary.txt (each step's exit
-# status). The benchmarks also write their JSON and Markdown tables into OUT_DIR; the tables in
-# docs/real_model_gram.md, docs/real_model.md and docs/trl.md are copied from them with the
-# device line. Exit status: 0 when every step succeeded, 1 otherwise, 2 for bad usage or no GPU.
+# status). The benchmarks also write their JSON and Markdown tables into OUT_DIR; the tables of
+# docs/performance.md take them from the step logs (`python benchmarks/performance.py NAME
+# --from-output OUT_DIR/<step>.log --machine ... --date ...`). Exit status: 0 when every step
+# succeeded, 1 otherwise, 2 for bad usage or no GPU.
 set -uo pipefail
 
 if [ $# -ne 1 ]; then

