@@ -717,6 +717,19 @@ def step_diagnostics(grams: Any, *, tokens: Any, rewards: Any, total_grad_norm: 
     ``diagnostics_from_sums(group_sums(...), ...)``; with several processes or micro-batches,
     call :func:`group_sums` on each, :func:`merge_group_sums`, then :func:`diagnostics_from_sums`.
 
+    The keys (the logs prefix them: ``geometry/...`` in TRL, ``actor/geometry/...`` in verl):
+
+    * ``groups``, ``rollouts``, ``tokens``;
+    * ``rollout_grad_norm/{mean,rms,max}`` (over all rollouts, dead ones included),
+      ``group_grad_norm/{mean,rms,max}`` (``|G_g|``);
+    * ``dead_groups/{count,group_share,rollout_share,token_share}``;
+    * ``grad_norm`` (the host's ``|G|``, NaN if not given);
+    * ``noise/{mu_sq,trace_sigma,step_noise_sq,b_simple,snr,status}``
+      (:func:`gradient_noise_scale`; ``step_noise_sq = tr(Sigma) / n = E|G - mu|^2``);
+    * ``alignment/weighted_cos`` (all groups), ``alignment/pass_{pairs,cos_mean,cos_min,
+      cos_max}`` (pairs within a pass);
+    * ``mass_share/solved_{k}_of_{R}`` for ``k = 0..R``.
+
     Args:
         grams: ``[n, R, R]`` Grams ``K_g`` of the per-rollout gradient rows of each group.
         tokens: ``[n, R]`` token counts; rewards: ``[n, R]``.
@@ -726,18 +739,7 @@ def step_diagnostics(grams: Any, *, tokens: Any, rewards: Any, total_grad_norm: 
         rtol: see :func:`gradient_noise_scale`.
 
     Returns:
-        Keys (the logs prefix them: ``geometry/...`` in TRL, ``actor/geometry/...`` in verl):
-
-        * ``groups``, ``rollouts``, ``tokens``;
-        * ``rollout_grad_norm/{mean,rms,max}`` (over all rollouts, dead ones included),
-          ``group_grad_norm/{mean,rms,max}`` (``|G_g|``);
-        * ``dead_groups/{count,group_share,rollout_share,token_share}``;
-        * ``grad_norm`` (the host's ``|G|``, NaN if not given);
-        * ``noise/{mu_sq,trace_sigma,step_noise_sq,b_simple,snr,status}``
-          (:func:`gradient_noise_scale`; ``step_noise_sq = tr(Sigma) / n = E|G - mu|^2``);
-        * ``alignment/weighted_cos`` (all groups), ``alignment/pass_{pairs,cos_mean,cos_min,
-          cos_max}`` (pairs within a pass);
-        * ``mass_share/solved_{k}_of_{R}`` for ``k = 0..R``.
+        The keys above, each a float.
 
     >>> d = step_diagnostics(np.stack([np.eye(2), np.zeros((2, 2))]), tokens=[[2, 3], [4, 5]],
     ...                      rewards=[[1, 0], [1, 1]], total_grad_norm=2.0**0.5)
