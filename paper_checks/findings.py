@@ -85,6 +85,7 @@ def kind_verdict_counts(results: Sequence[ClaimResult]) -> list[str]:
 
 
 def _count_words(items: Sequence[ClaimResult]) -> str:
+    """``"15 derivations, 1 empirical, 2 interpretations"``: counts by kind, in tier order."""
     c = Counter(r.kind for r in items)
     return ", ".join(f"{n} {_KIND_PLURAL[k] if n > 1 else k}" for k, n in
                      sorted(c.items(), key=lambda kv: (KIND_TIER[kv[0]], list(KINDS).index(kv[0]))))
@@ -101,7 +102,8 @@ def bottom_line(spec: Paper, results: Sequence[ClaimResult], *, real_run: str | 
     c = Counter(r.verdict for r in results)
     top = ranked(results)
     refuted = [r for r in top if r.verdict == "refuted"]
-    lines = [f"Of the {n} claims checked, {_n(c['holds'], 'holds', 'hold')} as written, "
+    lines = [f"Of the {_n(n, 'claim', 'claims')} checked, {_n(c['holds'], 'holds', 'hold')} as "
+             "written, "
              f"{_n(c['holds-with-conditions'], 'holds', 'hold')} only under conditions the paper "
              f"does not state, {_n(c['refuted'], 'is', 'are')} refuted and "
              f"{_n(c['inconclusive'], 'cannot', 'cannot')} be decided here."]

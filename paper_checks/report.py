@@ -9,7 +9,8 @@ per-claim evidence and figures.
   ``undecided``, ``finding`` (the check's one-line result with its numbers), ``real_run`` (the
   verdict on a ``--real`` run, or ``null``), ``consequence_rank`` (1 = the most consequential,
   :mod:`paper_checks.findings`), ``paper``, ``figure``, ``evidence_csv``, ``seconds`` and
-  ``grpo_audit`` (``{"version", "commit"}`` of the code that wrote it);
+  ``grpo_audit`` (``{"version", "commit", "command"}``: the code that wrote it and the command
+  that reproduces the run);
 * ``REPORT.md``: findings first (:mod:`paper_checks.report_md`): the paper, the bottom line, the
   key findings ranked, the counts by kind and verdict, the real-model run, the run's record, then
   one short entry per claim, and the paper's regenerated tables;
@@ -224,12 +225,13 @@ def write_audit(out_dir: str | Path, spec: Paper, results: list[ClaimResult], *,
         _figures(results, fig_dir)
     tables_md = _report_tables(spec, out, fig_dir, seed=seed, quick=quick)
     env = environment()
-    version = {"version": env.get("grpo_audit"), "commit": env.get("grpo_audit_commit")}
     real_ids = _decide_real(spec, run, results)
     _write_evidence(results, out)
     order = {r.id: i for i, r in enumerate(ranked(results), 1)}
     command = audit_command(out_dir, seed=seed, quick=quick, paper=spec.key, ids=ids,
                             real=None if run is None else run.path)
+    version = {"version": env.get("grpo_audit"), "commit": env.get("grpo_audit_commit"),
+               "command": command}
     meta = _meta(spec, results, command, seed=seed, quick=quick, t_claims=seconds_claims,
                  elapsed=time.perf_counter() - t0, env=env, run=run, tables=bool(tables_md))
     meta["real_claims"] = real_ids
@@ -248,8 +250,8 @@ def write_audit(out_dir: str | Path, spec: Paper, results: list[ClaimResult], *,
 
 def _decide_real(spec: Paper, run: RealRankRun | None, results: list[ClaimResult]
                  ) -> list[str]:
-    """Attach the verdicts on the real run to their claims; the ids a real run would decide
-    (with or without one)."""
+    """Attach the verdicts on the real run to their claims; returns the ids of every claim of
+    the paper that a real run decides (with or without one, audited here or not)."""
     if not spec.real_checks:
         return []
     ids = [r.id for r in results]
@@ -261,7 +263,7 @@ def _decide_real(spec: Paper, run: RealRankRun | None, results: list[ClaimResult
                 r.real_run = {"verdict": v.verdict, "finding": v.finding,
                               "evidence": v.evidence, "run": run.describe(),
                               "evidence_csv": f"evidence/{r.id}_real_run.csv"}
-    return [c for c in real_claims(spec.real_checks) if c in ids]
+    return list(real_claims(spec.real_checks))
 
 
 def _write_evidence(results: list[ClaimResult], out: Path) -> None:

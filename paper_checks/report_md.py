@@ -216,8 +216,9 @@ def _real_md(spec: Paper, results: Sequence[ClaimResult], meta: dict[str, Any]) 
     if not spec.real_checks:
         return []
     real = meta.get("real")
-    ids = meta.get("real_claims") or []
-    links = ", ".join(anchor_link(c) for c in ids) or "its empirical claims"
+    here = {r.id for r in results}
+    links = ", ".join(anchor_link(c) if c in here else f"`{c}`"
+                      for c in meta.get("real_claims") or [])
     out = ["## Real-model run", ""]
     if real is None:
         out += [f"Not given. The paper's measured claims ({links}) can also be decided on a real "
@@ -230,8 +231,9 @@ def _real_md(spec: Paper, results: Sequence[ClaimResult], meta: dict[str, Any]) 
     decided = [r for r in results if r.real_run]
     out.append(f"`{real['file']}`: model **{real['model']}** ({real['size']}), "
                f"{real['num_groups']} prompts, estimator {real['estimator']}; groups with mixed "
-               f"rewards per R: {real['mixed']}. Decided on it (beside the computed verdicts, "
-               "which do not change):")
+               f"rewards per R: {real['mixed']}. "
+               + ("Decided on it (beside the computed verdicts, which do not change):" if decided
+                  else f"None of the claims audited here is decided on it (it decides {links})."))
     out.append("")
     for r in decided:
         out.append(f"- {anchor_link(r.id)}: **{r.real_run['verdict']}**: "
@@ -244,8 +246,8 @@ def report_markdown(spec: Paper, results: Sequence[ClaimResult], meta: dict[str,
     """The whole REPORT.md."""
     real = meta.get("real")
     real_sentence = None
-    if real is not None:
-        decided = [r for r in results if r.real_run]
+    decided = [r for r in results if r.real_run]
+    if real is not None and decided:
         real_sentence = (f"On the real-model run given ({real['model']}, {real['size']}): "
                          + "; ".join(f"{anchor_link(r.id)} {r.real_run['verdict']}"
                                      for r in decided) + ".")

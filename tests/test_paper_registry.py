@@ -415,7 +415,8 @@ def test_a_claim_outside_a_listed_section_module_is_an_error():
         claim("x_unlisted", kind="derivation", location="-", text="-", check="-")(
             _defined_in("paper_checks.claims.s10_conclusion"))
     with pytest.raises(PaperRegistrationError, match="section modules of a paper package"):
-        claim("x_elsewhere", kind="derivation", location="-", text="-", check="-")(_defined_in(__name__))
+        claim("x_elsewhere", kind="derivation", location="-", text="-", check="-")(
+            _defined_in(__name__))
     with pytest.raises(PaperRegistrationError, match="unknown paper 'nope'"):
         get_paper("nope")
     with pytest.raises(PaperRegistrationError, match="unknown paper"):
