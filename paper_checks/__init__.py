@@ -1,10 +1,15 @@
-"""paper_checks: the proof audit of arXiv 2606.29238 (and FADE), every checkable claim recomputed.
+"""paper_checks: the proof audit of arXiv 2606.29238 (the seed paper) and of the other registered
+papers, every checkable claim recomputed.
 
 Each claim is registered (:mod:`paper_checks.registry`) with its location, our paraphrase, the
-check and a verdict computed by it (``holds``, ``holds-with-conditions``, ``refuted``,
-``inconclusive``), in the module of its paper section (:mod:`paper_checks.claims`; one package per
-paper, :mod:`paper_checks.papers`). ``grpo-audit audit --out DIR`` writes ``claims.json``,
-``REPORT.md`` and figures; ``grpo-audit tables appendix-a2|table1`` prints the regenerated tables.
+check, its kind (what the verdict is about: :data:`~paper_checks.registry.KINDS`) and a verdict
+computed by it (``holds``, ``holds-with-conditions``, ``refuted``, ``inconclusive``), in the module
+of its paper section (:mod:`paper_checks.claims`; one package per paper,
+:mod:`paper_checks.papers`).
+``grpo-audit audit --out DIR [--paper KEY] [--real FILE]`` writes ``REPORT.md`` (findings first:
+:mod:`paper_checks.findings`, :mod:`paper_checks.report_md`), ``claims.json``, per-claim evidence
+CSVs and figures (:mod:`paper_checks.report`); ``grpo-audit tables appendix-a2|table1`` prints the
+regenerated tables.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 _REGISTRY_NAMES = (
+    "KINDS",
     "REGISTRY",
     "VERDICTS",
     "CheckContext",
@@ -24,6 +30,7 @@ _REGISTRY_NAMES = (
 )
 
 __all__ = [
+    "KINDS",
     "REGISTRY",
     "VERDICTS",
     "CheckContext",

@@ -22,13 +22,32 @@ TABLE_KINDS: dict[str, str] = {
 }
 
 
+def _progress_line() -> Any:
+    """A progress printer for a terminal (stderr is a tty): one line, rewritten in place, that
+    says how many claims are done and which one runs; ``None`` elsewhere (nothing extra in a log
+    or a pipe)."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int, cid: str) -> None:
+        text = (f"checking claim {done + 1}/{total}: {cid}" if cid
+                else f"{total}/{total} claims checked; writing figures and the report")
+        print(f"\r\x1b[K{text}", end="" if cid else "\n", file=sys.stderr, flush=True)
+
+    return show
+
+
 def _audit(args: argparse.Namespace) -> int:
+    import sys
+
     from .registry import REGISTRY, load_claims, ordered_ids
     from .report import run_audit
 
     if args.list:
         for cid in ordered_ids(args.paper):
-            print(f"{cid}\t{REGISTRY[cid].location}")
+            print(f"{cid}\t{REGISTRY[cid].kind}\t{REGISTRY[cid].location}")
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (unless --list)")
@@ -38,20 +57,35 @@ def _audit(args: argparse.Namespace) -> int:
         if bad:
             raise ValueError(f"--only: {bad} are not claims of --paper {args.paper} "
                              f"(see --list --paper {args.paper})")
+        twice = sorted({i for i in args.only if args.only.count(i) > 1})
+        if twice:
+            print(f"grpo-audit: note: --only names {', '.join(twice)} more than once; each claim "
+                  "is audited and written once", file=sys.stderr)
+        args.only = list(dict.fromkeys(args.only))
+    run = None
+    if args.real is not None:
+        from .papers import get_paper
+        from .real_run import RealRunError, read_real_rank
+
+        if not get_paper(args.paper).real_checks:
+            raise RealRunError(f"--real: no claim of --paper {args.paper} is decided on a "
+                               "real-model run")
+        run = read_real_rank(args.real)  # checked before the output folder is made
     from grpo_io.paths import prepare_out_dir
 
     args.out = str(prepare_out_dir(args.out))
     results = run_audit(args.out, seed=args.seed, quick=args.quick, ids=args.only,
-                        paper=args.paper)
+                        paper=args.paper, real=run, progress=_progress_line())
     from collections import Counter
 
     counts = Counter(r.verdict for r in results)
     width = max(len(r.id) for r in results)
     for r in results:
-        print(f"{r.id:<{width}}  {r.verdict}")
+        real = f"  (real run: {r.real_run['verdict']})" if r.real_run else ""
+        print(f"{r.id:<{width}}  {r.verdict}{real}")
     print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f"; total {len(results)}")
-    print(f"wrote {args.out}/claims.json, {args.out}/REPORT.md, "
-          f"{args.out}/claims_summary.csv|tex, {args.out}/figures/")
+    print(f"wrote {args.out}/REPORT.md (key findings first), {args.out}/claims.json, "
+          f"{args.out}/evidence/, {args.out}/claims_summary.csv|tex, {args.out}/figures/")
     return 0
 
 
@@ -65,9 +99,11 @@ def register(sub: Any) -> None:
         help=f"audit every checkable claim of arXiv {registered[DEFAULT_PAPER].arxiv} (or, with "
         "--paper, of another registered paper): claims.json, REPORT.md, figures",
         description="Check every registered claim of a paper by computation and write "
-        "DIR/claims.json, DIR/REPORT.md, DIR/claims_summary.csv|tex and DIR/figures/*.png.",
+        "DIR/REPORT.md (the bottom line and the key findings first), DIR/claims.json, "
+        "DIR/evidence/<claim>.csv, DIR/claims_summary.csv|tex and DIR/figures/*.png. On a "
+        "terminal a progress line shows the claim being checked.",
         usage=f"grpo-audit audit --out DIR [--paper {keys}] [--quick] [--seed N] "
-        "[--only ID [ID ...]]\n"
+        "[--only ID [ID ...]] [--real FILE]\n"
         f"       grpo-audit audit --list [--paper {keys}]",
     )
     p.add_argument("--paper", choices=list(registered), default=DEFAULT_PAPER,
@@ -81,9 +117,16 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of every random generator (default 0)")
-    p.add_argument("--only", nargs="+", metavar="ID", default=None, help="audit only these claims")
+    p.add_argument("--only", nargs="+", metavar="ID", default=None,
+                   help="audit only these claims (a claim named twice is audited and written "
+                   "once, with a note)")
+    p.add_argument("--real", default=None, metavar="FILE",
+                   help="results.json of a `grpo-audit real rank` run: the paper's measured claims "
+                   "(seed paper: Table 1's effective rank ~2 and top-1 ranges) are also decided "
+                   "on that model, beside the computed verdicts")
     p.add_argument("--list", action="store_true",
-                   help="list the registered claim ids and locations (report order) and exit")
+                   help="list the registered claim ids, kinds and locations (report order) and "
+                   "exit")
     p.set_defaults(func=_audit)
 
 

@@ -58,6 +58,10 @@ class Paper:
         report_tables: ``"module:function"`` writing the paper's regenerated tables
             (``function(out_dir, fig_dir, *, seed, quick) -> list[str]``, the Markdown lines of
             the report's "Regenerated tables"); ``""`` for none.
+        real_checks: the module that decides the paper's empirical claims on a ``grpo-audit
+            real rank`` run (``grpo-audit audit --real FILE``): it defines ``CLAIMS`` (the ids
+            it decides) and ``decide(run) -> {claim_id: RealVerdict}`` (see
+            :mod:`paper_checks.real_run`); ``""`` for none.
         package: the package that registered it (filled in by discovery).
     """
 
@@ -70,6 +74,7 @@ class Paper:
     scope: str = ""
     provenance: str = ""
     report_tables: str = ""
+    real_checks: str = ""
     package: str = ""
 
     @property

@@ -76,17 +76,19 @@ VERDICT_LEGEND: dict[str, str] = {
     "statement too vague to test), or a computation the verdict rests on failed or is missing",
 }
 
-#: What a claim's verdict is about (``Claim.kind``; the report counts verdicts by kind). Every
-#: registered claim names one.
+#: What a claim's verdict is about (``Claim.kind``; the report counts verdicts by kind and ranks
+#: its key findings by it). Every registered claim names one (:func:`claim` raises otherwise).
 KINDS: dict[str, str] = {
-    "derivation": "a derivation, theorem, proof step or definition: mathematics the paper states",
-    "printed-value": "a number the paper prints (a table cell, a displayed value)",
-    "reference": "a cross-reference, citation, notation or typo",
-    "as-practised": "the statement under a variant used in practice that the paper does not state "
-    "(e.g. std-normalised GRPO, length-normalised aggregation)",
-    "empirical": "a measurement on a model or data set",
+    "derivation": "a derivation, theorem, proof step, definition or mechanism: mathematics the "
+    "paper states",
+    "empirical": "a measurement on a model, a data set or code bases (the paper's experiments and "
+    "the tables that print them)",
     "interpretation": "a qualitative reading the paper draws (discussion, interpretation, future "
     "work)",
+    "as-practised": "the statement under a variant used in practice that the paper does not state "
+    "(e.g. std-normalised GRPO, length-normalised aggregation)",
+    "printed-value": "a number the paper prints (a table cell, a displayed value), recomputed",
+    "reference": "a cross-reference, citation, name or notation, or typo",
 }
 
 PlotFn = Callable[[Any], None]  # draws on a matplotlib Axes
@@ -155,6 +157,13 @@ class Outcome:
     #: computed=False)`` unless the check writes its own; the summary and the report show it
     #: instead of ``short``/``correction`` (which describe the refuted case).
     undecided: str | None = None
+    #: The check's one-line finding: what is true, with the computed numbers that show it
+    #: (formatted from the evidence; a test holds every decimal number in it to the evidence).
+    #: The report's key findings and bottom line quote it (else ``short``/``correction``).
+    finding: str | None = None
+    #: Evidence keys the report's short table shows first, where present (every value is in the
+    #: per-claim CSV and claims.json).
+    key_evidence: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -183,7 +192,7 @@ class Claim:
     variants: tuple[str, ...] = ()
     section: str = ""
     paper: str = DEFAULT_PAPER
-    kind: str | None = None
+    kind: str = ""  # a key of KINDS; claim() requires it
 
 
 @dataclass
@@ -206,7 +215,15 @@ class ClaimResult:
     short: str | None = None
     paper: str = DEFAULT_PAPER
     undecided: str | None = None
-    kind: str | None = None
+    kind: str = ""  # a key of KINDS; claim() requires it
+    finding: str | None = None
+    key_evidence: tuple[str, ...] = ()
+    #: The verdict on a real-model run (``grpo-audit audit --real``), beside the computed one:
+    #: ``{"verdict", "finding", "evidence", "run"}``; ``None`` when none was given or it does not
+    #: bear on this claim.
+    real_run: dict[str, Any] | None = None
+    #: The per-claim CSV of the full evidence, relative to the report (set when written).
+    evidence_csv: str | None = None
 
     @property
     def summary(self) -> str | None:
@@ -224,6 +241,14 @@ class ClaimResult:
             return self.conditions
         return None
 
+    @property
+    def headline(self) -> str | None:
+        """The one line the key findings quote: the check's ``finding`` where it wrote one, else
+        :attr:`summary`; ``None`` for a plain ``holds`` without a finding."""
+        if self.verdict == "inconclusive" and self.undecided:
+            return self.summary
+        return self.finding or self.summary
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the plot function is dropped; ``figure`` holds its file)."""
         return {
@@ -239,8 +264,11 @@ class ClaimResult:
             "conditions": self.conditions,
             "short": self.short,
             "undecided": self.undecided,
+            "finding": self.finding,
+            "real_run": to_jsonable(self.real_run),
             "paper": self.paper,
             "figure": self.figure,
+            "evidence_csv": self.evidence_csv,
             "seconds": round(self.seconds, 4),
         }
 
@@ -270,12 +298,13 @@ def claim(
         text: our paraphrase of the statement.
         check: what the check computes, in which world, with which estimator variants.
         variants: estimator names used (``grpo`` mean-centred, ``grpo_std`` std-normalised, ...).
-        kind: what the verdict is about, a key of :data:`KINDS`.
+        kind: what the verdict is about, a key of :data:`KINDS` (required: a claim without one
+            raises, naming the claim).
     """
     if not id.replace("_", "").isalnum() or id.lower() != id:
         raise ValueError(f"claim id must be snake_case, got {id!r}")
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"claim {id!r}: kind must be one of {list(KINDS)}, got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"claim {id!r}: kind= is required, one of {list(KINDS)} (got {kind!r})")
 
     def deco(fn: Callable[[CheckContext], Outcome]) -> Callable[[CheckContext], Outcome]:
         paper = paper_of_module(fn.__module__)
@@ -343,6 +372,8 @@ def run_claim(claim_id: str, *, seed: int = 0, quick: bool = True) -> ClaimResul
         paper=c.paper,
         undecided=out.undecided,
         kind=c.kind,
+        finding=out.finding,
+        key_evidence=tuple(out.key_evidence),
     )
 
 
@@ -363,12 +394,24 @@ def ordered_ids(paper: str = DEFAULT_PAPER) -> list[str]:
 
 def run_claims(
     ids: Iterable[str] | None = None, *, seed: int = 0, quick: bool = True,
-    paper: str = DEFAULT_PAPER,
+    paper: str = DEFAULT_PAPER, progress: Callable[[int, int, str], None] | None = None,
 ) -> list[ClaimResult]:
-    """Run the given claims (default: all of ``paper``, in report order)."""
+    """Run the given claims (default: all of ``paper``, in report order; a claim named twice is
+    run once).
+
+    ``progress(done, total, claim_id)`` is called before each claim, and ``progress(total, total,
+    "")`` after the last.
+    """
     load_claims()
-    chosen = ordered_ids(paper) if ids is None else list(ids)
-    return [run_claim(i, seed=seed, quick=quick) for i in chosen]
+    chosen = ordered_ids(paper) if ids is None else list(dict.fromkeys(ids))
+    out = []
+    for i, cid in enumerate(chosen):
+        if progress is not None:
+            progress(i, len(chosen), cid)
+        out.append(run_claim(cid, seed=seed, quick=quick))
+    if progress is not None:
+        progress(len(chosen), len(chosen), "")
+    return out
 
 
 def verdict_from(

@@ -1,38 +1,59 @@
-"""The audit run: every registered claim checked, written as claims.json, REPORT.md and figures.
+"""The audit run: every registered claim of a paper checked, written as claims.json, REPORT.md,
+per-claim evidence and figures.
 
-``run_audit(out_dir, seed=0, quick=False)`` writes:
+``run_audit(out_dir, seed=0, quick=False, ids=None, paper="seed", real=None)`` writes:
 
-* ``claims.json``: a list of objects with ``id``, ``location``, ``claim``, ``check``, ``variants``,
-  ``verdict``, ``evidence`` (named numbers), ``correction``, ``conditions``, ``short``,
-  ``undecided``, ``paper``, ``figure``, ``seconds``;
-* ``REPORT.md``: the verdict legend, a summary table (claim, location, verdict, the check's short
-  correction or conditions, never cut), the count by verdict, the run's metadata, one section per
-  claim with its evidence (and figure), and (seed paper) the regenerated tables (App. A.2 side by
-  side with the printed values; Table 1 for toy worlds);
-* ``claims_summary.csv`` and ``claims_summary.tex``: the summary table as CSV and LaTeX;
-* ``figures/*.png``; ``tables/*.md|csv`` (seed paper); ``meta.json`` (seed, versions, device,
-  timing).
+* ``claims.json``: a list of objects, one per claim: ``id``, ``kind`` (what the verdict is about,
+  :data:`paper_checks.registry.KINDS`), ``location``, ``claim``, ``check``, ``variants``,
+  ``verdict``, ``evidence`` (named numbers, in full), ``correction``, ``conditions``, ``short``,
+  ``undecided``, ``finding`` (the check's one-line result with its numbers), ``real_run`` (the
+  verdict on a ``--real`` run, or ``null``), ``consequence_rank`` (1 = the most consequential,
+  :mod:`paper_checks.findings`), ``paper``, ``figure``, ``evidence_csv``, ``seconds`` and
+  ``grpo_audit`` (``{"version", "commit", "command"}``: the code that wrote it and the command
+  that reproduces the run);
+* ``REPORT.md``: findings first (:mod:`paper_checks.report_md`): the paper, the bottom line, the
+  key findings ranked, the counts by kind and verdict, the real-model run, the run's record, then
+  one short entry per claim, and the paper's regenerated tables;
+* ``evidence/<claim_id>.csv``: every evidence value of a claim (``key,value``; nested keys as
+  ``a.b``), and ``evidence/<claim_id>_real_run.csv`` for a verdict on a real run;
+* ``claims_summary.csv`` and ``claims_summary.tex``: the claims as a table (kind, verdict, the
+  short correction or conditions);
+* ``figures/*.png``; ``tables/*.md|csv`` (where the paper has regenerated tables); ``meta.json``
+  (the paper, the command that reproduces the run, seed, counts, the key findings in order, the
+  real run, timing, and the environment with grpo-audit's version and git commit).
 
-``paper="fade"`` audits the FADE abstract (arXiv 2607.01490) instead of the seed paper; every
-registered paper (:func:`paper_checks.papers.papers`) is audited the same way, with the tables its
-registration names (``Paper.report_tables``).
+Every registered paper (:func:`paper_checks.papers.papers`) is audited the same way, with the
+tables and real-run checks its registration names (``Paper.report_tables``,
+``Paper.real_checks``). Nothing is written before every input is checked: the claim ids, and the
+``--real`` file (:func:`paper_checks.real_run.read_real_rank`).
 """
 
 from __future__ import annotations
 
+import csv
 import importlib
+import io
+import shlex
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_io import environment, locks_out_dir, write_json
+from grpo_io import atomic_write_text, environment, locks_out_dir, write_json
 
+from .findings import KIND_TIER, ranked
 from .papers import DEFAULT_PAPER, Paper, get_paper
-from .registry import REGISTRY, VERDICT_LEGEND, VERDICTS, ClaimResult, run_claims
+from .plotting import legends_outside
+from .real_run import RealRankRun, RealRunError, decide_on_run, read_real_rank, real_claims
+from .registry import VERDICT_LEGEND, VERDICTS, ClaimResult, ordered_ids, run_claims
+from .report_md import flat_evidence, report_markdown
 from .tables import AuditTable
 
-__all__ = ["run_audit", "summary_table", "summary_rows", "summary_latex", "verdict_legend"]
+__all__ = ["run_audit", "write_audit", "audit_command", "summary_table", "summary_rows",
+           "summary_latex", "verdict_legend", "evidence_csv"]
+
+Progress = Callable[[int, int, str], None]
 
 
 def _cell(text: str | None) -> str:
@@ -49,12 +70,12 @@ def verdict_legend() -> str:
 
 
 def summary_rows(results: list[ClaimResult]) -> AuditTable:
-    """The claims summary (id, location, verdict, correction or conditions) as a table, for
+    """The claims summary (id, kind, location, verdict, correction or conditions) as a table, for
     CSV and LaTeX; the last column is each check's short form (:attr:`ClaimResult.summary`)."""
-    rows = tuple((i, r.id, " ".join(r.location.split()), r.verdict,
+    rows = tuple((i, r.id, r.kind, " ".join(r.location.split()), r.verdict,
                   " ".join((r.summary or "").split()))
                  for i, r in enumerate(results, 1))
-    return AuditTable("Claims summary", ("#", "claim", "location", "verdict",
+    return AuditTable("Claims summary", ("#", "claim", "kind", "location", "verdict",
                                          "correction / conditions"), rows)
 
 
@@ -67,64 +88,58 @@ def _latex_escape(text: Any) -> str:
     return "".join(_LATEX_ESC.get(ch, ch) for ch in str(text))
 
 
-def summary_latex(table: AuditTable) -> str:
+def summary_latex(table: AuditTable, *, note: str = "") -> str:
     """The claims summary as a LaTeX ``longtable`` (booktabs; every special character escaped,
-    wrapping paragraph columns)."""
-    lines = [r"% needs \usepackage{longtable,booktabs}",
-             r"\begin{longtable}{r p{0.22\linewidth} p{0.17\linewidth} l p{0.34\linewidth}}",
-             r"\toprule", " & ".join(_latex_escape(h) for h in table.header) + r" \\",
-             r"\midrule", r"\endhead"]
+    wrapping paragraph columns); ``note`` becomes a comment line (the run's version)."""
+    lines = ([f"% {note}"] if note else []) + [
+        r"% needs \usepackage{longtable,booktabs}",
+        r"\begin{longtable}{r p{0.2\linewidth} l p{0.15\linewidth} l p{0.3\linewidth}}",
+        r"\toprule", " & ".join(_latex_escape(h) for h in table.header) + r" \\",
+        r"\midrule", r"\endhead"]
     lines += [" & ".join(_latex_escape(c) for c in row) + r" \\" for row in table.rows]
     lines += [r"\bottomrule", r"\end{longtable}"]
     return "\n".join(lines) + "\n"
 
 
 def summary_table(results: list[ClaimResult]) -> str:
-    """Markdown: claim id, location, verdict, the check's short correction / conditions."""
-    lines = ["| # | claim | location | verdict | correction / conditions |",
-             "|---|---|---|---|---|"]
+    """Markdown: claim id, kind, location, verdict, the check's short correction / conditions."""
+    lines = ["| # | claim | kind | location | verdict | correction / conditions |",
+             "|---|---|---|---|---|---|"]
     for i, r in enumerate(results, 1):
-        lines.append(f"| {i} | [`{r.id}`](#{r.id}) | {_cell(r.location)} | **{r.verdict}** | "
-                     f"{_cell(r.summary)} |")
+        lines.append(f"| {i} | [`{r.id}`](#{r.id}) | {r.kind} | {_cell(r.location)} | "
+                     f"**{r.verdict}** | {_cell(r.summary)} |")
     return "\n".join(lines) + "\n"
 
 
-def _counts(results: list[ClaimResult]) -> str:
-    c = Counter(r.verdict for r in results)
-    return "| verdict | count |\n|---|---|\n" + "".join(
-        f"| {v} | {c.get(v, 0)} |\n" for v in VERDICTS) + f"| **total** | {len(results)} |\n"
+def evidence_csv(evidence: dict[str, Any]) -> str:
+    """``key,value`` rows of every evidence value (nested keys ``a.b``, lists as ``a[i]``;
+    numbers at full precision, ``null`` as an empty cell)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(("key", "value"))
+    for k, v in flat_evidence(evidence):
+        for key, x in ([(f"{k}[{i}]", y) for i, y in enumerate(v)] if isinstance(v, list)
+                       else [(k, v)]):
+            w.writerow((key, "" if x is None else repr(x) if isinstance(x, float)
+                        else str(x).lower() if isinstance(x, bool) else x))
+    return buf.getvalue()
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return str(v)
-
-
-def _section(r: ClaimResult) -> str:
-    out = [f'<a id="{r.id}"></a>', f"#### `{r.id}`: {r.verdict}", "",
-           f"- **Location:** {r.location}", f"- **Claim (our paraphrase):** {r.claim}",
-           f"- **Check:** {r.check}"]
-    if r.variants:
-        out.append(f"- **Estimators:** {', '.join(r.variants)}")
-    out.append(f"- **Verdict:** {r.verdict}")
-    if r.conditions and r.verdict == "holds-with-conditions":
-        out.append(f"- **Conditions:** {r.conditions}")
-    if r.verdict == "inconclusive" and r.undecided:
-        out.append(f"- **Why undecided:** {r.undecided}")
-        if r.correction:
-            out.append("- **Correction the computation alone points to (not established):** "
-                       f"{r.correction}")
-    elif r.correction and r.verdict in ("refuted", "inconclusive"):
-        label = "Correction" if r.verdict == "refuted" else "Why undecided / what would decide"
-        out.append(f"- **{label}:** {r.correction}")
-    out += ["", "| evidence | value |", "|---|---|"]
-    out += [f"| {k} | {_fmt(v)} |" for k, v in r.evidence.items()]
-    if r.figure:
-        out += ["", f"![{r.id}]({r.figure})"]
-    return "\n".join(out) + "\n"
+def audit_command(out_dir: str | Path, *, seed: int, quick: bool, paper: str,
+                  ids: Sequence[str] | None, real: str | None) -> str:
+    """The ``grpo-audit audit`` command line that reproduces a run (``--only`` and ``--real``
+    included), shell-quoted."""
+    parts = ["grpo-audit", "audit", "--out", str(out_dir)]
+    if paper != DEFAULT_PAPER:
+        parts += ["--paper", paper]
+    parts += ["--seed", str(seed)]
+    if quick:
+        parts.append("--quick")
+    if ids is not None:
+        parts += ["--only", *ids]
+    if real is not None:
+        parts += ["--real", real]
+    return shlex.join(parts)
 
 
 def _figures(results: list[ClaimResult], fig_dir: Path) -> None:
@@ -136,40 +151,130 @@ def _figures(results: list[ClaimResult], fig_dir: Path) -> None:
     for r in results:
         if r.plot is None:
             continue
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
         r.plot(ax)
         if r.plot_title:
             fig.suptitle(r.plot_title, fontsize=10)
         fig.tight_layout()
+        legends_outside(fig)
         path = fig_dir / f"{r.id}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         r.figure = f"figures/{path.name}"
 
 
-@locks_out_dir("audit")
+def _check_inputs(spec: Paper, ids: list[str] | None, real: str | Path | RealRankRun | None
+                  ) -> tuple[list[str] | None, RealRankRun | None]:
+    """The claim ids (each once, all of ``spec``'s) and the real run, checked before anything is
+    written."""
+    if ids is not None:
+        ids = list(dict.fromkeys(ids))  # a claim named twice is audited (and written) once
+        known = set(ordered_ids(spec.key))
+        bad = [i for i in ids if i not in known]
+        if bad:
+            raise ValueError(f"--only: {bad} are not claims of --paper {spec.key} "
+                             f"(see --list --paper {spec.key})")
+    if real is None or isinstance(real, RealRankRun):
+        run = real
+    else:
+        run = read_real_rank(real)
+    if run is not None and not spec.real_checks:
+        raise RealRunError(f"--real: no claim of --paper {spec.key} is decided on a real-model "
+                           "run (only a paper that registers real_checks takes --real)")
+    return ids, run
+
+
+@locks_out_dir("audit", check=lambda a: _check_inputs(
+    get_paper(a.get("paper", DEFAULT_PAPER)), a.get("ids"), a.get("real")))
 def run_audit(out_dir: str | Path, *, seed: int = 0, quick: bool = False,
-              ids: list[str] | None = None, paper: str = DEFAULT_PAPER) -> list[ClaimResult]:
-    """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed)."""
+              ids: list[str] | None = None, paper: str = DEFAULT_PAPER,
+              real: str | Path | RealRankRun | None = None,
+              progress: Progress | None = None) -> list[ClaimResult]:
+    """Run the audit of ``paper`` and write every output under ``out_dir`` (created if needed).
+
+    Args:
+        ids: audit only these claims (each once, in the order given); default all.
+        real: a ``grpo-audit real rank`` ``results.json`` (or one already read): the paper's
+            empirical claims are also decided on it (``Paper.real_checks``).
+        progress: called as ``progress(done, total, claim_id)`` before each claim and as
+            ``progress(total, total, "")`` when the claims are done.
+    """
     spec = get_paper(paper)
+    ids, run = _check_inputs(spec, ids, real)
+    t0 = time.perf_counter()
+    results = run_claims(ids, seed=seed, quick=quick, paper=paper, progress=progress)
+    write_audit(out_dir, spec, results, seed=seed, quick=quick, ids=ids, run=run,
+                seconds_claims=time.perf_counter() - t0, started=t0)
+    return results
+
+
+def write_audit(out_dir: str | Path, spec: Paper, results: list[ClaimResult], *, seed: int,
+                quick: bool, ids: list[str] | None, run: RealRankRun | None,
+                seconds_claims: float, started: float | None = None, figures: bool = True
+                ) -> dict[str, Any]:
+    """Write every output of an audit whose claims are checked (``results``, which it annotates
+    with their figure, evidence CSV and real-run verdict); returns ``meta.json``'s content.
+
+    ``figures=False`` draws no claim figure (the paper's tables and their figures are written).
+    """
+    t0 = time.perf_counter() if started is None else started
     out = Path(out_dir)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    results = run_claims(ids, seed=seed, quick=quick, paper=paper)
-    t_claims = time.perf_counter() - t0
-    _figures(results, fig_dir)
+    if figures:
+        _figures(results, fig_dir)
     tables_md = _report_tables(spec, out, fig_dir, seed=seed, quick=quick)
-    meta = _meta(spec, results, out_dir, seed=seed, quick=quick, t_claims=t_claims,
-                 elapsed=time.perf_counter() - t0)
-    write_json(out / "claims.json", [r.as_dict() for r in results])
+    env = environment()
+    real_ids = _decide_real(spec, run, results)
+    _write_evidence(results, out)
+    order = {r.id: i for i, r in enumerate(ranked(results), 1)}
+    command = audit_command(out_dir, seed=seed, quick=quick, paper=spec.key, ids=ids,
+                            real=None if run is None else run.path)
+    version = {"version": env.get("grpo_audit"), "commit": env.get("grpo_audit_commit"),
+               "command": command}
+    meta = _meta(spec, results, command, seed=seed, quick=quick, t_claims=seconds_claims,
+                 elapsed=time.perf_counter() - t0, env=env, run=run, tables=bool(tables_md))
+    meta["real_claims"] = real_ids
+    write_json(out / "claims.json", [{**r.as_dict(), "consequence_rank": order[r.id],
+                                      "grpo_audit": version} for r in results])
     write_json(out / "meta.json", meta)
     summ = summary_rows(results)
-    (out / "claims_summary.csv").write_text(summ.to_csv(), encoding="utf-8")
-    (out / "claims_summary.tex").write_text(summary_latex(summ), encoding="utf-8")
-    report = _report_head(spec, results, meta) + tables_md + _claim_sections(results)
-    (out / "REPORT.md").write_text("\n".join(report), encoding="utf-8")
-    return results
+    atomic_write_text(out / "claims_summary.csv", summ.to_csv())
+    atomic_write_text(out / "claims_summary.tex", summary_latex(
+        summ, note=f"grpo-audit {version['version']}"
+        + (f" (git commit {version['commit']})" if version["commit"] else "")
+        + f": {command}"))
+    atomic_write_text(out / "REPORT.md", report_markdown(spec, results, meta, tables_md))
+    return meta
+
+
+def _decide_real(spec: Paper, run: RealRankRun | None, results: list[ClaimResult]
+                 ) -> list[str]:
+    """Attach the verdicts on the real run to their claims; returns the ids of every claim of
+    the paper that a real run decides (with or without one, audited here or not)."""
+    if not spec.real_checks:
+        return []
+    ids = [r.id for r in results]
+    if run is not None:
+        verdicts = decide_on_run(spec.real_checks, run, ids)
+        for r in results:
+            v = verdicts.get(r.id)
+            if v is not None:
+                r.real_run = {"verdict": v.verdict, "finding": v.finding,
+                              "evidence": v.evidence, "run": run.describe(),
+                              "evidence_csv": f"evidence/{r.id}_real_run.csv"}
+    return list(real_claims(spec.real_checks))
+
+
+def _write_evidence(results: list[ClaimResult], out: Path) -> None:
+    ev_dir = out / "evidence"
+    ev_dir.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        r.evidence_csv = f"evidence/{r.id}.csv"
+        atomic_write_text(out / r.evidence_csv, evidence_csv(r.evidence))
+        if r.real_run:
+            atomic_write_text(out / r.real_run["evidence_csv"],
+                              evidence_csv(r.real_run["evidence"]))
 
 
 def _report_tables(spec: Paper, out: Path, fig_dir: Path, *, seed: int, quick: bool
@@ -182,67 +287,29 @@ def _report_tables(spec: Paper, out: Path, fig_dir: Path, *, seed: int, quick: b
     return list(write_tables(out, fig_dir, seed=seed, quick=quick))
 
 
-def _meta(spec: Paper, results: list[ClaimResult], out_dir: str | Path, *, seed: int,
-          quick: bool, t_claims: float, elapsed: float) -> dict[str, Any]:
-    """``meta.json``: the paper, the command, the counts, the timings and the environment."""
+def _meta(spec: Paper, results: list[ClaimResult], command: str, *, seed: int, quick: bool,
+          t_claims: float, elapsed: float, env: dict[str, Any], run: RealRankRun | None,
+          tables: bool) -> dict[str, Any]:
+    """``meta.json``: the paper, the command, the counts, the key findings, the real run, the
+    timings and the environment."""
+    key = [r.id for r in ranked(results)
+           if r.verdict != "holds" and KIND_TIER[r.kind] < 3]
     return {
         "paper": spec.citation,
         "paper_key": spec.key,
         "seed": seed,
         "quick": quick,
-        "command": f"grpo-audit audit --out {out_dir} --seed {seed}"
-        + (f" --paper {spec.key}" if spec.key != DEFAULT_PAPER else "")
-        + (" --quick" if quick else ""),
+        "command": command,
         "n_claims": len(results),
         "verdict_counts": dict(Counter(r.verdict for r in results)),
+        "kind_verdict_counts": {k: dict(Counter(r.verdict for r in results if r.kind == k))
+                                for k in dict.fromkeys(r.kind for r in results)},
         "refuted": [r.id for r in results if r.verdict == "refuted"],
+        "key_findings": key,
+        "real": None if run is None else {**run.describe(), "size": run.size,
+                                          "mixed": run.mixed},
+        "tables": tables,
         "seconds_claims": round(t_claims, 2),
         "seconds_total": round(elapsed, 2),
-        "environment": environment(),  # numpy, scipy, sympy, matplotlib, torch; device cpu
+        "environment": env,  # python, grpo-audit version and commit, libraries, device
     }
-
-
-def _report_head(spec: Paper, results: list[ClaimResult], meta: dict[str, Any]) -> list[str]:
-    """``REPORT.md`` up to the tables: provenance, legend, summary, counts and the run."""
-    env = meta["environment"]
-    mode = "quick" if meta["quick"] else "full"
-    return [
-        f"# Proof audit of {spec.citation}",
-        "",
-        "Every verdict below is computed by the check described in its section"
-        + (f"; {spec.provenance}" if spec.provenance else "."),
-        "",
-        "## Verdict legend",
-        "",
-        verdict_legend(),
-        "## Summary",
-        "",
-        "Also as `claims_summary.csv` and `claims_summary.tex`.",
-        "",
-        summary_table(results),
-        "### Count by verdict",
-        "",
-        _counts(results),
-        "### Run",
-        "",
-        f"- Command: `{meta['command']}`",
-        f"- Seed: {meta['seed']}; mode: {mode}; time: {meta['seconds_total']:.1f} s",
-        f"- Versions: python {env['python']}, numpy {env['numpy']}, scipy {env['scipy']}, "
-        f"sympy {env['sympy']}, torch {env['torch']}, matplotlib {env['matplotlib']}",
-        f"- Device: {env['device']} ({env['processor']}; {env['platform']})",
-        "- Statistical checks: |estimate - exact| <= 4 SE (k = 4).",
-        "",
-    ]
-
-
-def _claim_sections(results: list[ClaimResult]) -> list[str]:
-    """``## Claims``: one heading per paper section (in report order), one entry per claim."""
-    md = ["## Claims", ""]
-    section = None
-    for r in results:
-        sec = REGISTRY[r.id].section
-        if sec != section:
-            md += [f"### {sec}", ""]
-            section = sec
-        md.append(_section(r))
-    return md

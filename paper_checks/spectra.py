@@ -22,6 +22,7 @@ PSI_MODELS: dict[str, dict[str, float]] = {
     "isotropic": {},
     "clustered (noise 0.1)": {"within": 1.0, "between": 0.0, "noise": 0.1},
     "clustered (noise 0.01)": {"within": 1.0, "between": 0.0, "noise": 0.01},
+    "clustered (noise 0)": {"within": 1.0, "between": 0.0, "noise": 0.0},
     "common (strength 4)": {"strength": 4.0},
 }
 

@@ -63,7 +63,7 @@ def test_outcome_rejects_unknown_verdict_and_missing_correction_or_conditions():
 
 def test_duplicate_claim_id_is_rejected():
     with pytest.raises(ValueError, match="registered twice"):
-        claim("thm4_1_i_zero_sum", location="-", text="-", check="-")(
+        claim("thm4_1_i_zero_sum", kind="derivation", location="-", text="-", check="-")(
             _defined_in("paper_checks.claims.s4_theorem41"))
 
 
@@ -183,28 +183,34 @@ def test_cli_module_is_cheap_to_import():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_audit_cli_writes_claims_json_report_and_figures(tmp_path):
+def test_audit_cli_writes_claims_json_report_and_figures(tmp_path, capsys):
     from grpo_audit.cli import main
 
     out = tmp_path / "audit"
-    code = main(["audit", "--out", str(out), "--quick", "--only", "thm4_1_i_zero_sum",
-                 "sec5_1_small_advantages_near_extremes", "a2_cell_r4_eps0_3"])
+    ids = ["thm4_1_i_zero_sum", "sec5_1_small_advantages_near_extremes", "a2_cell_r4_eps0_3"]
+    code = main(["audit", "--out", str(out), "--quick", "--only", *ids, ids[0]])
     assert code == 0
+    err = capsys.readouterr().err  # a claim named twice: one note, audited and written once
+    assert "note: --only names thm4_1_i_zero_sum more than once" in err
     claims = json.loads((out / "claims.json").read_text())
-    assert [c["id"] for c in claims] == ["thm4_1_i_zero_sum",
-                                        "sec5_1_small_advantages_near_extremes",
-                                        "a2_cell_r4_eps0_3"]
+    assert [c["id"] for c in claims] == ids
     for c in claims:
-        assert {"id", "location", "claim", "verdict", "evidence", "correction"} <= set(c)
+        assert {"id", "kind", "location", "claim", "verdict", "evidence", "correction", "finding",
+                "consequence_rank", "evidence_csv", "grpo_audit"} <= set(c)
         assert isinstance(c["evidence"], dict) and c["evidence"]
+        assert c["grpo_audit"]["version"] and (out / c["evidence_csv"]).is_file()
     report = (out / "REPORT.md").read_text()
     assert report.startswith("# Proof audit")
-    assert report.index("## Summary") < report.index("### Count by verdict")
-    assert "| refuted | 2 |" in report
+    assert report.index("## Key findings") < report.index("## Counts by kind and verdict")
+    assert "| **total** | **1** | **0** | **2** | **0** | **3** |" in report
     assert (out / "figures" / "sec5_1_small_advantages_near_extremes.png").stat().st_size > 1000
     assert (out / "figures" / "appendix_a2.png").exists()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["seed"] == 0 and meta["environment"]["numpy"]
+    assert meta["environment"]["grpo_audit"]  # grpo-audit's own version, in every record
+    # the recorded command reproduces the run: --only (each claim once) included
+    assert meta["command"].endswith("--quick --only " + " ".join(ids))
+    assert f"`{meta['command']}`" in report
 
 
 def test_tables_cli_prints_appendix_a2(capsys):
@@ -291,7 +297,8 @@ def _synthetic(monkeypatch, name: str, fn) -> None:
 
 
 def test_inconclusive_because_not_computed_reports_why_not_the_refutation(monkeypatch):
-    from paper_checks.report import _section, summary_table
+    from paper_checks.report import summary_table
+    from paper_checks.report_md import claim_entry
 
     def cross_check_disagrees(ctx: CheckContext) -> Outcome:
         # the exact route says "refuted", the Monte Carlo cross-check disagreed
@@ -307,7 +314,7 @@ def test_inconclusive_because_not_computed_reports_why_not_the_refutation(monkey
     assert "REFUTATION" not in r.summary
     assert r.as_dict()["undecided"] == r.undecided
     assert "REFUTATION SHORT" not in summary_table([r])
-    sec = _section(r)
+    sec = "\n".join(claim_entry(r))
     assert f"- **Why undecided:** {r.undecided}" in sec
     assert "(not established):** REFUTATION TEXT" in sec
 
@@ -393,10 +400,10 @@ def test_claim_ids_carry_their_papers_prefix():
     assert ordered_ids("fade") and all(i.startswith("fade_") for i in ordered_ids("fade"))
     load_claims()
     with pytest.raises(ValueError, match="must start with 'fade_'"):
-        claim("x_no_prefix", location="-", text="-", check="-")(
+        claim("x_no_prefix", kind="derivation", location="-", text="-", check="-")(
             _defined_in("paper_checks.claims.fade.abstract"))
     with pytest.raises(ValueError, match="another paper's prefix"):
-        claim("fade_in_the_seed", location="-", text="-", check="-")(
+        claim("fade_in_the_seed", kind="derivation", location="-", text="-", check="-")(
             _defined_in("paper_checks.claims.s4_theorem41"))
     assert "x_no_prefix" not in REGISTRY and "fade_in_the_seed" not in REGISTRY
 
@@ -405,10 +412,11 @@ def test_a_claim_outside_a_listed_section_module_is_an_error():
     from paper_checks.papers import PaperRegistrationError, get_paper
 
     with pytest.raises(PaperRegistrationError, match="not a section of paper 'seed'"):
-        claim("x_unlisted", location="-", text="-", check="-")(
+        claim("x_unlisted", kind="derivation", location="-", text="-", check="-")(
             _defined_in("paper_checks.claims.s10_conclusion"))
     with pytest.raises(PaperRegistrationError, match="section modules of a paper package"):
-        claim("x_elsewhere", location="-", text="-", check="-")(_defined_in(__name__))
+        claim("x_elsewhere", kind="derivation", location="-", text="-", check="-")(
+            _defined_in(__name__))
     with pytest.raises(PaperRegistrationError, match="unknown paper 'nope'"):
         get_paper("nope")
     with pytest.raises(PaperRegistrationError, match="unknown paper"):
@@ -424,7 +432,7 @@ def test_a_section_module_must_declare_its_section(monkeypatch):
     bare = types.ModuleType("paper_checks.claims.s3_credit")  # no SECTION
     monkeypatch.setitem(sys.modules, "paper_checks.claims.s3_credit", bare)
     with pytest.raises(PaperRegistrationError, match="SECTION"):
-        claim("x_no_section", location="-", text="-", check="-")(
+        claim("x_no_section", kind="derivation", location="-", text="-", check="-")(
             _defined_in("paper_checks.claims.s3_credit"))
 
 
@@ -518,23 +526,7 @@ def test_group_estimator_moments_grpo_is_scaled_rloo():
                                                    rel=1e-10)
 
 
-# --- report files -------------------------------------------------------------------------------
-def test_report_has_legend_and_summary_as_csv_and_latex(tmp_path):
-    from paper_checks.registry import VERDICTS
-    from paper_checks.report import run_audit
-
-    out = tmp_path / "a"
-    run_audit(out, quick=True, ids=["thm4_1_i_zero_sum", "eq26_a3_conditional_expectation"])
-    rep = (out / "REPORT.md").read_text()
-    assert rep.index("## Verdict legend") < rep.index("## Summary")
-    assert all(f"| **{v}** |" in rep for v in VERDICTS)
-    rows = (out / "claims_summary.csv").read_text().strip().splitlines()
-    assert rows[0] == "#,claim,location,verdict,correction / conditions" and len(rows) == 3
-    tex = (out / "claims_summary.tex").read_text()
-    assert "\\begin{longtable}" in tex and "eq26\\_a3\\_conditional\\_expectation" in tex
-    assert "^" not in tex.replace("\\textasciicircum{}", "")
-
-
+# --- report files (and tests/test_paper_report.py) -----------------------------------------
 def test_fade_audit_cli_writes_its_own_report(tmp_path):
     from grpo_audit.cli import main
 

@@ -21,6 +21,7 @@ PAPER = Paper(
     provenance="the paper's printed numbers are taken from `paper_values/__init__.py` (the one "
     "place they are typed in) and labelled as the paper's.",
     report_tables="paper_checks.tables:seed_report_tables",
+    real_checks="paper_checks.claims.s7_real_model",
     sections=(
         "abstract",
         "s2_policy_gradient",
@@ -36,4 +37,5 @@ PAPER = Paper(
         "appA3_multiturn_bias",
         "cross_references",
     ),
+    support_modules=("s7_real_model",),
 )

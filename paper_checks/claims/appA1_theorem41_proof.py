@@ -11,7 +11,7 @@ SECTION = "A.1 Proof of Theorem 4.1"
 
 
 @claim(
-    "a1_eq24_25_variance_steps",
+    "a1_eq24_25_variance_steps", kind="derivation",
     location="App. A.1, Eqs. (24)-(25)",
     text="Var(A_i) = ((R-1)/R)^2 sigma^2 + (1/R^2) sum_{j != i} sigma^2 = (R-1)/R sigma^2, each "
     "step.",

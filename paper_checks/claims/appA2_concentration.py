@@ -35,7 +35,7 @@ def sup_baseline_tail_bernoulli(*, R: int, eps: float) -> tuple[float, float]:
 
 
 @claim(
-    "a2_hoeffding_derivation",
+    "a2_hoeffding_derivation", kind="derivation",
     location="App. A.2, display",
     text="For i.i.d. rewards in [0, 1], P(|v_hat_R - v| > eps) <= 2 exp(-2 R^2 eps^2 / (R 1^2)) "
     "= 2 exp(-2 R eps^2).",
@@ -109,6 +109,7 @@ def _register_cell(R: int, eps: float) -> None:
 
     claim(
         cid,
+        kind="printed-value",
         location=f"App. A.2 table, row R={R}, column eps={eps}",
         text=f"P(|v_hat_R - v| > {eps}) <= {printed:.2f}" + (" (vacuous)" if vac else "")
         + f" at R = {R}.",
@@ -124,7 +125,7 @@ for _R in PAPER_A2_R:
 
 
 @claim(
-    "a2_nontrivial_only_for_large_r_or_eps",
+    "a2_nontrivial_only_for_large_r_or_eps", kind="interpretation",
     location="App. A.2, after the table",
     text="The bound becomes non-trivial only for larger R or larger eps; with R = 2, 4 the "
     "baseline has variance sigma^2/R.",
@@ -159,7 +160,7 @@ def _pmf(R: int, p: float) -> np.ndarray:
 
 
 @claim(
-    "a2_advantage_error_identity",
+    "a2_advantage_error_identity", kind="derivation",
     location="App. A.2, Connection to advantage quality",
     text="A_hat_i - (r_i - v) = v - v_hat_R for every rollout; with probability >= "
     "1 - 2 exp(-2 R eps^2) every advantage is within eps of r_i - v.",

@@ -18,7 +18,7 @@ SECTION = "A.3 Multi-turn bias derivation"
 
 
 @claim(
-    "a3_true_stage_advantage",
+    "a3_true_stage_advantage", kind="derivation",
     location="App. A.3, first display",
     text="A(s_h, a_h) = E[sum_{h' >= h} r_h' | s_h, a_h] - v(s_h).",
     check="Multi-turn MDP (H=3, stochastic transitions and Bernoulli stage rewards): the reward "
@@ -43,7 +43,7 @@ def _a3_first(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq26_a3_conditional_expectation",
+    "eq26_a3_conditional_expectation", kind="derivation",
     location="App. A.3, Eq. (26)",
     text="E[A_hat_GRPO(h) | s_h, a_h] = sum_{h'<h} r_h' + q(s_h, a_h) - v(s_0): the expected "
     "group-mean baseline given the own prefix is v(s_0).",
@@ -88,11 +88,14 @@ def _eq26(ctx: CheckContext) -> Outcome:
             "the history (a3_past_rewards_fixed)"),
         short="E[v_hat | prefix] != v(s_0): E[A_hat(h) | prefix] = (R-1)/R (past + q - v(s_0))"
         if refuted else None,
+        finding=None if not refuted else (
+            "the group mean contains the own return: E[A_hat(h) | prefix] = (R-1)/R (past + q - "
+            f"v(s_0)); Eq. 26 is off by up to {ev['max_abs_error_eq26_R4']:.3f} at R = 4"),
     )
 
 
 @claim(
-    "a3_past_rewards_fixed",
+    "a3_past_rewards_fixed", kind="derivation",
     location="App. A.3, Eq. (26) (\"past rewards (fixed)\")",
     text="Given (s_h, a_h) the past rewards sum_{h'<h} r_h' are fixed.",
     check="Multi-turn MDP whose state does not record the history: Var(past reward | s_h) from "
@@ -115,6 +118,8 @@ def _a3_past(ctx: CheckContext) -> Outcome:
         {"max_var_past_reward_given_state": worst},
         short="only when s_h records the history; otherwise E[past | s_h] replaces the past "
         "rewards",
+        finding=("only when the state records the history: otherwise Var(past reward | s_h) "
+                 f"reaches {worst:.3f}") if worst > 0 else None,
         conditions="only when the state s_h records the history (as a token prefix does); "
         "otherwise the past rewards are random given (s_h, a_h) and the formula holds with "
         "E[sum_{h'<h} r_h' | s_h] in their place",
@@ -122,7 +127,7 @@ def _a3_past(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq27_a3_add_subtract_value",
+    "eq27_a3_add_subtract_value", kind="derivation",
     location="App. A.3, Eq. (27)",
     text="sum_{h'<h} r_h' + q(s_h, a_h) - v(s_0) = sum_{h'<h} r_h' + A(s_h, a_h) + v(s_h) - "
     "v(s_0).",
@@ -149,7 +154,7 @@ def _eq27(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "a3_bias_grows_linearly_in_h",
+    "a3_bias_grows_linearly_in_h", kind="derivation",
     location="Sec. 6 after Eq. (23); App. A.3 item 1",
     text="The multi-turn bias grows linearly with the stage h.",
     check="Multi-turn MDP: the paper's Bias_h averaged over the stage-h prefixes (probability "
@@ -172,6 +177,10 @@ def _a3_linear(ctx: CheckContext) -> Outcome:
         ev,
         short="averaged over the states at stage h the bias is exactly 0 for every h; its "
         "spread is world-dependent, not linear" if means_zero else None,
+        finding=("averaged over the states of stage h the bias is 0 at every h; its spread (RMS "
+                 f"{ev['rms_paper_bias_stage1']:.3f}, {ev['rms_paper_bias_stage2']:.3f}, "
+                 f"{ev['rms_paper_bias_stage3']:.3f} at h = 1, 2, 3) depends on the world") if
+        means_zero else None,
         correction=(
             "averaged over the states reached at stage h the bias is exactly 0 at every h "
             "(tower property: E[past + v(s_h)] = v(s_0)); what changes with h is its spread "
@@ -183,7 +192,7 @@ def _a3_linear(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "a3_bias_bound",
+    "a3_bias_bound", kind="derivation",
     location="App. A.3, Bounding",
     text="|Bias_h| <= (h-1) r_max + |v(s_h) - v(s_0)| <= (h-1) r_max + 2 V_max.",
     check="Multi-turn MDP: every prefix's paper bias and exact bias (R = 2, 4) against the bound "

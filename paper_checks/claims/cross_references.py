@@ -12,7 +12,7 @@ SECTION = "Cross-references"
 
 
 @claim(
-    "cross_references_resolve",
+    "cross_references_resolve", kind="reference",
     location="Sec. 8 (\"Theorem 4.2\"); App. A.2 (\"Proof of ??\", \"So ??\")",
     text="The paper's cross-references point to statements it contains.",
     check="Each printed reference is looked up among the labelled statements the paper states.",

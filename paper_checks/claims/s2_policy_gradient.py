@@ -45,7 +45,7 @@ def _grad_sum(m: TokenMDPView, weight) -> np.ndarray:
 
 
 @claim(
-    "def2_1_value_functions",
+    "def2_1_value_functions", kind="derivation",
     location="Sec. 2.1, Definition 2.1, Eqs. (1)-(3)",
     text="v(s) = E[G_t | S_t = s], q(s, a) = E[G_t | S_t = s, A_t = a], A = q - v (so "
     "E_{a ~ pi}[A(s, a)] = 0).",
@@ -73,7 +73,7 @@ def _def2_1(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq4_policy_gradient_theorem",
+    "eq4_policy_gradient_theorem", kind="derivation",
     location="Sec. 2.2, Eq. (4)",
     text="grad J = E[sum_t gamma^t q(S_t, A_t) grad log pi(A_t | S_t)].",
     check="Token MDP (V=2, T=3, tabular softmax, binary terminal reward): the right side by "
@@ -92,7 +92,7 @@ def _eq4(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq5_reinforce_unbiased",
+    "eq5_reinforce_unbiased", kind="derivation",
     location="Sec. 2.3, Eq. (5)",
     text="The REINFORCE estimator sum_t gamma^t G_t grad log pi is unbiased for grad J.",
     check="Token MDP: E[g_RF] by enumeration vs finite differences of J.",
@@ -112,7 +112,7 @@ def _eq5(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "sec2_3_return_unbiased_for_q",
+    "sec2_3_return_unbiased_for_q", kind="derivation",
     location="Sec. 2.3, after Eq. (5)",
     text="The realised return G_t from (s_t, a_t) is an unbiased (high-variance) sample of "
     "q(s_t, a_t).",
@@ -137,7 +137,7 @@ def _sec2_3(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq6_baseline_zero_expectation",
+    "eq6_baseline_zero_expectation", kind="derivation",
     location="Sec. 2.4, Eq. (6)",
     text="E[b(S_t) grad log pi(A_t | S_t)] = 0 for any state-dependent baseline.",
     check="Token MDP: sum_a pi(a|s) grad log pi(a|s) at every state, and the expected gradient "
@@ -161,7 +161,7 @@ def _eq6(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq7_baseline_keeps_unbiased",
+    "eq7_baseline_keeps_unbiased", kind="derivation",
     location="Sec. 2.4, Eq. (7)",
     text="Subtracting a state-dependent baseline b(S_t) leaves the REINFORCE estimator unbiased.",
     check="Token MDP: E[sum_t (G_t - b(S_t)) grad log pi] with a random b(s) vs finite "
@@ -190,7 +190,7 @@ def _variance_trace(world, b: float) -> float:
 
 
 @claim(
-    "sec2_4_value_is_variance_minimising_baseline",
+    "sec2_4_value_is_variance_minimising_baseline", kind="derivation",
     location="Sec. 2.4, after Eq. (7)",
     text="The variance-minimising baseline is b*(s) = v(s).",
     check="Softmax bandit (3 arms, logits (2, 0, -1), success probabilities (0.9, 0.2, 0.5)): "
@@ -232,7 +232,7 @@ def _sec2_4(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq8_return_equals_one_step_bootstrap",
+    "eq8_return_equals_one_step_bootstrap", kind="derivation",
     location="Sec. 2.4, Eq. (8)",
     text="G_t = r_{t+1} + gamma G_{t+1} = r_{t+1} + gamma v(S_{t+1}).",
     check="Token MDP, every sequence and position t < T-1: the first equality exactly; the second "
@@ -265,6 +265,8 @@ def _eq8(ctx: CheckContext) -> Outcome:
          "max_gap_in_conditional_expectation": cond},
         short="only G_t = r_{t+1} + G_{t+1} holds pathwise; G_{t+1} = v(S_{t+1}) only in "
         "conditional expectation" if refuted else None,
+        finding=f"G_{{t+1}} = v(S_{{t+1}}) fails pathwise with probability {p_gap:.3f} (largest "
+        f"gap {second:.3f}); it holds only in conditional expectation" if refuted else None,
         correction=(
             "only the first equality holds pathwise; G_{t+1} != v(S_{t+1}) on a set of "
             f"probability {p_gap:.3f} (largest gap {second:.3f}). Correct: "
@@ -275,7 +277,7 @@ def _eq8(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq9_td_error_is_advantage_in_expectation",
+    "eq9_td_error_is_advantage_in_expectation", kind="derivation",
     location="Sec. 2.4, Eq. (9)",
     text="E[G_t - v(S_t) | s, a] = E[delta_t | s, a] = q(s, a) - v(s) = A(s, a).",
     check="Token MDP: conditional expectations over continuations by enumeration, every (s, a).",
@@ -299,7 +301,7 @@ def _eq9(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq10_advantage_policy_gradient",
+    "eq10_advantage_policy_gradient", kind="derivation",
     location="Sec. 2.4, Eq. (10)",
     text="grad J = E[sum_t gamma^t A(S_t, A_t) grad log pi(A_t | S_t)].",
     check="Token MDP: enumeration vs finite differences.",
@@ -315,7 +317,7 @@ def _eq10(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq11_orm_return_constant",
+    "eq11_orm_return_constant", kind="derivation",
     location="Sec. 2.5, Eq. (11)",
     text="Under output-only reward and gamma = 1, G_t = R_terminal at every position t.",
     check="Token MDP with per-step rewards (0, ..., 0, R_terminal): the reward-to-go at every t.",
@@ -332,7 +334,7 @@ def _eq11(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq12_td_error_under_orm",
+    "eq12_td_error_under_orm", kind="derivation",
     location="Sec. 2.5, Eq. (12)",
     text="Under output-only reward, delta_t = 0 + v(s_{t+1}) - v(s_t) at every position.",
     check="Token MDP: delta_t = r_{t+1} + v(s_{t+1}) - v(s_t) with v(terminal) = 0, at t < T-1 "
@@ -361,6 +363,8 @@ def _eq12(ctx: CheckContext) -> Outcome:
         {"max_gap_positions_before_last": inner, "max_gap_last_position": last,
          "max_gap_telescoping_sum": tele},
         short="for t < T-1 only; at t = T-1, delta = R_terminal - v(s_{T-1})",
+        finding=(f"holds for t < T-1; at the last position the gap is {last:.3f}, since "
+                 "delta_{T-1} = R_terminal - v(s_{T-1})") if last > 0 else None,
         conditions="for positions t < T-1 only; at the last position delta_{T-1} = R_terminal - "
         "v(s_{T-1}) (the reward is not 0 there); the deltas telescope to R_terminal - v(s_0)",
         correction=None if ok_inner else "delta_t differs from v(s_{t+1}) - v(s_t)",
@@ -368,7 +372,7 @@ def _eq12(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq13_single_scalar_advantage",
+    "eq13_single_scalar_advantage", kind="derivation",
     location="Sec. 2.5, Eq. (13)",
     text="Under output-only reward the advantage at every token collapses to "
     "A_t = R_terminal - v(s_0).",
@@ -391,6 +395,9 @@ def _eq13(ctx: CheckContext) -> Outcome:
          "max_abs_conditional_gap_v_st_minus_v_s0": gap, "gradient_max_abs_error": err},
         short="as an estimator (return minus v(s_0), unbiased for the gradient); not the "
         "per-token advantage, which differs by v(s_t) - v(s_0)",
+        finding=("R_terminal - v(s_0) is an unbiased estimator, not the per-token advantage: "
+                 f"the true A(s_t, a_t) varies by up to {spread:.3f} along a sequence and "
+                 f"E[A_t | s_t, a_t] - A(s_t, a_t) reaches {gap:.3f}"),
         conditions="as the DEFINITION of an estimator (Monte Carlo return minus the constant "
         "baseline v(s_0)), which is unbiased for the gradient because v(s_0) does not depend on "
         "the actions; it is NOT the per-token advantage A(s_t, a_t), which varies along a "
@@ -399,7 +406,7 @@ def _eq13(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq14_group_mean_unbiased",
+    "eq14_group_mean_unbiased", kind="derivation",
     location="Sec. 2.5, Eq. (14)",
     text="The group mean v_hat_R = (1/R) sum r_i is an unbiased estimate of v(s_0).",
     check="Exact Binomial enumeration for Bernoulli(p) rewards, R in {2,4,8,16}, p on a grid: "
@@ -496,7 +503,7 @@ def _k3_and_clip(m: TokenMDPView, rng: np.random.Generator) -> dict[str, float]:
 
 
 @claim(
-    "sec2_5_clip_and_kl_keep_the_structure",
+    "sec2_5_clip_and_kl_keep_the_structure", kind="derivation",
     location="Sec. 2.5, Note; Sec. 1, Scope",
     text="Clipping and the KL penalty affect the step size but not the structure of the gradient "
     "signal (uniform credit, rank properties).",
@@ -535,6 +542,11 @@ def _clip_kl(ctx: CheckContext) -> Outcome:
         short="KL-k3 (beta > 0) gives each token weight A_i + beta(1 - pi_ref/pi)_t; after the "
         "first inner step clipping zeroes some tokens of a rollout: not uniform" if not ok
         else None,
+        finding=None if ok else (
+            "with beta > 0 the KL-k3 term gives each token its own weight (spread "
+            f"{ev['k3_per_token_weight_spread']:.3f} along one rollout), and after one inner step "
+            f"clipping zeroes {ev['second_inner_step_n_tokens_clipped']} of "
+            f"{ev['second_inner_step_n_tokens']} tokens: credit is not uniform"),
     )
 
 
@@ -571,11 +583,11 @@ def _plot_scale_against_r(J: float, ax: Any) -> None:
     ax.set_xlabel("group size R")
     ax.set_ylabel("c in E[g_hat] = c grad J")
     ax.set_title(f"token MDP, J = {J:.3f}")
-    ax.legend()
+    ax.legend(fontsize=8)
 
 
 @claim(
-    "eq15_grpo_gradient_is_unbiased_reinforce",
+    "eq15_grpo_gradient_is_unbiased_reinforce", kind="derivation",
     location="Sec. 2.5, Eq. (14)-(15); Contribution 1",
     text="Substituting the group mean as the baseline into Eq. (7) gives the GRPO gradient, "
     "REINFORCE with a baseline (hence unbiased for grad J).",
@@ -619,6 +631,17 @@ def _eq15(ctx: CheckContext) -> Outcome:
         ev,
         short="E[g_GRPO] = (R-1)/R grad J (r_i is inside its own baseline); RLOO unbiased; "
         "std-normalised: prompt-dependent scale, direction off across prompts" if biased else None,
+        finding=(
+            f"E[g_GRPO] = c grad J with c = {ev['scale_grpo_R2']:.3f}, {ev['scale_grpo_R4']:.3f}, "
+            f"{ev['scale_grpo_R8']:.3f} at R = 2, 4, 8, i.e. (R-1)/R (r_i is in its own "
+            f"baseline); RLOO c = {ev['scale_rloo_R4']:.3f}; std-normalised GRPO has a "
+            f"prompt-dependent c ({ev['scale_grpo_std_R4']:.3f} at R = 4) and its direction "
+            f"over two prompts is off (cosine {ev['two_prompt_cosine_grpo_std_R8']:.4f})"
+        ) if biased else None,
+        key_evidence=("scale_grpo_R2", "scale_grpo_R4", "scale_grpo_R8", "scale_rloo_R4",
+                      "scale_grpo_std_R4", "two_prompt_cosine_grpo_std_R8",
+                      "mc_ratio_grpo_R4_estimate", "mc_ratio_grpo_R4_se",
+                      "bandit_R3_bruteforce_scale_grpo", "J_token_mdp"),
         correction=(
             "the group mean contains r_i, so it is not a baseline in the sense of Eq. 7: "
             f"E[g_GRPO] = (R-1)/R grad J (measured {ev['scale_grpo_R2']:.4f} at R=2, "

@@ -18,7 +18,7 @@ SECTION = "3. Credit assignment failure"
 
 
 @claim(
-    "thm3_1_uniform_token_credit",
+    "thm3_1_uniform_token_credit", kind="derivation",
     location="Sec. 3, Theorem 3.1, Eq. (16)",
     text="Under output-only reward and gamma = 1 every token of rollout i gets the same "
     "advantage r_i - v_hat_R.",
@@ -45,7 +45,7 @@ def _thm3_1(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "remark3_2_no_intra_rollout_credit",
+    "remark3_2_no_intra_rollout_credit", kind="derivation",
     location="Sec. 3, Remark 3.2",
     text="GRPO gives inter-rollout credit (which rollouts are good) but no intra-rollout credit "
     "(which tokens are good), although the true per-token advantages differ.",
@@ -81,7 +81,7 @@ def _remark3_2(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq19_gradient_factorisation",
+    "eq19_gradient_factorisation", kind="derivation",
     location="Sec. 3.1, Eqs. (17)-(19)",
     text="With uniform credit the GRPO gradient factors as (1/R) sum_i A_i psi_i, psi_i the sum of "
     "the token score vectors.",
@@ -107,7 +107,7 @@ def _eq19(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "eq19_gradient_factorisation_practised_aggregation",
+    "eq19_gradient_factorisation_practised_aggregation", kind="as-practised",
     location="Sec. 3.1, Eq. (19), as practised (length-normalised loss aggregation)",
     text="The gradient GRPO is run with is (1/R) sum_i A_i psi_i: the weight on psi_i is A_i.",
     check="Random token gradients [R, T_i, d] with unequal lengths: the gradient of GRPO's "
@@ -149,11 +149,16 @@ def _eq19_practised(ctx: CheckContext) -> Outcome:
             f"(distance between unit directions {rel_gap:.3f})"),
         short=None if same else "weight on psi_i is A_i/|o_i| (sequence mean) or A_i/(total "
         "tokens), not A_i; one scalar per rollout survives",
+        finding=None if same else (
+            "the published loss weights psi_i by A_i/|o_i|, not A_i (weight ratio "
+            f"{ev['sequence_mean_weight_ratio_longest_over_shortest']:.3f} between the longest "
+            f"and shortest rollout here); the direction moves off Eq. 19 by {rel_gap:.3f} (unit "
+            "vectors)"),
     )
 
 
 @claim(
-    "sec3_1_uniform_credit_enables_rank_reduction",
+    "sec3_1_uniform_credit_enables_rank_reduction", kind="derivation",
     location="Sec. 3.1, after Eq. (19)",
     text="Token-level advantages could not be factored this way; uniform credit is what enables "
     "this rank-reducing factorisation.",
@@ -178,6 +183,9 @@ def _sec3_1(ctx: CheckContext) -> Outcome:
         {"rank_uniform_credit": r_u, "rank_token_level_credit": r_t, "R": R},
         short=("token-level credit also gives one vector per rollout (rank <= R); uniform credit "
                "fixes the row directions, not the rank") if refuted else None,
+        finding=(f"token-level credit also gives one vector per rollout: rank {r_t} with it and "
+                 f"{r_u} with uniform credit (R = {R}); uniform credit fixes the rows' "
+                 "directions, not the rank") if refuted else None,
         correction=(
             f"token-level advantages also give one vector per rollout, phi_i = sum_t A_it "
             f"grad log pi_t, so both gradient matrices have R rows and rank <= R (computed: "

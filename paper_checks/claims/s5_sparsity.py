@@ -20,7 +20,7 @@ SECTION = "5. Sparse gradient updates and rank collapse"
 
 
 @claim(
-    "sec5_1_binary_advantage_values",
+    "sec5_1_binary_advantage_values", kind="derivation",
     location="Sec. 5.1 (1)",
     text="With binary reward and k of R correct, correct rollouts get 1 - k/R and incorrect "
     "ones -k/R.",
@@ -38,7 +38,7 @@ def _sec5_1_vals(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "sec5_1_small_advantages_near_extremes",
+    "sec5_1_small_advantages_near_extremes", kind="derivation",
     location="Sec. 5.1 (1)",
     text="When k is close to 0 or R the advantages become small and the gradient vanishes.",
     check="Exact advantages for k = 1 and k = R-1 (the minority rollout and the majority) vs "
@@ -91,7 +91,7 @@ def _sec5_1_small(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "sec5_1_clustered_scores_concentrate",
+    "sec5_1_clustered_scores_concentrate", kind="derivation",
     location="Sec. 5.1 (2)",
     text="If the trajectory scores are similar (rollouts from the same prompt share structure), "
     "the directions psi_i cluster and the gradient concentrates in a low-dimensional subspace.",

@@ -21,7 +21,7 @@ TOL = 1e-6  # finite differences with h = 1e-6
 
 
 @claim(
-    "sec9_rloo_removes_o1r_bias",
+    "sec9_rloo_removes_o1r_bias", kind="derivation",
     location="Sec. 9 (Related work)",
     text="RLOO's leave-one-out baseline eliminates the O(1/R) bias (of the group-mean baseline).",
     check="Token MDP: exact E[g_RLOO] vs grad J and the GRPO bias |c - 1| times R, R in {2,4,8}.",

@@ -70,7 +70,7 @@ def _expected_score_per_state(m: Any) -> float:
 
 
 @claim(
-    "drgrpo_eq5_baseline_no_bias",
+    "drgrpo_eq5_baseline_no_bias", kind="derivation",
     location="App. A, Eqs. (4)-(5) and the display after Eq. (5)",
     text="grad J = E[sum_t grad log pi(o_t | q, o_<t) (sum_{t' >= t} r_t' - B(q, o_<t))] for any "
     "baseline B that does not depend on o_t, because E_{o_t}[grad log pi(o_t | .) B] = "
@@ -116,11 +116,16 @@ def eq6_equality_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo") -> Ou
         "depends on o_i, against the condition of Eq. (5). Equality holds with the leave-one-out "
         "mean (RLOO), i.e. with the factor G/(G-1) that App. A's next paragraph introduces. The "
         "seed paper's Eq. (15) makes the same step (eq15_grpo_gradient_is_unbiased_reinforce).",
-        short=None if ok else "= ((G-1)/G) grad J, not grad J (the mean includes R_i)")
+        short=None if ok else "= ((G-1)/G) grad J, not grad J (the mean includes R_i)",
+        finding=None if ok else (
+            "E[(1/G) sum_i (R_i - mean) psi_i] = c grad J with c = "
+            + ", ".join(f"{ev[f'answer_mdp_G{G}_scale']:.3f}" for G in GROUP_SIZES)
+            + f" at G = {', '.join(str(G) for G in GROUP_SIZES)}, i.e. (G-1)/G: the group mean "
+            "contains R_i; the leave-one-out mean gives equality"))
 
 
 @claim(
-    "drgrpo_eq6_group_mean_baseline",
+    "drgrpo_eq6_group_mean_baseline", kind="derivation",
     location="App. A, Eq. (6)",
     text="Taking B = mean({R(q, o_1..G)}) in Eq. (5) gives grad J = E[(1/G) sum_i sum_t "
     "grad log pi(o_it | q, o_i,<t) (R(q, o_i) - mean(R))] (the std struck out).",
@@ -166,7 +171,7 @@ def eq6_conclusion_outcome(ctx: CheckContext, *, plain: str = "dr_grpo",
 
 
 @claim(
-    "drgrpo_eq6_no_std_no_length",
+    "drgrpo_eq6_no_std_no_length", kind="derivation",
     location="App. A, the sentence after Eq. (6)",
     text="Applying the PPO surrogate to this estimator, neither std(R) nor 1/|o_i| should "
     "appear: without them the update follows the policy gradient, with either of them it "
@@ -217,7 +222,7 @@ def rloo_outcome(ctx: CheckContext, *, factor: Any = None) -> Outcome:
 
 
 @claim(
-    "drgrpo_appa_rloo_scale",
+    "drgrpo_appa_rloo_scale", kind="derivation",
     location="App. A, paragraph \"Unbiasedness of A~\"",
     text="(G/(G-1)) A~_i = R(q, o_i) - (1/(G-1)) sum_{j != i} R(q, o_j), the RLOO advantage "
     "(an unbiased estimator); the factor G/(G-1) can be absorbed into the learning rate "

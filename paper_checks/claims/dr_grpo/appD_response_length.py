@@ -28,7 +28,7 @@ def _table5_ratios() -> dict[str, float]:
 
 
 @claim(
-    "drgrpo_table5_r1_zero_lengths",
+    "drgrpo_table5_r1_zero_lengths", kind="empirical",
     location="App. D, Table 5",
     text="On 500 MATH questions (R1 template, truncated responses excluded) incorrect "
     "responses are longer than correct ones, for DeepSeek-V3-Base (1038.9 vs 621.3 "
@@ -106,7 +106,7 @@ def selection_mechanism_outcome(ctx: CheckContext, *, shared_stop: bool = True) 
 
 
 @claim(
-    "drgrpo_appd_selection_effect_mechanism",
+    "drgrpo_appd_selection_effect_mechanism", kind="derivation",
     location="App. D, the paragraph around Table 5",
     text="Harder questions need longer responses and fail more often, so incorrect responses are "
     "longer on average even when length does not depend on correctness within a question (a "
@@ -159,7 +159,7 @@ def attribution_outcome(ctx: CheckContext, *, optimiser: str = "grpo") -> Outcom
 
 
 @claim(
-    "drgrpo_appd_selection_effect_attribution",
+    "drgrpo_appd_selection_effect_attribution", kind="interpretation",
     location="App. D, the paragraph around Table 5",
     text="DeepSeek-R1-Zero's incorrect responses are longer than its correct ones probably "
     "because harder questions need longer responses (selection), not because of GRPO's "

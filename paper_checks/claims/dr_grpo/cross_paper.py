@@ -68,7 +68,7 @@ def group_mean_factor_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo") 
 
 
 @claim(
-    "drgrpo_cross_group_mean_factor",
+    "drgrpo_cross_group_mean_factor", kind="derivation",
     location="App. A, Eq. (6) and \"Unbiasedness of A~\"; seed paper (arXiv 2606.29238) Eq. (15)",
     text="Both papers take the group mean as a baseline; its expected update is the policy "
     "gradient times (G-1)/G, one factor for both.",
@@ -120,7 +120,7 @@ def std_convention_outcome(ctx: CheckContext, *, options: dict[str, Any] | None 
 
 
 @claim(
-    "drgrpo_cross_std_convention",
+    "drgrpo_cross_std_convention", kind="as-practised",
     location="Sec. 3, Eq. (3) (std unspecified); authors' train_zero_math.py; seed audit's "
     "std-normalised variant",
     text="The paper does not say which std; the authors' code divides by torch's default "
@@ -181,7 +181,7 @@ def population_weights_outcome(ctx: CheckContext, *, estimator: str = "grpo_std"
 
 
 @claim(
-    "drgrpo_cross_population_weights",
+    "drgrpo_cross_population_weights", kind="derivation",
     location="Sec. 3.1 (difficulty bias); effective-loss paper (arXiv 2503.06639) Eq. (4) and "
     "Sec. 5 (mean-only weights)",
     text="The per-question weights that sampled groups give are, for mean-only (Dr. GRPO) "

@@ -16,7 +16,7 @@ SECTION = "Dr. GRPO Abstract, Sec. 1-2, App. B: headline numbers"
 
 
 @claim(
-    "drgrpo_headline_empirical_numbers",
+    "drgrpo_headline_empirical_numbers", kind="empirical",
     location="Abstract; Sec. 1; Fig. 2; Table 4 (App. B); Fig. 13 (App. D)",
     text="Oat-Zero-7B (Qwen2.5-Math-7B, Dr. GRPO, MATH level 3-5, Qwen-Math template) reaches "
     "43.3% on AIME 2024 and a five-benchmark average of 51.4 after 27 hours on 8 A100s; for "
@@ -71,7 +71,7 @@ def no_template_gain_outcome(ctx: CheckContext, *,
 
 
 @claim(
-    "drgrpo_sec2_no_template_gain",
+    "drgrpo_sec2_no_template_gain", kind="printed-value",
     location="Sec. 2.2, Table 1 (templates) and its discussion",
     text="For Qwen2.5-Math base models, dropping the template raises the five-benchmark average "
     "over 4-shot prompting from 19.7 to 33.1 (1.5B) and from 23.8 to 38.2 (7B), \"about 60%\".",

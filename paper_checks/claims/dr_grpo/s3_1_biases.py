@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from paper_checks.plotting import plot_merged
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
 
 from .worlds import (
@@ -72,7 +73,7 @@ def fig5_effective_advantage_outcome(ctx: CheckContext, *, mode: str = "sequence
 
 
 @claim(
-    "drgrpo_fig5_effective_advantage",
+    "drgrpo_fig5_effective_advantage", kind="derivation",
     location="Sec. 3.1, Fig. 5 caption",
     text="GRPO's effective per-token advantage is A~_i / (std(R) |o_i|) with A~_i = R_i - "
     "mean(R) the unbiased (Dr. GRPO) advantage: GRPO reweights by 1/std(R) per question and "
@@ -142,9 +143,9 @@ def length_bias_bandit_outcome(ctx: CheckContext, *,
     ok = favours and ties
 
     def plot(ax: Any) -> None:
-        for lab, f in paths.items():
-            ax.plot(f["mean_length_incorrect"], label=f"{lab}: incorrect")
-            ax.plot(f["mean_length_correct"], "--", label=f"{lab}: correct")
+        series = [(f"{lab}: {what}", "-" if what == "incorrect" else "--", f[f"mean_length_{what}"])
+                  for lab, f in paths.items() for what in ("incorrect", "correct")]
+        plot_merged(ax, series)
         ax.set_xlabel("exact expected step (lr 2, G = 4)")
         ax.set_ylabel("E[length | correctness]")
         ax.legend(fontsize=7)
@@ -158,7 +159,7 @@ def length_bias_bandit_outcome(ctx: CheckContext, *,
 
 
 @claim(
-    "drgrpo_sec3_1_length_bias_response_level",
+    "drgrpo_sec3_1_length_bias_response_level", kind="derivation",
     location="Sec. 3.1, first bullet (\"Response-level length bias\"); abstract; Fig. 1 caption",
     text="The 1/|o_i| factor makes the per-token weight |A_i|/|o_i|: among correct responses "
     "(A > 0) shorter ones get larger updates, so the policy prefers brevity; among incorrect "
@@ -184,10 +185,9 @@ def _stop_block(world: Any) -> slice:
 
 def _plot_length_paths(paths: dict[str, np.ndarray], answer_means: np.ndarray, ax: Any) -> None:
     """E[length | answer] along the exact expected steps, per loss and answer."""
-    for lab, per in paths.items():
-        for a in range(len(answer_means)):
-            ax.plot(per[:, a], "-" if answer_means[a] else ":",
-                    label=f"{lab}: answer {a} ({'correct' if answer_means[a] else 'wrong'})")
+    plot_merged(ax, [(f"{lab}: answer {a} ({'correct' if answer_means[a] else 'wrong'})",
+                      "-" if answer_means[a] else ":", per[:, a])
+                     for lab, per in paths.items() for a in range(len(answer_means))])
     ax.set_xlabel("exact expected step (lr 2, G = 4)")
     ax.set_ylabel("E[length | answer]")
     ax.legend(fontsize=6)
@@ -269,7 +269,7 @@ def length_bias_token_mdp_outcome(ctx: CheckContext, *, biased: str = "grpo",
 
 
 @claim(
-    "drgrpo_sec3_1_length_bias_token_mdp",
+    "drgrpo_sec3_1_length_bias_token_mdp", kind="derivation",
     location="Sec. 3.1, first bullet; abstract (\"progressively longer incorrect responses\")",
     text="Under GRPO's objective the policy drifts towards longer incorrect and shorter correct "
     "responses; the unbiased objective does not move response lengths that the reward does "
@@ -325,7 +325,7 @@ def difficulty_per_group_outcome(ctx: CheckContext, *, estimator: str = "grpo_st
 
 
 @claim(
-    "drgrpo_sec3_1_difficulty_bias_per_group",
+    "drgrpo_sec3_1_difficulty_bias_per_group", kind="derivation",
     location="Sec. 3.1, second bullet (\"Question-level difficulty bias\"); Fig. 5 caption",
     text="Dividing the centred reward by the question's std(R) multiplies that question's "
     "advantages by 1/std(R), unlike ordinary advantage normalisation, which uses one "
@@ -378,7 +378,8 @@ def _plot_question_weight(estimator: str, options: dict[str, Any], ax: Any) -> N
     for G in (2, 4, 8, 16):
         ax.plot(pp, question_weight(estimator, G=G, p=pp, **options) / group_mean_factor(G),
                 label=f"G = {G}")
-    ax.plot(pp, population_std_question_weight(pp), "k:", label="G -> inf")
+    ax.plot(pp, population_std_question_weight(pp), "k:",
+            label="G -> inf (diverges at p -> 0, 1; cut at 8)")
     ax.set_ylim(0, 8)
     ax.set_xlabel("question success probability p")
     ax.set_ylabel("weight relative to Dr. GRPO")
@@ -457,7 +458,7 @@ def difficulty_weight_outcome(ctx: CheckContext, *, estimator: str = "grpo_std",
 
 
 @claim(
-    "drgrpo_sec3_1_difficulty_bias_expected_weight",
+    "drgrpo_sec3_1_difficulty_bias_expected_weight", kind="derivation",
     location="Sec. 3.1, second bullet; Fig. 5 caption",
     text="Std normalisation gives more weight to questions whose rewards have a low std, i.e. "
     "too easy or too hard questions (success rate near 1 or 0): different questions get "
@@ -522,7 +523,7 @@ def listing1_outcome(ctx: CheckContext, *,
 
 
 @claim(
-    "drgrpo_listing1_length_normalised_losses",
+    "drgrpo_listing1_length_normalised_losses", kind="derivation",
     location="Sec. 3.1, \"Length Bias Also Exists in Open-Source PPO Implementations\"; "
     "Listing 1",
     text="Normalising the loss by response length, per response (masked mean, then mean over "
@@ -541,7 +542,7 @@ def _listing1(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "drgrpo_table2_repositories_length_bias",
+    "drgrpo_table2_repositories_length_bias", kind="empirical",
     location="Sec. 3.1, Table 2 and the paragraph before Listing 1",
     text="trl, OpenRLHF, verl, SimpleRL-Zero and Open-Reasoner-Zero (as of March 2025) normalise "
     "the loss by response length; the habit probably comes from pretraining, where tokens "

@@ -77,7 +77,7 @@ def definition_outcome(ctx: CheckContext, *, estimator: str = "dr_grpo",
 
 
 @claim(
-    "drgrpo_sec3_2_definition",
+    "drgrpo_sec3_2_definition", kind="derivation",
     location="Sec. 3.2; Fig. 1 (right); Listing 1 (green line)",
     text="Dr. GRPO removes both 1/|o_i| and std(R): maximise (1/G) sum_i sum_t "
     "min(rho_it A_i, clip(rho_it) A_i) with A_i = R_i - mean(R); implemented as a masked token "
@@ -151,7 +151,7 @@ def unbiased_outcome(ctx: CheckContext, *, loss: str = "dr_grpo",
 
 
 @claim(
-    "drgrpo_sec3_2_unbiased_policy_gradient",
+    "drgrpo_sec3_2_unbiased_policy_gradient", kind="derivation",
     location="Sec. 3.2 (\"recover Eq. (2) with a Monte Carlo return and an unbiased baseline\"; "
     "Results: Dr. GRPO \"computes the unbiased policy gradients\")",
     text="Removing 1/|o_i| and std(R) turns GRPO into PPO with the Monte Carlo return and an "
@@ -169,7 +169,7 @@ def _unbiased(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "drgrpo_fig6_length_growth_empirical",
+    "drgrpo_fig6_length_growth_empirical", kind="empirical",
     location="Sec. 3.2 \"Experimental settings\" and \"Results\"; Fig. 6; Fig. 1 (right)",
     text="Training Qwen2.5-1.5B (R1 template, MATH questions, Oat): both GRPO and Dr. GRPO "
     "lengthen responses as the reward rises; GRPO keeps lengthening them after the reward "
@@ -230,7 +230,9 @@ def growth_mechanism_outcome(ctx: CheckContext, *, biased: str = "grpo",
         for lab, f in paths.items():
             ax2.plot(f["J"], ":", label=f"{lab}: J")
         ax2.set_ylabel("J (dotted)")
-        ax.legend(fontsize=7, loc="center right")
+        handles, labels = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(handles + h2, labels + l2, fontsize=7)
 
     return Outcome(
         verdict_from(ok), ev,
@@ -241,7 +243,7 @@ def growth_mechanism_outcome(ctx: CheckContext, *, biased: str = "grpo",
 
 
 @claim(
-    "drgrpo_fig6_length_growth_mechanism",
+    "drgrpo_fig6_length_growth_mechanism", kind="derivation",
     location="Sec. 3.2 Results; Fig. 6 (plots 1-4); footnote 3",
     text="The length bias keeps lengthening (incorrect) responses after the reward "
     "improvement slows down; an unbiased optimiser stops this growth.",

@@ -8,7 +8,7 @@ SECTION = "Dr. GRPO Sec. 3.4: Llama experiments"
 
 
 @claim(
-    "drgrpo_fig8_llama_double_increase",
+    "drgrpo_fig8_llama_double_increase", kind="empirical",
     location="Sec. 3.4, Results; Fig. 8 (right)",
     text="With Llama-3.2-3B (math-pretrained variants, R1 template) GRPO shows a \"double "
     "increase\" (accuracy and response length rise together) that could be misread as long "

@@ -50,7 +50,7 @@ def eq1_gradient_outcome(ctx: CheckContext, *,
 
 
 @claim(
-    "drgrpo_eq1_objective_gradient",
+    "drgrpo_eq1_objective_gradient", kind="derivation",
     location="Sec. 3, Eq. (1) (beta = 0 from there on)",
     text="The RL objective is J(pi) = E_q E_{o~pi(.|q)} R(q, o) - beta KL(pi || pi_ref), with "
     "beta = 0 throughout, so the target is J(pi) = E_q E_o R(q, o): the ground truth whose exact "
@@ -111,7 +111,7 @@ def eq1_kl_entropy_outcome(ctx: CheckContext, *,
 
 
 @claim(
-    "drgrpo_eq1_kl_is_entropy_regularisation",
+    "drgrpo_eq1_kl_is_entropy_regularisation", kind="reference",
     location="Sec. 3, Eq. (1) and the sentence introducing it",
     text="The objective of Eq. (1) is called entropy-regularised although it writes a KL term "
     "to a reference policy.",
@@ -159,7 +159,7 @@ def eq2_ppo_outcome(ctx: CheckContext, *, baselines: Mapping[str, np.ndarray] | 
 
 
 @claim(
-    "drgrpo_eq2_ppo_unbiased",
+    "drgrpo_eq2_ppo_unbiased", kind="derivation",
     location="Sec. 3, Eq. (2) and footnote 3 (\"PPO is unbiased by formulation\")",
     text="PPO's surrogate sums the clipped token terms over the response with no 1/|o| factor, "
     "so (with A_t = reward-to-go minus a baseline of the state) it is unbiased: at "
@@ -209,7 +209,7 @@ def eq3_grpo_outcome(ctx: CheckContext, *, mode: str = "sequence_mean",
 
 
 @claim(
-    "drgrpo_eq3_grpo_objective",
+    "drgrpo_eq3_grpo_objective", kind="derivation",
     location="Sec. 3 (before 3.1) and Sec. 3.1, Eq. (3)",
     text="GRPO gives every token of o_i the advantage (R_i - mean(R))/std(R) and maximises "
     "(1/G) sum_i (1/|o_i|) sum_t min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i) (beta = 0).",

@@ -72,7 +72,7 @@ def check_gsm8k(measurements: dict[str, Any] | None = None) -> Outcome:
                    "with p_ref = 0 move)", short=None if ok else "no amplification measured")
 
 
-@claim("effloss_appa_gsm8k_amplification", location="App. A (Fig. 3); App. H",
+@claim("effloss_appa_gsm8k_amplification", kind="empirical", location="App. A (Fig. 3); App. H",
        text="Training Qwen2.5-0.5B-Instruct with TRL's GRPO on GSM8K (beta = 0.1, G = 16, clip "
        "0.2) raises the mean test-set PoS from 21% to 37.5% after one epoch; per-prompt PoS "
        "trajectories look like fixed-point iterations (some converge fast to 1, some oscillate); "

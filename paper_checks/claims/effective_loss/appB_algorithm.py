@@ -78,7 +78,7 @@ def check_plugin_advantage(weights: Callable[..., Any] = P.weights_eq4) -> Outco
                    f"p_hat (by {max(worst, flt):.3g})", short=None if ok else "differs from Eq. 4")
 
 
-@claim("effloss_alg1_plugin_advantage_is_grpo_std",
+@claim("effloss_alg1_plugin_advantage_is_grpo_std", kind="derivation",
        location="App. B, Algorithm 1; Sec. 2.4; Eq. (4)",
        text="Algorithm 1 computes the group advantage with Eq. (4) at p_hat = (1/G) "
        "sum 1{r_i = 1}: "
@@ -125,10 +125,13 @@ def check_practised_bessel(weights: Callable[..., Any] = P.weights_eq4,
             "eps = 1e-4 to the std rather than eps under the root (G = 16, k = 1: "
             f"{trl:.6f} vs {wp16:.6f})"),
         short=None if same else "Bessel std: sqrt((G-1)/G) x Eq. (4), i.e. beta -> beta "
-        "sqrt(G/(G-1))")
+        "sqrt(G/(G-1))",
+        finding=None if same else (
+            "the frameworks' advantage is sqrt((G-1)/G) x Eq. (4) (G = 16, k = 1: "
+            f"{trl:.4f} vs {wp16:.4f}), i.e. the paper's dynamics with beta x sqrt(G/(G-1))"))
 
 
-@claim("effloss_alg1_plugin_advantage_practised_bessel",
+@claim("effloss_alg1_plugin_advantage_practised_bessel", kind="as-practised",
        location="App. B, Algorithm 1; Eq. (1) (GRPO's advantage as the frameworks compute it)",
        text="GRPO's advantage as TRL, verl and OpenRLHF compute it (torch.std with Bessel's "
        "correction, the stabiliser added to the std) is the paper's whitened reward, Eq. (4) at "
@@ -180,7 +183,7 @@ def check_mean_only_registry(weights: Callable[..., Any] = P.weights_mean_only) 
                    "the paper's weights", short=None if ok else "mean-only weights differ")
 
 
-@claim("effloss_xpaper_mean_only_is_dr_grpo_with_group_factor",
+@claim("effloss_xpaper_mean_only_is_dr_grpo_with_group_factor", kind="derivation",
        location="Sec. 5, Eq. (13); Dr. GRPO (arXiv 2503.20783) Eq. 3; seed paper Thm 4.1",
        text="The paper's mean-only weights (omega+ = 1 - p, omega- = p) are Dr. GRPO's advantage "
        "r - mean: at p_hat = k/G they are the registry's dr_grpo values exactly, and in "

@@ -52,7 +52,7 @@ def check_lemma1(h: Callable[..., Any] = P.h_thm2,
                    short=None if ok else "Lemma 1's formula is wrong")
 
 
-@claim("effloss_lemma1_derivative_at_fixed_point", location="App. C.2, Lemma 1",
+@claim("effloss_lemma1_derivative_at_fixed_point", kind="derivation", location="App. C.2, Lemma 1",
        text="At a fixed point, h'(p*) = p*(1-p*)(2p*-1) / (2 beta [p*(1-p*) + eps]^(3/2)).",
        check="Every certified fixed point of the 240-point grid with 1 - p* > 1e-9: the printed "
        "formula against the multiplier of the log-odds map (relative 1e-8) and a central "
@@ -81,7 +81,7 @@ def check_beta_condition(bound: Callable[..., Any] = P.beta_bound_appc2) -> Outc
                    f"{len(pts) - agree} fixed points", short=None if ok else "wrong bound")
 
 
-@claim("effloss_appc2_beta_condition",
+@claim("effloss_appc2_beta_condition", kind="derivation",
        location="App. C.2, the condition after Lemma 1; Remark 2",
        text="|h'(p*)| < 1 holds if beta > B(p*) = p*(1-p*)|2p*-1| / (2 [p*(1-p*) + eps]^(3/2)); "
        "uniformly over prompts q it needs the supremum over q of these bounds (Remark 2).",
@@ -124,7 +124,8 @@ def check_theorem6(offset: float = 1e-3) -> Outcome:
                    "did not converge", short=None if ok else "no local convergence")
 
 
-@claim("effloss_thm6_local_convergence", location="App. C.2, Theorem 6 (with Theorem 7)",
+@claim("effloss_thm6_local_convergence", kind="derivation",
+       location="App. C.2, Theorem 6 (with Theorem 7)",
        text="If p* is a fixed point with |h'(p*)| < 1, there is delta > 0 such that p_n -> p* "
        "whenever p_0 lies in [p* - delta, p* + delta].",
        check="Every certified fixed point of the grid (1 - p* > 1e-9): 3000 steps of h from "
@@ -153,7 +154,8 @@ def check_global_contraction(n_grid: int = 20001) -> Outcome:
                    short=None if ok else "contraction does not imply convergence here")
 
 
-@claim("effloss_table1_global_contraction", location="Table 1, row (No-clip) GRPO (mean-var)",
+@claim("effloss_table1_global_contraction", kind="derivation",
+       location="Table 1, row (No-clip) GRPO (mean-var)",
        text="The iteration converges if h is a contraction, sup_p |h'(p)| < 1.",
        check="The 240-point grid: sup |h'| of the printed Prop. 1 derivative on 20 001 points; "
        "where below 1, the number of certified fixed points and the orbit from p_ref.")
@@ -209,7 +211,8 @@ def check_fig5(case: dict[str, float] | None = None) -> Outcome:
         plot=_plot_fig5, plot_title="PoS iterates with KL to pi_ref (App. C.2, Fig. 5)")
 
 
-@claim("effloss_fig5_trajectories", location="App. C.2, text on Fig. 5 (App. G)",
+@claim("effloss_fig5_trajectories", kind="interpretation",
+       location="App. C.2, text on Fig. 5 (App. G)",
        text="In most cases there is a sharp transition to fast convergence to 1 or to a fixed "
        "point p*; for beta = 5 and p_ref = 0.001 (eps = 1e-5) the iteration shows divergent "
        "behaviour.",
@@ -241,7 +244,8 @@ def check_staged(stages: int = 5, steps: int = 60) -> Outcome:
                    short=None if ok else "a stage loses PoS")
 
 
-@claim("effloss_appc2_staged_grpo", location="App. C.2, paragraph 'Practical Implications'",
+@claim("effloss_appc2_staged_grpo", kind="derivation",
+       location="App. C.2, paragraph 'Practical Implications'",
        text="When pi_ref is reset to the last iterate at each stage (DeepSeekMath's practice), "
        "each stage amplifies the PoS relative to its new reference.",
        check="The 240-point grid, up to 5 stages of 60 steps each, the reference reset to the "

@@ -52,10 +52,15 @@ def check_theorem8(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem8
             f"{worst[2.0]:.3g} and the printed log-odds by {worst_pos[2.0]:.3g}). Theorems 4 "
             "and 9, which the paper derives from it, carry the 1/beta and are right"),
         short=None if ok else "missing 1/beta: pi* ~ pi_o exp(A/beta), logit p* = logit p_o + "
-        "Omega/beta")
+        "Omega/beta",
+        finding=None if ok else (
+            "the printed policy and log-odds lack the 1/beta: off the maximiser by "
+            f"{worst[2.0]:.3g} and {worst_pos[2.0]:.3g} at beta = 2"
+            + (", right only at beta = 1" if at_one else "")))
 
 
-@claim("effloss_thm8_general_weights_anchor", location="App. D, Theorem 8 (1)-(2) and its proof",
+@claim("effloss_thm8_general_weights_anchor", kind="derivation",
+       location="App. D, Theorem 8 (1)-(2) and its proof",
        text="For pi* = argmax_pi E_pi A_nu - beta KL(pi || pi_o), with A_nu = +omega+(p_nu) on "
        "successes and -omega-(p_nu) on failures: pi* = pi_o exp(A_nu) / (p_o e^{omega+} + "
        "(1 - p_o) e^{-omega-}), and logit(p*) = logit(p_o) + Omega(p_nu); iterating with anchors "

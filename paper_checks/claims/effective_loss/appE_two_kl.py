@@ -72,7 +72,8 @@ def check_lemma2(seed: int = 0, anchor: Callable[..., np.ndarray] = geometric_me
                    short=None if ok else "not one KL plus a constant")
 
 
-@claim("effloss_lemma2_geometric_mean", location="App. E, Lemma 2 (Geometric Mean)",
+@claim("effloss_lemma2_geometric_mean", kind="derivation",
+       location="App. E, Lemma 2 (Geometric Mean)",
        text="alpha KL(pi || pi_ref) + (1 - alpha) KL(pi || pi_o) = KL(pi || pibar) + C with pibar "
        "proportional to pi_ref^alpha pi_o^(1-alpha) and C independent of pi.",
        check="8 random (pi_ref, pi_o) pairs on 6 outputs, alpha in {1/4, 1/2, 3/4}, 6 random pi "
@@ -107,7 +108,8 @@ def check_lemma3(seed: int = 0, formula: Callable[..., float] = P.lemma3_logit) 
                    short=None if ok else "Lemma 3 is wrong")
 
 
-@claim("effloss_lemma3_pos_geometric_mean", location="App. E, Lemma 3 (PoS geometric mean)",
+@claim("effloss_lemma3_pos_geometric_mean", kind="derivation",
+       location="App. E, Lemma 3 (PoS geometric mean)",
        text="logit(ptilde) = alpha logit(p_ref) + (1 - alpha) logit(p_{n-1}) + (alpha - 1) "
        "[D_alpha(p_ref,S || p_{n-1},S) - D_alpha(p_ref,F || p_{n-1},F)], with p_{.,S}, p_{.,F} the "
        "policies conditioned on success and failure and D_alpha the Renyi divergence.",
@@ -153,7 +155,7 @@ def check_printed_conditionals(seed: int = 0,
         short=None if ok else "p_{n-1,S} needs 1{r=1}, not 1{r=0}")
 
 
-@claim("effloss_appe_conditionals_as_printed",
+@claim("effloss_appe_conditionals_as_printed", kind="reference",
        location="App. E, the definitions before Lemma 3",
        text="p_{ref,S} = pi_ref 1{r=1}/p_ref, p_{n-1,S} = pi_{n-1} 1{r=0}/p_{n-1}, p_{ref,F} = "
        "pi_ref 1{r=0}/(1-p_ref), p_{n-1,F} = pi_{n-1} 1{r=0}/(1-p_{n-1}) (as printed): the "
@@ -190,7 +192,7 @@ def check_theorem9(seed: int = 0, formula: Callable[..., float] = P.thm9_logit) 
                    short=None if ok else "Theorem 9's recurrence is wrong")
 
 
-@claim("effloss_thm9_two_kl_recurrence",
+@claim("effloss_thm9_two_kl_recurrence", kind="derivation",
        location="App. E, Theorem 9 (eq:2KLRenyi); Table 1 two-KL rows",
        text="For alpha in (0, 1): logit p_n = alpha logit p_ref + (1-alpha) logit p_{n-1} + "
        "Delta_R + Omega_eps(p_{n-1})/beta, Delta_R = (1-alpha)[D_alpha(F) - D_alpha(S)] (Omega = 1 "
@@ -244,7 +246,7 @@ def check_amplification(seed: int = 0) -> Outcome:
                    short=None if ok else "amplification step fails")
 
 
-@claim("effloss_appe_amplification_if_renyi_ordered",
+@claim("effloss_appe_amplification_if_renyi_ordered", kind="derivation",
        location="App. E, the argument after Theorem 9",
        text="If D_alpha(p_ref,S || p_{n-1,S}) <= D_alpha(p_ref,F || p_{n-1,F}), then L_n - L_ref "
        ">= (1 - alpha)(L_{n-1} - L_ref) >= 0: the two-KL iteration amplifies the PoS.",
@@ -278,7 +280,7 @@ def check_renyi_mismatch(seed: int = 0) -> Outcome:
         correction=None if ok else "the Renyi correction vanishes everywhere")
 
 
-@claim("effloss_sec4_renyi_correction_encodes_mismatch",
+@claim("effloss_sec4_renyi_correction_encodes_mismatch", kind="interpretation",
        location="Sec. 4, closing paragraph; Sec. 6; App. E",
        text="With both KL terms, the PoS iteration incurs a Renyi correction Delta_R that encodes "
        "the mismatch in successes and failures between the reference and the previous iterate.",
@@ -328,7 +330,8 @@ def check_table1_fixed_point(seed: int = 0,
                    short=None if ok else "Table 1's two-KL fixed point is wrong")
 
 
-@claim("effloss_table1_two_kl_fixed_point", location="Table 1, two-KL rows; App. E",
+@claim("effloss_table1_two_kl_fixed_point", kind="derivation",
+       location="Table 1, two-KL rows; App. E",
        text="Two-KL: the fixed point satisfies logit p* = logit p_ref + Delta*/alpha + "
        "Omega_eps(p*)/(alpha beta); mean-only: logit p* = logit p_ref + Delta*/alpha + "
        "1/(alpha beta), unique, a contraction in log-odds at rate (1 - alpha), with p* > p_ref if "
@@ -379,7 +382,7 @@ def check_mixing(eps: float = 1e-5) -> Outcome:
                    plot_title="Mixing the reference in (alpha > 0) breaks monotone improvement")
 
 
-@claim("effloss_sec4_mixing_loses_monotonicity",
+@claim("effloss_sec4_mixing_loses_monotonicity", kind="derivation",
        location="Sec. 4, closing paragraph; Sec. 6 'Mirror versus Clipping and Reference Mixing'",
        text="Adding the reference KL to the mirror KL (0 < alpha < 1) loses the guarantee of "
        "monotone improvement and brings back an interior fixed point.",

@@ -75,7 +75,8 @@ def check_theorem10(d: float = 0.05, factor: float = P.thm10_bound_factor) -> Ou
             f"{factor * delta_star:.3g}; what holds is limsup <= delta*"))
 
 
-@claim("effloss_thm10_parametric_bound", location="App. F, Assumption 1 and Theorem 10",
+@claim("effloss_thm10_parametric_bound", kind="derivation",
+       location="App. F, Assumption 1 and Theorem 10",
        text="If TV(pi~_n, pi_n) <= TV(pi~_{n-1}, pi_{n-1}) + delta_n with sum delta_i -> delta* in "
        "[0, 1), pi~_0 = pi_0 = pi_ref, and p_n -> p*, then lim_n |p~_n - p*| <= 2 delta*; the "
        "parametric PoS converges to p* when delta* = 0.",
@@ -164,6 +165,8 @@ def check_relaxation(seed: int = 0, quick: bool = True, close: float = 0.05) -> 
     stat_ok = all(abs(ev[f"{lab}_E_p{n}_z"]) <= K_SE for lab, _ in RELAX_WORLDS for n in (1, 2))
     gaps = {lab: abs(ev[f"{lab}_sampled_long_run_mean_p"] - ev[f"{lab}_population_p_star"])
             for lab, _ in RELAX_WORLDS}
+    for lab, g in gaps.items():
+        ev[f"{lab}_abs_gap_sampled_long_run_mean_minus_p_star"] = g
     near = {lab: g < close for lab, g in gaps.items()}
     a, b = (lab for lab, _ in RELAX_WORLDS)
     ok = any(near.values())
@@ -192,7 +195,7 @@ def check_relaxation(seed: int = 0, quick: bool = True, close: float = 0.05) -> 
         plot_title="Population recursion vs sampled groups (App. F relaxed)")
 
 
-@claim("effloss_appf_sampled_groups_near_fixed_point",
+@claim("effloss_appf_sampled_groups_near_fixed_point", kind="interpretation",
        location="App. F, text after Theorem 10; Algorithm 1 (Sec. 2.4)",
        text="delta_n stands for statistical, approximation and optimisation errors: as long as "
        "these remain small, the PoS of GRPO's parametric iterates (estimated from samples) stays "

@@ -67,7 +67,7 @@ def check_whitened_advantage(advantage: Callable[..., Any] = P.advantage_binary)
                    short=None if ok else "printed advantage is not the whitened reward")
 
 
-@claim("effloss_eq3_whitened_binary_advantage",
+@claim("effloss_eq3_whitened_binary_advantage", kind="derivation",
        location="Sec. 2, Eq. (1); Sec. 2.1, Eqs. (2)-(3)",
        text="For binary rewards and 0 < p < 1, GRPO's whitened advantage (r - mu)/sigma is "
        "sqrt((1-p)/p) on a success and -sqrt(p/(1-p)) on a failure.",
@@ -108,7 +108,7 @@ def check_calibration_monotone(advantage: Callable[..., Any] = P.advantage_binar
                    short=None if ok else "the calibration is not as described")
 
 
-@claim("effloss_sec2_1_calibrated_weights_monotone",
+@claim("effloss_sec2_1_calibrated_weights_monotone", kind="derivation",
        location="Sec. 2.1, paragraph 'Calibrated reward behavior'; Sec. 2.2; Fig. 1",
        text="The success weight sqrt((1-p)/p) is positive and strictly decreasing in p, the "
        "failure penalty sqrt(p/(1-p)) strictly increasing; the success weight is below the failure "
@@ -150,7 +150,7 @@ def check_clip_contrastive(seed: int = 0, form: Callable[..., float] = P.contras
                    short=None if ok else "not the contrastive form")
 
 
-@claim("effloss_sec2_2_clipped_objective_is_weighted_contrastive",
+@claim("effloss_sec2_2_clipped_objective_is_weighted_contrastive", kind="derivation",
        location="Sec. 2.2 (two displays); Sec. 2.3 (stabilised version)",
        text="For each prompt, E_{pi_old} f_eps(ratio, A) = w+ E_{pi_old}[min(ratio, 1+eps) 1{r=1}] "
        "- w- E_{pi_old}[max(ratio, 1-eps) 1{r=0}], with w+- = sqrt((1-p)/p), sqrt(p/(1-p)) (or "
@@ -194,7 +194,7 @@ def check_clip_helper(identity: Callable[..., Any] = P.clip_helper_identity_as_p
         "(y < 0)")
 
 
-@claim("effloss_sec2_2_clip_helper_identity_as_printed",
+@claim("effloss_sec2_2_clip_helper_identity_as_printed", kind="reference",
        location="Sec. 2.2, the sentence after the first display",
        text="'for x > 0 and y > 0, f_eps(x, y) = x min(y, 1 + eps) and for x > 0, y < 0, "
        "f_eps(x, y) = x max(y, 1 - eps)' (x the likelihood ratio, y the advantage).",
@@ -235,7 +235,7 @@ def check_no_clip(seed: int = 0, contrast: Callable[..., float] = P.no_clip_pos_
         correction=None if ok_full else f"they differ by {full:.3g} even with full support")
 
 
-@claim("effloss_sec2_3_no_clip_is_pos_contrast",
+@claim("effloss_sec2_3_no_clip_is_pos_contrast", kind="derivation",
        location="Sec. 2.3, (GRPO) and (GRPO-No-Clip), Eq. (5)",
        text="Without clipping (eps -> infinity), E_{pi_old}[ratio A] = omega+_varepsilon(p_old) "
        "P_{pi_theta}(r=1) - omega-_varepsilon(p_old) P_{pi_theta}(r=0): GRPO is a KL-regularised "
@@ -298,7 +298,7 @@ def check_nonparametric(seed: int = 0, optimum: Callable[..., np.ndarray] = tilt
                    short=None if ok else "parametric optimum differs")
 
 
-@claim("effloss_sec2_4_nonparametric_iteration",
+@claim("effloss_sec2_4_nonparametric_iteration", kind="derivation",
        location="Sec. 2.4, Eq. (6), (GRPO Iterations), Eq. (7)",
        text="Replacing the maximisation over parameters (Eq. 6) by one over policies (GRPO "
        "Iterations) amounts to a policy class that can represent every policy; pi_0 = pi_ref.",

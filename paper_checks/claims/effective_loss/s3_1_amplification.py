@@ -33,7 +33,7 @@ def check_odds_form(h: Callable[..., Any] = P.h_thm2,
                    short=None if ok else "odds form is wrong")
 
 
-@claim("effloss_sec3_1_odds_form", location="Sec. 3.1, display before Theorem 3",
+@claim("effloss_sec3_1_odds_form", kind="derivation", location="Sec. 3.1, display before Theorem 3",
        text="logit(p_n) = logit(p_ref) + Omega_eps(p_{n-1}) / beta.",
        check="sympy: logit of the printed h minus the printed odds form at random rational "
        "(p, p_ref, beta, eps), 60 digits.")
@@ -83,7 +83,8 @@ def check_theorem3(h: Callable[..., Any] = P.h_thm2) -> Outcome:
                    plot_title="h_{eps,p_ref} (eps = 1e-5), y = p and its certified fixed points")
 
 
-@claim("effloss_thm3_amplification", location="Sec. 3.1, Theorem 3; proof App. C.1; abstract",
+@claim("effloss_thm3_amplification", kind="derivation",
+       location="Sec. 3.1, Theorem 3; proof App. C.1; abstract",
        text="If 0 < p_ref < 1 and p* is any fixed point of h_{eps, p_ref}, then p* > p_ref "
        "(GRPO amplifies the probability of success).",
        check="Every certified fixed point at the 240 grid points: h(p*) - p_ref; and the proof's "
@@ -115,7 +116,8 @@ def check_abstract_converges(orbits: tuple[Any, ...] | None = None) -> Outcome:
         f"eps={g0[0][2]:g} ({len(bad)} of {len(orbits)} grid points)")
 
 
-@claim("effloss_abstract_pos_converges", location="Abstract; Introduction (contributions)",
+@claim("effloss_abstract_pos_converges", kind="derivation",
+       location="Abstract; Introduction (contributions)",
        text="Iterating results in a sequence whose PoS obeys a simple recurrence that converges "
        "to a fixed point determined by the reference PoS and the regularisation strength.",
        check="The 240-point grid: 3000 steps of the recurrence from p_ref (log-odds), classified "
@@ -148,7 +150,7 @@ def check_degenerate_absorbing() -> Outcome:
                    short=None if ok else "a degenerate reference moves")
 
 
-@claim("effloss_sec3_1_degenerate_references_absorbing",
+@claim("effloss_sec3_1_degenerate_references_absorbing", kind="derivation",
        location="Sec. 3.1, text after Theorem 3; Sec. 6 'Coverage and exploration'; Table 1",
        text="If p_ref = 0 the iteration gives p* = 0 (GRPO does not create successes; 0 is "
        "absorbing in all variants); if p_ref = 1 it gives p* = 1.",
@@ -185,10 +187,13 @@ def check_degenerate_stability(beta_bound: Callable[..., Any] = P.beta_bound_app
             "p_ref: a tiny p_ref jumps far in one step (p_ref = 1e-6, beta = 1, eps = 1e-5 gives "
             f"1 - p_1 = {jumps['one_minus_p1_from_p_ref_1e-6_beta1_eps1e-5']:.3g})"),
         short=None if ok else "h is constant for p_ref in {0,1}: stable for every beta; B(0) = "
-        "B(1) = 0")
+        "B(1) = 0",
+        finding=None if ok else (
+            "for p_ref in {0, 1} h is constant, so the fixed point is stable for every beta; "
+            f"App. C.2's bound is B = {bounds[0]:g} at p* = 0 and {bounds[1]:g} at p* = 1"))
 
 
-@claim("effloss_sec3_1_degenerate_fixed_point_stability",
+@claim("effloss_sec3_1_degenerate_fixed_point_stability", kind="derivation",
        location="Sec. 3.1, text after Theorem 3 (refers to App. C.2)",
        text="For p_ref = 0 or 1 the fixed point (0 or 1) is not necessarily stable, and a "
        "condition on beta is needed for its stability (App. C.2).",

@@ -71,7 +71,8 @@ def check_theorem1(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem1
                    short=None if ok else "printed policy is not the maximiser")
 
 
-@claim("effloss_thm1_optimal_policy", location="Sec. 3, Theorem 1; proof in App. C",
+@claim("effloss_thm1_optimal_policy", kind="derivation",
+       location="Sec. 3, Theorem 1; proof in App. C",
        text="The maximiser of (GRPO Iterations) is pi_n = pi_ref exp((omega+(p_{n-1}) 1{r=1} - "
        "omega-(p_{n-1}) 1{r=0}) / beta) / Z_{n-1}, Z_{n-1} = p_ref e^{omega+/beta} + (1 - p_ref) "
        "e^{-omega-/beta} (a concave problem solved by its first-order condition).",
@@ -106,7 +107,8 @@ def check_theorem2(seed: int = 0, h: Callable[..., Any] = P.h_thm2) -> Outcome:
                    short=None if ok else "PoS recursion is not h")
 
 
-@claim("effloss_thm2_pos_fixed_point_iteration", location="Sec. 3, Theorem 2, Eq. (8)",
+@claim("effloss_thm2_pos_fixed_point_iteration", kind="derivation",
+       location="Sec. 3, Theorem 2, Eq. (8)",
        text="For p_ref > 0 and beta > 0, p_n = h_{eps, p_ref}(p_{n-1}) with p_0 = p_ref and "
        "h(p) = 1 / (1 + (1-p_ref)/p_ref exp(-(1/beta) / sqrt(p(1-p) + eps))).",
        check="8 random worlds (6 outputs, 1-4 successes), beta in {0.3, 1, 2, 5}, eps in "
@@ -158,7 +160,7 @@ def check_remark1(h: Callable[..., Any] = P.h_thm2, p_ref: float = 0.5, beta: fl
         correction=None if ok else "the limits or the example do not behave as described")
 
 
-@claim("effloss_remark1_eps_needed", location="Sec. 3, Remark 1",
+@claim("effloss_remark1_eps_needed", kind="derivation", location="Sec. 3, Remark 1",
        text="If eps = 0, h_{eps, p_ref} is no longer continuous at 0 and 1 and the existence of a "
        "fixed point in [0, 1] is no longer guaranteed.",
        check="The printed h with eps = 0 at p = 10^-k and 1 - 10^-k, k = 1..15, in 60-digit "
@@ -188,7 +190,8 @@ def check_prop1_existence(h: Callable[..., Any] = P.h_thm2) -> Outcome:
                    short=None if ok else "no fixed point at some grid point")
 
 
-@claim("effloss_prop1_i_fixed_point_exists", location="Sec. 3, Proposition 1 (i); App. C",
+@claim("effloss_prop1_i_fixed_point_exists", kind="derivation",
+       location="Sec. 3, Proposition 1 (i); App. C",
        text="For eps > 0, h_{eps, p_ref} is continuous from [0, 1] to [0, 1] and has at least one "
        "fixed point (not necessarily unique).",
        check="Grid p_ref in {0.001 ... 0.99} x beta in {0.05 ... 50} x eps in {1e-5, 1e-2, 1/4} "
@@ -223,7 +226,8 @@ def check_prop1_derivative(h: Callable[..., Any] = P.h_thm2,
                    short=None if ok else "printed derivative is wrong")
 
 
-@claim("effloss_prop1_ii_derivative_and_shape", location="Sec. 3, Proposition 1 (ii)",
+@claim("effloss_prop1_ii_derivative_and_shape", kind="derivation",
+       location="Sec. 3, Proposition 1 (ii)",
        text="h'(p) = -h(p)(1 - h(p))(1 - 2p) / (2 beta [p(1-p) + eps]^(3/2)): h decreases on "
        "p < 1/2, increases on p > 1/2, and is smallest at p = 1/2.",
        check="sympy d/dp of the printed h minus the printed h' at random rational (p, p_ref, beta, "
@@ -246,7 +250,7 @@ def check_prop1_sigmoid(h: Callable[..., Any] = P.h_thm2,
                    short=None if ok else "the sigmoid form differs from h")
 
 
-@claim("effloss_prop1_iii_sigmoid_form", location="Sec. 3, Proposition 1 (iii)",
+@claim("effloss_prop1_iii_sigmoid_form", kind="derivation", location="Sec. 3, Proposition 1 (iii)",
        text="h_{eps, p_ref}(p) = sigma(logit(p_ref) + Omega_eps(p) / beta) with Omega_eps(p) = "
        "(p(1-p) + eps)^(-1/2).",
        check="sympy: the printed Theorem 2 form minus the printed sigmoid form at random rational "
@@ -277,7 +281,8 @@ def check_limit_is_fixed_point() -> Outcome:
                    short=None if ok else "limit is not a fixed point")
 
 
-@claim("effloss_sec3_limit_is_fixed_point", location="Sec. 3, text after Proposition 1",
+@claim("effloss_sec3_limit_is_fixed_point", kind="derivation",
+       location="Sec. 3, text after Proposition 1",
        text="If p_n converges, its limit is a fixed point of h (by continuity).",
        check="The 240-point grid: iterate 3000 steps from p_ref (log-odds); where the last two "
        "iterates agree, compare the limit with the certified fixed points.")
@@ -302,7 +307,8 @@ def check_not_unique() -> Outcome:
                    short=None if ok else "fixed point unique on the grid")
 
 
-@claim("effloss_sec3_fixed_points_not_unique", location="Sec. 3, discussion of Fig. 2",
+@claim("effloss_sec3_fixed_points_not_unique", kind="derivation",
+       location="Sec. 3, discussion of Fig. 2",
        text="The fixed points of h are not unique in general (Fig. 2, eps = 1e-5).",
        check="Number of certified fixed points at each of the 240 grid points.")
 def _not_unique(ctx: CheckContext) -> Outcome:
@@ -343,10 +349,15 @@ def check_p_one_fixed(h: Callable[..., Any] = P.h_thm2) -> Outcome:
             "1 - p* of that order, which float64 rounds to 1 (h(1) == 1.0 in float64 at "
             f"{float_one} of {n} grid points; a fixed point within 1e-12 of 1 at {near_one})"),
         short=None if ok else "1 is never a fixed point for 0 < p_ref < 1; a fixed point "
-        "within ~sigma(-(logit p_ref + 1/(beta sqrt eps))) of 1 exists for small beta")
+        "within ~sigma(-(logit p_ref + 1/(beta sqrt eps))) of 1 exists for small beta",
+        finding=None if ok else (
+            f"1 - h(1) > 0 at {never} of {n} grid points (down to 10^{smallest[0]:.0f}): p = 1 is "
+            "a fixed point only when p_ref = 1; float64 rounds h(1) to 1 at "
+            f"{float_one} of them"))
 
 
-@claim("effloss_sec3_p_one_almost_always_fixed", location="Sec. 3, discussion of Fig. 2",
+@claim("effloss_sec3_p_one_almost_always_fixed", kind="derivation",
+       location="Sec. 3, discussion of Fig. 2",
        text="p* = 1 is almost always a fixed point of h (Fig. 2, eps = 1e-5).",
        check="1 - h(1) for the printed h at the 80 grid points with Fig. 2's eps = 1e-5 (p_ref x "
        "beta), in mpmath with enough digits to resolve exp(-1/(beta sqrt(eps))); beside it "

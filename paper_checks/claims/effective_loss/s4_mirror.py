@@ -57,7 +57,7 @@ def check_theorem4(seed: int = 0, policy: Callable[..., np.ndarray] = P.theorem1
                    "the exact one", short=None if ok else "mirror policy/recurrence differ")
 
 
-@claim("effloss_thm4_mirror_policy_and_recurrence",
+@claim("effloss_thm4_mirror_policy_and_recurrence", kind="derivation",
        location="Sec. 4, Eqs. (9)-(10), Theorem 4, Eqs. (11)-(12)",
        text="With KL to pi_{n-1} only (alpha = 0), pi_n is pi_{n-1} tilted by exp((omega+ 1{r=1} "
        "- omega- 1{r=0}) / beta) with Z = p_{n-1} e^{omega+/beta} + (1 - p_{n-1}) "
@@ -104,7 +104,8 @@ def check_theorem5(n_steps: int = 400, alpha: float = 0.0) -> Outcome:
                    plot_title="Mirror GRPO (solid) vs KL to pi_ref (dotted), eps = 1e-5")
 
 
-@claim("effloss_thm5_mirror_monotone_to_one", location="Sec. 4, Theorem 5; proof App. D",
+@claim("effloss_thm5_mirror_monotone_to_one", kind="derivation",
+       location="Sec. 4, Theorem 5; proof App. D",
        text="Mirror GRPO: for p_{n-1} in (0, 1), p_n > p_{n-1}; no fixed point in (0, 1), only 0 "
        "and 1; for p_ref in (0, 1), p_n increases to 1 (globally stable); for p_ref = 0, p_n = 0.",
        check="The 240-point grid, 400 steps of the exact log-odds recurrence: every step is at "

@@ -43,7 +43,7 @@ def check_mean_only(seed: int = 0, reference: Callable[..., float] = P.mean_only
                    "log-odds", short=None if ok else "mean-only recurrences differ")
 
 
-@claim("effloss_sec5_mean_only_dynamics",
+@claim("effloss_sec5_mean_only_dynamics", kind="derivation",
        location="Sec. 5, Eq. (13) and the displays after it; Table 1 (Dr. GRPO rows)",
        text="With mean-only calibration (omega+ = 1-p, omega- = p, Omega = 1): with KL to pi_ref, "
        "logit(p_n) = logit(p_ref) + 1/beta for every n >= 1 (a constant fixed point reached in one "
@@ -84,7 +84,7 @@ def check_adaptive_beta(seed: int = 0, beff: Callable[..., Any] = P.beta_eff) ->
                    short=None if ok else "not an adaptive beta")
 
 
-@claim("effloss_sec5_variance_normalisation_is_adaptive_beta",
+@claim("effloss_sec5_variance_normalisation_is_adaptive_beta", kind="derivation",
        location="Sec. 5 (last paragraph)",
        text="Mean+variance normalisation with KL weight beta gives the same update as mean-only "
        "normalisation with beta_eff = beta sqrt(sigma^2_{n-1} + eps), sigma^2_{n-1} = "
@@ -132,7 +132,7 @@ def check_takeaway_beta_sigma(seed: int = 0, beff: Callable[..., Any] = P.beta_e
         correction=None if ok0 else "not even exact at eps = 0")
 
 
-@claim("effloss_sec6_takeaway_beta_eff_sigma",
+@claim("effloss_sec6_takeaway_beta_eff_sigma", kind="interpretation",
        location="Sec. 6, Practical Takeaways, 'Normalization equivalence'",
        text="Mean+variance normalisation is equivalent, from the PoS point of view, to mean-only "
        "normalisation with an adaptive KL weight beta_eff = beta sigma(q).",

@@ -55,7 +55,7 @@ def _token_mdp():
 
 
 @claim(
-    "fade_mass_decomposition",
+    "fade_mass_decomposition", kind="derivation",
     location="FADE abstract (\"any advantage function decomposes into a positive and a negative "
     "gradient mass\")",
     text="Any advantage function can be decomposed into a positive gradient mass m_S (on "
@@ -228,7 +228,7 @@ def _plot_noise_entropy(ev: dict[str, Any], ax: Any) -> None:
 
 
 @claim(
-    "fade_sign_axis_entropy",
+    "fade_sign_axis_entropy", kind="derivation",
     location="FADE abstract (sign axis: \"an imbalance collapses ... the policy's entropy\")",
     text="On the sign axis, an imbalance of the masses collapses the policy's entropy: more "
     "positive mass (m_S > m_F) sharpens the policy, more negative mass keeps entropy up.",
@@ -301,7 +301,7 @@ def _sign_entropy(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "fade_sign_axis_weight_geometry",
+    "fade_sign_axis_weight_geometry", kind="derivation",
     location="FADE abstract (sign axis: \"... or the geometry of the weights\")",
     text="On the sign axis, the other imbalance collapses the geometry of the weights.",
     check="The logit spread (norm of the centred logits) after one exact step at matched mean "
@@ -334,7 +334,7 @@ def _populations() -> dict[str, np.ndarray]:
 
 
 @claim(
-    "fade_difficulty_axis_tradeoff",
+    "fade_difficulty_axis_tradeoff", kind="derivation",
     location="FADE abstract (difficulty axis: \"focusing on hard prompts sharpens signal but "
     "costs effective sample size\")",
     text="Focusing the gradient mass on hard prompts sharpens the signal (more of it on hard "
@@ -383,11 +383,16 @@ def _difficulty(ctx: CheckContext) -> Outcome:
 
     def plot(ax) -> None:
         for name in _populations():
-            ax.plot([ev[f"{name}_alpha{a:g}_ess_per_prompt"] for a in alphas],
-                    [ev[f"{name}_alpha{a:g}_hard_share"] for a in alphas], "o-", label=name)
+            xs = [ev[f"{name}_alpha{a:g}_ess_per_prompt"] for a in alphas]
+            ys = [ev[f"{name}_alpha{a:g}_hard_share"] for a in alphas]
+            (line,) = ax.plot(xs, ys, "o-", label=name)
+            for i in (0, len(alphas) - 1):  # name the ends: which way alpha grows
+                ax.annotate(f"alpha={alphas[i]:g}", (xs[i], ys[i]), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7, color=line.get_color())
         ax.set_xlabel("Kish ESS per prompt")
         ax.set_ylabel("share of mass on hard prompts (p < 1/2)")
-        ax.set_title("Power-alpha, alpha = 1 ... 3 along each curve, R = 8")
+        ax.set_title(f"Power-alpha, alpha = {alphas[0]:g} ... {alphas[-1]:g}, R = 8")
+        ax.margins(x=0.12, y=0.08)
         ax.legend(fontsize=7)
 
     return Outcome(
@@ -404,7 +409,7 @@ def _difficulty(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "fade_tradeoffs_shift_during_training",
+    "fade_tradeoffs_shift_during_training", kind="interpretation",
     location="FADE abstract (\"both trade-offs shift during training\")",
     text="Both trade-offs (sign and difficulty) shift during training.",
     check="Mean-field GRPO training (exact E[g_hat], lr 1, R = 8) of 8 bandit prompts of rising "
@@ -448,7 +453,7 @@ def _shift(ctx: CheckContext) -> Outcome:
 
 
 @claim(
-    "fade_schedules_from_training_statistics",
+    "fade_schedules_from_training_statistics", kind="derivation",
     location="FADE abstract (\"FADE schedules both automatically from training statistics\")",
     text="FADE (Focal Advantage with Dynamic Entropy) schedules both trade-offs automatically "
     "from training statistics (solve rate, entropy).",
