@@ -14,6 +14,8 @@ Modules by mathematical topic (each with its equations and conventions):
   :mod:`~grpo_theory.mass` (FADE's gradient masses);
 * the gradient: :mod:`~grpo_theory.aggregation` (loss aggregation weights),
   :mod:`~grpo_theory.spectral` (spectra of the gradient matrix);
+* the KL regulariser at the gradient level: :mod:`~grpo_theory.kl` (k1/k2/k3, their
+  placements, the exact gradients they deliver against those of the reverse and forward KL);
 * :mod:`~grpo_theory.conventions` (how TRL, verl and OpenRLHF name all this), and
   :mod:`~grpo_theory.tables`.
 
@@ -69,6 +71,15 @@ from .fade import (
     power_alpha_advantages,
 )
 from .grouping import grouped_advantages, nan_excluding_advantages
+from .kl import (
+    KL_ESTIMATORS,
+    KL_PLACEMENTS,
+    classify_gradient,
+    expected_kl_gradient,
+    kl_coefficients,
+    kl_estimate,
+    kl_gradient_targets,
+)
 from .mass import expected_mass_bernoulli, gradient_mass
 from .multi_reward import gdpo_advantages
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
@@ -205,6 +216,14 @@ __all__ = [
     "SpectralMetrics",
     "stable_rank",
     "top1_fraction",
+    # the KL regulariser at the gradient level (grpo_theory.kl)
+    "KL_ESTIMATORS",
+    "KL_PLACEMENTS",
+    "kl_estimate",
+    "kl_coefficients",
+    "expected_kl_gradient",
+    "kl_gradient_targets",
+    "classify_gradient",
     # framework conventions and tables
     "CONVENTIONS",
     "Convention",
