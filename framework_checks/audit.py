@@ -136,6 +136,8 @@ def audit_framework(
                 label, ours = ours_map[setting]
                 results = _setting_results(kind, fn, ours, cases)
                 rows.append(_summarise(kind, setting, label, results))
+    from .kl_audit import audit_kl  # the KL options at the gradient level
+
     return {
         "framework": fc.framework,
         "version": fc.version,
@@ -146,6 +148,7 @@ def audit_framework(
         "not_representable": [c.name for c in skipped],
         "edge_values": _edge_values(framework, rows),
         "rows": rows,
+        "kl": audit_kl(framework, source, dtype=dtype),
     }
 
 
