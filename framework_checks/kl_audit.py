@@ -46,7 +46,7 @@ from grpo_theory.aggregation import aggregation_weights
 from .source import FrameworkCodeError, SourceTree, find_source
 
 __all__ = ["BETA", "KLSetting", "KLGroupSetting", "KLOptions", "worlds", "audit_kl",
-           "render_kl_markdown", "autograd_coefficients", "RTOL"]
+           "render_kl_markdown", "docs_markdown", "autograd_coefficients", "RTOL"]
 
 #: The KL coefficient the options are run with (any beta > 0: coefficients are per unit beta).
 BETA = 0.1
@@ -210,11 +210,11 @@ def _class(g: np.ndarray, targets: dict[str, np.ndarray]) -> dict[str, Any]:
             "cos_reverse": c.cos_reverse, "rel_error_reverse": c.rel_error_reverse}
 
 
-def _compare(fw: Callable[[], np.ndarray], ours: np.ndarray, carry: np.ndarray
+def _compare(fw: Callable[[], np.ndarray], ours: Callable[[], np.ndarray], carry: np.ndarray
              ) -> dict[str, Any]:
     from .audit import compare
 
-    return compare(fw, lambda: ours, carry)
+    return compare(fw, ours, carry)
 
 
 def audit_setting(s: KLSetting, dtype: Any) -> dict[str, Any]:
@@ -225,7 +225,7 @@ def audit_setting(s: KLSetting, dtype: Any) -> dict[str, Any]:
     for name, logp, ref, old, L in battery():
         carry = np.arange(logp.shape[1])[None, :] < L[:, None]
         res = _compare(lambda lp=logp, r=ref, o=old, L=L: s.coefficients(lp, r, o, L, dtype),
-                       _ours(s.model, logp, ref, old, L), carry)
+                       lambda lp=logp, r=ref, o=old, L=L: _ours(s.model, lp, r, o, L), carry)
         res["case"] = name
         bat.append(res)
     row: dict[str, Any] = {"setting": s.setting, "model": s.model, "mode": s.mode,
@@ -289,13 +289,14 @@ def load_kl_options(framework: str, tree: SourceTree, dtype: str) -> KLOptions:
                                  f"{type(exc).__name__}: {exc}") from exc
 
 
-def audit_kl(framework: str, source: str | None = None, *, dtype: str = "float32"
-             ) -> dict[str, Any]:
-    """Every KL option of ``framework`` at the gradient level (JSON-ready)."""
+def audit_kl(framework: str, source: str | None = None, *, dtype: str = "float32",
+             options: KLOptions | None = None) -> dict[str, Any]:
+    """Every KL option of ``framework`` at the gradient level (JSON-ready); ``options``: the
+    framework's :class:`KLOptions` when already loaded from the same source."""
     from .adapter import torch_dtype
 
     tree = find_source(framework, source)
-    opts = load_kl_options(framework, tree, dtype)
+    opts = load_kl_options(framework, tree, dtype) if options is None else options
     rows = [audit_setting(s, torch_dtype(dtype)) for s in opts.settings]
     groups = [audit_group_setting(s) for s in opts.groups]
     return {"framework": framework, "version": tree.version, "beta": BETA, "dtype": dtype,
@@ -330,6 +331,11 @@ def describe(cls: dict[str, Any] | None, *, one_token: bool = False) -> str:
     if lab != "zero" and abs(cls["scale"] - 1.0) > 1e-6:
         text = f"{cls['scale']:.3g} x {text}"
     return text
+
+
+def _cell(text: str) -> str:
+    """``text`` for a Markdown table cell (``|`` escaped)."""
+    return text.replace("|", "\\|")
 
 
 def _model_words(m: dict[str, Any]) -> str:
@@ -416,10 +422,10 @@ def render_kl_markdown(report: dict[str, Any]) -> str:
         tm = r.get("token_mdp_on_policy", {})
         cos = f"{tm['cos_reverse']:.3f}" if "cos_reverse" in tm else "-"
         name = f"`{r['setting']}`" + (" (default)" if r["default"] else "")
-        out.append(f"| {name} | {_model_words(r['model'])} | {agree} | "
-                   f"{describe(r.get('bandit_on_policy'), one_token=True)} | "
-                   f"{describe(tm)} | {describe(r.get('token_mdp_off_policy'))} | {cos} | "
-                   f"{r.get('along_response', '-')} |")
+        out.append(f"| {name} | {_model_words(r['model'])} | {_cell(agree)} | "
+                   f"{_cell(describe(r.get('bandit_on_policy'), one_token=True))} | "
+                   f"{_cell(describe(tm))} | {_cell(describe(r.get('token_mdp_off_policy')))} | "
+                   f"{cos} | {r.get('along_response', '-')} |")
     if report["group_rows"]:
         out += ["", f"KL in the sequence reward of the GRPO advantage (every group of "
                 f"{report['group_rows'][0]['group_size']} token-MDP responses, "
@@ -432,10 +438,28 @@ def render_kl_markdown(report: dict[str, Any]) -> str:
             tm = g["token_mdp_on_policy"]
             name = f"`{g['setting']}`" + (" (default)" if g["default"] else "")
             out.append(f"| {name} | {g['ours']} {g['ours_options']} | "
-                       f"{'yes' if g['agree'] else 'no'} ({d:.2g}) | {describe(tm)} | "
+                       f"{'yes' if g['agree'] else 'no'} ({d:.2g}) | {_cell(describe(tm))} | "
                        f"{tm['cos_reverse']:.3f} |")
     if report["defaults"]:
         out += ["", "Defaults read from the source: " + ", ".join(
             f"`{k}` = `{v!r}`" for k, v in report["defaults"].items()) + "."]
     out += ["", f"**Conclusion.** {report['conclusion']}", ""]
     return "\n".join(out)
+
+
+def docs_markdown(report: dict[str, Any]) -> str:
+    """The compact table of ``docs/kl.md`` for one framework (what each option's KL term
+    delivers; the command's table has the battery and the cosines), and the conclusion."""
+    out = ["| setting | what it is | one token (bandit) | token MDP | token MDP, off-policy |",
+           "|---|---|---|---|---|"]
+    for r in report["rows"]:
+        name = f"`{r['setting']}`" + (" (default)" if r["default"] else "")
+        out.append(f"| {name} | {_model_words(r['model'])} | "
+                   f"{_cell(describe(r.get('bandit_on_policy'), one_token=True))} | "
+                   f"{_cell(describe(r.get('token_mdp_on_policy')))} | "
+                   f"{_cell(describe(r.get('token_mdp_off_policy')))} |")
+    for g in report["group_rows"]:
+        name = f"`{g['setting']}`" + (" (default)" if g["default"] else "")
+        out.append(f"| {name} | {g['estimator']} summed into the sequence reward, then "
+                   f"{g['ours']} | - | {_cell(describe(g['token_mdp_on_policy']))} | - |")
+    return "\n".join(out) + f"\n\n{report['conclusion']}\n"

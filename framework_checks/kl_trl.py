@@ -52,10 +52,11 @@ def _coefficients(code: TrlCode, logp: np.ndarray, ref: np.ndarray, old: np.ndar
                                  mode=TRL_LOSS_AGGREGATION[loss_type][0])
 
 
-def kl_options(tree: SourceTree, dtype: str) -> KLOptions:
+def kl_options(tree: SourceTree, dtype: str, *, code: TrlCode | None = None) -> KLOptions:
     """TRL's KL settings: k3 per token, with and without the ratio weighting, token and sequence
-    ratio, at the default ``loss_type``."""
-    code = TrlCode(tree, dtype)
+    ratio, at the default ``loss_type`` (``code``: an already executed :class:`TrlCode` of
+    ``tree``)."""
+    code = TrlCode(tree, dtype) if code is None else code
     cfg = extra_text(tree, CONFIG)
     defaults = {name: dataclass_default(cfg, "GRPOConfig", name)
                 for name in ("beta", "loss_type", "use_bias_correction_kl",

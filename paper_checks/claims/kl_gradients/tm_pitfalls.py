@@ -38,8 +38,7 @@ def k1_loss_outcome(ctx: CheckContext, *, name: str = "k1_loss") -> Outcome:
             dep = max(dep, float(np.linalg.norm(g - g2)))
     ev["norm_grad_reverse_kl_token_mdp"] = float(np.linalg.norm(
         token_mdp().targets()["reverse_sequence"]))
-    mc_ev, mc_ok = mc_projection(ctx, token_mdp(), option(name),
-                                 np.zeros(token_mdp().logits.size), 2602,
+    mc_ev, mc_ok = mc_projection(ctx, token_mdp(), option(name), 2602,
                                  "k1 loss gradient projection")
     ev.update(mc_ev)
     ev.update(max_norm_expected_gradient=worst, max_change_with_reference=dep)
@@ -83,7 +82,7 @@ def k3_loss_outcome(ctx: CheckContext, *, name: str = "k3_loss",
     ev["token_mdp_token_sum_rel_error_vs_fd_forward_kl"] = rel(tok, fd["forward_sequence"])
     ev["token_mdp_token_sum_rel_error_vs_fd_per_token_forward_kl"] = rel(tok, fd["forward_token"])
     ev["token_mdp_token_sum_rel_error_vs_fd_reverse_kl"] = rel(tok, fd["reverse_sequence"])
-    mc_ev, mc_ok = mc_projection(ctx, t, option(name), tok, 2603, "k3 loss gradient projection")
+    mc_ev, mc_ok = mc_projection(ctx, t, option(name), 2603, "k3 loss gradient projection")
     ev.update(mc_ev)
     fd_tol = 1e-6
     ok = (ev["bandit_rel_error_vs_fd_forward_kl"] < fd_tol
@@ -129,8 +128,7 @@ def rkl_gradient_outcome(ctx: CheckContext, *, names: Sequence[str] = (
             g = option_gradient(w, option(n))
             ev[f"{wname}_{n}_rel_error_vs_grad_reverse_kl"] = rel(g, score_route)
             worst = max(worst, rel(g, score_route))
-    mc_ev, mc_ok = mc_projection(ctx, token_mdp(), option(names[0]),
-                                 token_mdp().targets()["reverse_sequence"], 2604,
+    mc_ev, mc_ok = mc_projection(ctx, token_mdp(), option(names[0]), 2604,
                                  "k1 in reward gradient projection")
     ev.update(mc_ev)
     ev.update(max_rel_error_score_formula_vs_fd=fd_err, max_rel_error_k1_in_reward=worst)

@@ -47,7 +47,7 @@ def _d12(ctx: CheckContext) -> Outcome:
 def group_size_law_outcome(ctx: CheckContext) -> Outcome:
     """Does G >= G* realise phi >= 1 - eps? phi at ceil(G*) on the Table 2 grid; the printed
     penalty values."""
-    from paper_values.std_identity import PENALTY
+    from paper_values.group_std_identity import PENALTY
 
     ev: dict[str, Any] = {}
     short_of = []
@@ -94,7 +94,7 @@ def table2_outcome(ctx: CheckContext, *, ddof: int = 0,
                    table: Mapping[float, Any] | None = None) -> Outcome:
     """The smallest G with phi >= target (exact; phi increasing in G checked) and ceil(G*),
     against the printed Table 2."""
-    from paper_values.std_identity import TABLE2, TABLE2_TARGETS
+    from paper_values.group_std_identity import TABLE2, TABLE2_TARGETS
 
     printed = TABLE2 if table is None else table
     ev: dict[str, Any] = {"ddof": ddof}
@@ -153,7 +153,7 @@ def _d14_bessel(ctx: CheckContext) -> Outcome:
 
 def sec4_text_outcome(ctx: CheckContext) -> Outcome:
     """The numbers quoted around Table 2."""
-    from paper_values.std_identity import SEC4_TEXT as T
+    from paper_values.group_std_identity import SEC4_TEXT as T
 
     got = {"G_95_at_p_half": F.smallest_group(0.95, 0.5),
            "phi_G8_p_half_percent": 100 * F.fidelity(8, 0.5),
@@ -196,7 +196,7 @@ def sec4_text_outcome(ctx: CheckContext) -> Outcome:
     "and p = 0.05, G* = 263 against the exact 273; 'a coin-flip prompt is faithful by G ~ 10, a "
     "prompt at 5% success needs G ~ 70'.",
     check="phi and the smallest sizes from the registry (population std) against the printed "
-    "numbers (paper_values.std_identity), rounded as printed; '~' read as within 15%.",
+    "numbers (paper_values.group_std_identity), rounded as printed; '~' read as within 15%.",
     kind="printed-value",
 )
 def _d14_text(ctx: CheckContext) -> Outcome:

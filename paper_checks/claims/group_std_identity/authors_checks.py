@@ -1,7 +1,7 @@
 """The checks the authors of arXiv 2607.00152 publish (``scripts/checks.py``,
 ``scripts/grpo_diagnostics.py``), re-derived from the digest's description: does our exact
 computation agree with what they check, and is each check able to fail? Their scripts use
-numpy's population std; the printed thresholds are in ``paper_values.std_identity``."""
+numpy's population std; the printed thresholds are in ``paper_values.group_std_identity``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def closed_forms_outcome(ctx: CheckContext) -> Outcome:
     """A+ = sqrt((G-k)/k), A- = -sqrt(k/(G-k)) against the registry (population std) for every
     (k, G), G <= 20; the scalar identity with the scores r - 0.3 at G = 5, 8, 16."""
     from grpo_theory import compute_advantages
-    from paper_values.std_identity import AUTHORS_CHECKS as C
+    from paper_values.group_std_identity import AUTHORS_CHECKS as C
 
     worst = 0.0
     for G in range(2, 21):
@@ -60,8 +60,8 @@ def _closed(ctx: CheckContext) -> Outcome:
 def attenuation_checks_outcome(ctx: CheckContext) -> Outcome:
     """Exact phi against the expansion at G = 8 (their gap thresholds), phi(8, .5) and
     phi(8, .05) to four decimals, and G* below the exact size at p = 0.05."""
-    from paper_values.std_identity import AUTHORS_CHECKS as C
-    from paper_values.std_identity import TABLE2
+    from paper_values.group_std_identity import AUTHORS_CHECKS as C
+    from paper_values.group_std_identity import TABLE2
 
     G = C["attenuation_G"]
     ev: dict[str, Any] = {}
@@ -110,7 +110,7 @@ def monte_carlo_checks_outcome(ctx: CheckContext) -> Outcome:
     leaves, the tolerance, and the Monte Carlo SE (exact law over k); p in {0.5, 0.25, 0.1,
     0.05} assumed (the digest does not list them)."""
     from grpo_theory import binom_pmf
-    from paper_values.std_identity import AUTHORS_CHECKS as C
+    from paper_values.group_std_identity import AUTHORS_CHECKS as C
 
     G, n = C["mc_G"], C["mc_groups"]
     k = np.arange(G + 1)
@@ -160,7 +160,7 @@ def _mc(ctx: CheckContext) -> Outcome:
 def group_size_function_outcome(ctx: CheckContext) -> Outcome:
     """grpo_diagnostics.group_size_for_epsilon = ceil(1/(8 eps p(1-p))): the README's (0.1, 0.1)
     example, and whether 14 reaches 90% at p = 0.1."""
-    from paper_values.std_identity import AUTHORS_CHECKS as C
+    from paper_values.group_std_identity import AUTHORS_CHECKS as C
 
     ex = C["group_size_for_epsilon_example"]
     gs = math.ceil(F.g_star_printed(ex["epsilon"], ex["p"]))

@@ -22,7 +22,7 @@ def difficulty_weight_outcome(ctx: CheckContext, *, G_values: tuple[int, ...] = 
     import sympy as sp
 
     from grpo_theory.question_weights import question_weight
-    from paper_values.std_identity import DIFFICULTY_WEIGHT as W
+    from paper_values.group_std_identity import DIFFICULTY_WEIGHT as W
 
     p = sp.symbols("p", positive=True)
     deriv_ok = sp.simplify(sp.diff(2 * sp.asin(sp.sqrt(p)), p) - 1 / sp.sqrt(p * (1 - p))) == 0
@@ -69,7 +69,7 @@ def difficulty_weight_outcome(ctx: CheckContext, *, G_values: tuple[int, ...] = 
     "the advantage'; smallest at p = 1/2 (w = 2), about 4.6 at p = 0.05 or 0.95, more than twice "
     "the coin-flip weight; Dr. GRPO corresponds to w = 1; w is the question-level difficulty "
     "bias of Dr. GRPO (Liu et al. 2025).",
-    check="sympy derivative; the printed values (paper_values.std_identity); the finite-G "
+    check="sympy derivative; the printed values (paper_values.group_std_identity); the finite-G "
     "question weight E[A | r = 1] - E[A | r = 0] of the registry's population-std GRPO "
     "(grpo_theory.question_weights, the Dr. GRPO audit's) against w(p) at G = 2, 3, 8, 256, "
     "and the mean-only one.",

@@ -5,6 +5,7 @@ evidence."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from paper_checks.registry import CheckContext, Outcome, claim, verdict_from
@@ -14,9 +15,11 @@ from . import formulas as F
 SECTION = "7-8. Big-Math and the controlled run"
 
 
-def big_math_outcome(ctx: CheckContext) -> Outcome:
+def big_math_outcome(ctx: CheckContext, *, values: Mapping[str, Any] | None = None) -> Outcome:
     """The internal arithmetic of the printed Big-Math numbers (the data are not here)."""
-    from paper_values.std_identity import BIG_MATH as B
+    from paper_values.group_std_identity import BIG_MATH
+
+    B: Any = BIG_MATH if values is None else values
 
     ev: dict[str, Any] = {
         "never_plus_always_percent": B["never_solved_percent"] + B["always_solved_percent"],
@@ -62,7 +65,7 @@ def _d18(ctx: CheckContext) -> Outcome:
 def controlled_run_outcome(ctx: CheckContext, *, p0: float = 0.05) -> Outcome:
     """Synthetic mean-field version: one prompt at p0, theta += lr E[g] for 150 steps, G = 8,
     GRPO (population std, exact E[g]) against Dr. GRPO (E[g] = p(1-p)(1 - 1/G))."""
-    from paper_values.std_identity import CONTROLLED_RUN as C
+    from paper_values.group_std_identity import CONTROLLED_RUN as C
 
     G, lr, steps = int(C["G"]), float(C["lr"]), int(C["steps"])
     out = {}

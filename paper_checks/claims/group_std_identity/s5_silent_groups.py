@@ -64,7 +64,7 @@ def _d15(ctx: CheckContext) -> Outcome:
 
 
 def dapo_fit_outcome(ctx: CheckContext) -> Outcome:
-    from paper_values.std_identity import DAPO_FIT
+    from paper_values.group_std_identity import DAPO_FIT
 
     return Outcome("inconclusive", dict(DAPO_FIT),
                    correction="needs the digitised DAPO Fig. 3b curve and the Big-Math solve "

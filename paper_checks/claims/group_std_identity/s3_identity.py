@@ -284,7 +284,7 @@ def corollary1_outcome(ctx: CheckContext, *, ddof: int = 0) -> Outcome:
     p = 0.05 example."""
     import sympy as sp
 
-    from paper_values.std_identity import COROLLARY1_EXAMPLE as EX
+    from paper_values.group_std_identity import COROLLARY1_EXAMPLE as EX
 
     mu, p = sp.symbols("mu p", positive=True)
     f2 = sp.simplify(sp.diff(sp.sqrt(mu * (1 - mu)), mu, 2).subs(mu, p)
@@ -321,8 +321,8 @@ def corollary1_outcome(ctx: CheckContext, *, ddof: int = 0) -> Outcome:
     "accuracy near p in {0, 1}: at G = 8, p = 0.05 the exact fraction is 0.54 against the "
     "expansion's 0.67.",
     check="sympy f''; G^2 (phi - (1 - 1/(8 G p(1-p)))) for G = 16, 64, 256, 1024 at p = 0.3, 0.5 "
-    "(bounded); the G = 8, p = 0.05 pair to two decimals (paper_values.std_identity); phi from "
-    "the registry (population std).",
+    "(bounded); the G = 8, p = 0.05 pair to two decimals (paper_values.group_std_identity); "
+    "phi from the registry (population std).",
     kind="derivation",
 )
 def _d10(ctx: CheckContext) -> Outcome:

@@ -24,9 +24,10 @@ PAPER = Paper(
     claim_prefix="stdid_",
     provenance="the statements are those of the digest `shared/papers/grpo-std-identity-"
     "2607.00152.md` (the authors' LaTeX and generated tables at their latest commit; the arXiv "
-    "page not reached), each claim is our paraphrase, the printed formulas are transcribed once "
-    "in `paper_checks/claims/std_identity/formulas.py` and the printed numbers (and those of the "
-    "authors' checks) are taken from `paper_values/std_identity.py` and labelled as the paper's.",
+    "page not reached), each claim is our paraphrase, the printed formulas are transcribed "
+    "once in `paper_checks/claims/group_std_identity/formulas.py` and the printed numbers (and "
+    "those of the authors' checks) are taken from `paper_values/group_std_identity.py` and "
+    "labelled as the paper's.",
     sections=("s2_setup", "s3_identity", "s4_group_size", "s5_silent_groups",
               "s6_difficulty_weight", "s7_s8_data", "s10_scope", "authors_checks"),
     support_modules=("formulas",),
