@@ -52,7 +52,8 @@ EXPECTED_STD_IDENTITY = {
     "stdid_authors_group_size_example": "refuted",
 }
 #: quick checks of ~0.3 s of CPU or more: their per-claim tests are in the slow tier
-SLOW = {"stdid_d10_corollary1_attenuation", "stdid_d12_fidelity_range",
+SLOW = {"stdid_d10_corollary1_attenuation", "stdid_d10_corollary1_attenuation_bessel",
+        "stdid_d12_fidelity_range",
         "stdid_d14_table2_group_sizes", "stdid_d14_table2_group_sizes_bessel"}
 
 
