@@ -36,7 +36,8 @@ def binary_std_outcome(ctx: CheckContext, *, ddof: int = 0) -> Outcome:
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else f"with ddof = {ddof} the std differs from "
                    f"sqrt(k(G-k))/G by up to {worst:.3g} (Bessel: times sqrt(G/(G-1)))",
-                   short=None if ok else f"std off by {worst:.2g}")
+                   short=(f"sqrt(k(G-k))/G to {worst:.1e} (G <= 12); Bessel: times sqrt(G/(G-1))"
+                          if ok else f"std off by {worst:.2g}"))
 
 
 @claim(
@@ -71,7 +72,8 @@ def score_identity_outcome(ctx: CheckContext, *, baselines: tuple[float, ...] = 
     return Outcome(verdict_from(ok, computed=ev["max_abs_error_grad_p_vs_fd"] < 1e-8), ev,
                    correction=None if ok else
                    f"E[(R - b) score] differs from grad p by {worst:.3g}",
-                   short=None if ok else "score identity fails")
+                   short=f"E[(R - b) score] = grad p to {worst:.1e} for b in {list(baselines)}"
+                   if ok else f"score identity off by {worst:.2g}")
 
 
 @claim(
@@ -111,7 +113,8 @@ def rloo_outcome(ctx: CheckContext, *, factor: Callable[[int], float] = _printed
     ok = worst < 1e-12
     return Outcome(verdict_from(ok), ev, correction=None if ok else
                    f"R_i - mean is not the printed constant times (R_i - b_i): error {worst:.3g}",
-                   short=None if ok else "identity fails")
+                   short=f"R_i - mu = (G-1)/G (R_i - b_i) to {worst:.1e}" if ok
+                   else f"identity off by {worst:.2g}")
 
 
 @claim(

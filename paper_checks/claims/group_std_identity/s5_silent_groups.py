@@ -45,7 +45,8 @@ def silent_outcome(ctx: CheckContext) -> Outcome:
     ok = worst < 1e-12 and keep_ok
     return Outcome(verdict_from(ok, computed=mc_ok), ev, correction=None if ok else
                    f"the silent rate differs by {worst:.3g} or DAPO's rule is not sigma > 0",
-                   short=None if ok else "silent rate or keep rule fails")
+                   short=(f"p^G + (1-p)^G to {worst:.1e}; keep rule = sigma > 0" if ok
+                          else f"silent rate off by {worst:.2g} or keep rule fails"))
 
 
 @claim(

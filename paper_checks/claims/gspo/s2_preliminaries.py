@@ -27,7 +27,9 @@ def factorisation_outcome(ctx: CheckContext) -> Outcome:
     ok = (abs(ev["sum_over_sequences"] - 1) < 1e-12
           and ev["max_abs_diff_to_sims_sequence_law"] < 1e-12)
     return Outcome(verdict_from(ok), ev, correction=None if ok else "the product of token "
-                   "probabilities is not the sequence law", short=None if ok else "not a law")
+                   "probabilities is not the sequence law",
+                   short=(f"sum = 1 to {abs(ev['sum_over_sequences'] - 1):.1e}; equals sims' "
+                          "law") if ok else f"sums to {ev['sum_over_sequences']:.6g}")
 
 
 @claim(
@@ -100,7 +102,9 @@ def grpo_gradient_outcome(ctx: CheckContext, *, mode: str = "sequence_mean") -> 
     ok = e < 1e-6
     return Outcome(verdict_from(ok), {"rel_error_fd_vs_aggregation_weights": e},
                    correction=None if ok else f"Eq. (2)'s gradient is not grpo_theory's '{mode}' "
-                   f"(relative error {e:.3g})", short=None if ok else f"differs ({e:.2g})")
+                   f"(relative error {e:.3g})",
+                   short=f"Eq. (2)'s gradient = '{mode}' weights to {e:.1e}" if ok
+                   else f"differs ({e:.2g})")
 
 
 @claim(

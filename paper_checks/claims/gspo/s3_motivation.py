@@ -69,8 +69,9 @@ def importance_sampling_outcome(
             "ratio leaves out is the shift of the prefixes' law: its surrogate's expected "
             f"gradient is {bias:.3g} (relative) from grad J at theta != theta_old and exact at "
             "theta_old (PPO's first-order surrogate)"),
-        short=None if ok else (f"one-sample IS is exact (error {one_sample:.1e}); the token "
-                               f"surrogate's bias ({bias:.2g}) is the prefixes' shift"))
+        short=(f"one-sample weighting misses by {one_sample:.3g}" if ok
+               else f"one-sample IS is exact (error {one_sample:.1e}); the token surrogate's "
+               f"bias ({bias:.2g}) is the prefixes' shift"))
 
 
 @claim(

@@ -57,8 +57,9 @@ def sequence_ratio_is_outcome(ctx: CheckContext, *,
             f"{ev['E_old_s_f']:.6f}; at theta_old grad s = s psi / |y|, so each response's "
             "likelihood-ratio gradient is divided by its length (relative error "
             f"{ev['rel_error_grad_sum_s_A_vs_sum_A_psi_over_L']:.1e} against sum A psi / |y|)"),
-        short=None if ok else (f"s is not an IS weight: E_old[s] = {ev['E_old_s']:.3f}, "
-                               f"E_old[s r] - E_pi[r] = {ev['E_old_s_f'] - ev['E_pi_f']:.3g}"))
+        short=(f"E_old[s r] = E_pi[r] to {err:.1e}" if ok
+               else f"s is not an IS weight: E_old[s] = {ev['E_old_s']:.3f}, "
+               f"E_old[s r] - E_pi[r] = {ev['E_old_s_f'] - ev['E_pi_f']:.3g}"))
 
 
 @claim(
@@ -94,7 +95,9 @@ def definition_outcome(ctx: CheckContext) -> Outcome:
     ok = worst < 1e-12 and direct < 1e-15
     return Outcome(verdict_from(ok), ev, correction=None if ok else
                    f"the two forms of Eq. (7) differ by {worst:.3g}",
-                   short=None if ok else "forms differ")
+                   short=(f"the two forms agree to {worst:.1e}; "
+                          f"{ev['responses_clipped_at_eps_0.05']} responses clipped whole") if ok
+                   else f"forms differ by {worst:.2g}")
 
 
 @claim(

@@ -31,7 +31,8 @@ def gspo_gradient_outcome(ctx: CheckContext, *,
     ok = worst < 1e-6
     return Outcome(verdict_from(ok), ev, correction=None if ok else
                    f"Eq. (10) differs from the objective's gradient by {worst:.3g} (relative)",
-                   short=None if ok else f"Eq. (10) off by {worst:.2g}")
+                   short=f"Eq. (10) = finite differences to {worst:.1e}" if ok
+                   else f"Eq. (10) off by {worst:.2g}")
 
 
 @claim(
@@ -75,7 +76,11 @@ def grpo_gradient_outcome(ctx: CheckContext, *,
           and ev["gspo_max_spread_of_token_weights_within_a_response"] < 1e-15)
     return Outcome(verdict_from(ok), ev, correction=None if ok else
                    "Eq. (12) or the clipped weight ranges differ: " + str(ev),
-                   short=None if ok else "GRPO gradient or clip ranges differ")
+                   short=(f"Eq. (12) to {ev['rel_error_eq12_vs_fd']:.1e}; weights with gradient: "
+                          f"A > 0 up to {ev['Apos_weights_with_gradient_max']:.3f}, A < 0 from "
+                          f"{ev['Aneg_weights_with_gradient_min']:.3f}") if ok
+                   else f"Eq. (12) off by {ev['rel_error_eq12_vs_fd']:.2g} or the clip ranges "
+                   "differ")
 
 
 @claim(

@@ -35,7 +35,9 @@ def gspo_token_gradient_outcome(ctx: CheckContext, *, printed: Callable[..., np.
     ok = ev["rel_error_eq17_vs_fd"] < 1e-6 and ev["max_abs_s_it_minus_s_i_at_theta"] < 1e-15
     return Outcome(verdict_from(ok), ev, correction=None if ok else
                    f"Eq. (17) differs from the objective's gradient by "
-                   f"{ev['rel_error_eq17_vs_fd']:.3g}", short=None if ok else "Eq. (17) differs")
+                   f"{ev['rel_error_eq17_vs_fd']:.3g}",
+                   short=(f"Eq. (17) = finite differences to {ev['rel_error_eq17_vs_fd']:.1e}"
+                          if ok else f"Eq. (17) off by {ev['rel_error_eq17_vs_fd']:.2g}"))
 
 
 @claim(
@@ -72,7 +74,10 @@ def equivalence_outcome(ctx: CheckContext, *, eps: float = 0.05) -> Outcome:
     computed = ev["responses_clipped"] > 0
     return Outcome(verdict_from(ok, computed=computed), ev, correction=None if ok else
                    f"GSPO-token and GSPO differ: values {ev['abs_diff_values']:.3g}, gradients "
-                   f"{ev['rel_diff_fd_gradients']:.3g}", short=None if ok else "they differ")
+                   f"{ev['rel_diff_fd_gradients']:.3g}",
+                   short=(f"identical with {ev['responses_clipped']} responses clipped (gradients "
+                          f"to {ev['rel_diff_fd_gradients']:.1e})") if ok
+                   else f"gradients differ by {ev['rel_diff_fd_gradients']:.2g}")
 
 
 @claim(

@@ -77,7 +77,9 @@ def estimator_values_outcome(ctx: CheckContext, *,
         correction=None if ok else (
             f"max |E[k1 or k3] - KL| = {worst:.3g}, min k3 = {k3min:.3g}, |E[delta - 1]| = "
             f"{cv:.3g}, k2 relative bias {rels[0]:.3g} -> {rels[-1]:.3g}"),
-        short=None if ok else f"E[k] - KL up to {worst:.2g}; min k3 {k3min:.2g}")
+        short=(f"E[k1] = E[k3] = KL to {worst:.1e}; min k3 {k3min:.2g}; k2's relative bias "
+               f"{rels[0]:.3f} -> {rels[-1]:.4f} toward pi_ref") if ok
+        else f"E[k] - KL up to {worst:.2g}; min k3 {k3min:.2g}")
 
 
 @claim(
@@ -143,7 +145,9 @@ def fig1_mse_outcome(ctx: CheckContext, *, setting: Sequence[float] | None = Non
             short=f"setting unknown; small-N ordering holds at scales {near}, fails at {far}")
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "the small-N ordering fails at a given scale",
-                   short=None if ok else "small-N ordering fails")
+                   short=(f"small-N ordering holds at every given scale {list(scales)}" if ok
+                          else f"small-N ordering fails at scales "
+                          f"{[s for s, o in zip(scales, small, strict=True) if not o]}"))
 
 
 @claim(

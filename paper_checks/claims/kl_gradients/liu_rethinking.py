@@ -59,7 +59,8 @@ def k3_coefficient_outcome(ctx: CheckContext, *,
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else f"d k3 / d log pi = {deriv}, not {c}; bias "
                    f"series {sp.expand(series)}",
-                   short=None if ok else f"coefficient is {deriv}")
+                   short=(f"dk3/dlog pi = {deriv}; bias (delta-1)^2/2 - (delta-1)^3/3 + "
+                          "O((delta-1)^4) (sympy)" if ok else f"coefficient is {deriv}, not {c}"))
 
 
 @claim(
@@ -112,7 +113,10 @@ def k3_variance_outcome(ctx: CheckContext, *,
     ok = worst < 1e-9 and increasing
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else f"Var[1 - delta] differs from chi^2(pi_ref || pi) "
-                   f"by a relative {worst:.3g}", short=None if ok else "variance is not chi^2")
+                   f"by a relative {worst:.3g}",
+                   short=(f"Var[1 - delta] = chi^2(pi_ref || pi) to {worst:.1e}; "
+                          f"{grow[0]:.3g} -> {grow[-1]:.3g} as an arm's logit drops by 20") if ok
+                   else f"Var[1 - delta] differs from chi^2 by {worst:.2g} (relative)")
 
 
 @claim(
@@ -162,7 +166,10 @@ def gaussian_condition_outcome(ctx: CheckContext, *, threshold: float = 0.5) -> 
     ok = agree and not any(ev[f"example_q_{r}_0.2_condition_met"] for r in ("variance", "sd"))
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else f"the finiteness boundary is not var_q = "
-                   f"{threshold:g} var_p", short=None if ok else "boundary differs")
+                   f"{threshold:g} var_p",
+                   short=("finite iff var_q > var_p / 2 on var_q/var_p in {0.3 .. 2}; the example "
+                          "violates it either way") if ok
+                   else f"the boundary is not var_q = {threshold:g} var_p")
 
 
 @claim(
@@ -217,7 +224,10 @@ def gaussian_run_outcome(ctx: CheckContext, *, sd_k1: float | None = None) -> Ou
         return Outcome(verdict_from(ok), ev, correction=None if ok else
                        f"k1's exact SD is {ev['reading_variance_exact_sd_k1']:.4f} (0.2 a "
                        f"variance) or {ev['reading_sd_exact_sd_k1']:.4f} (0.2 an SD), not "
-                       f"{printed:g}", short=None if ok else "k1 SD does not match")
+                       f"{printed:g}",
+                       short=(f"k1 SD {printed:g} within {100 * best:.1f}% of an exact reading"
+                              if ok else f"k1 SD {printed:g} is {100 * best:.0f}% off both "
+                              "readings"))
     reading = "variance" if close[0] <= close[1] else "standard deviation"
     nearest = min(ev["reading_variance_exact_sd_k1"], ev["reading_sd_exact_sd_k1"],
                   key=lambda v: abs(v - printed))
@@ -265,7 +275,8 @@ def theorem51_outcome(ctx: CheckContext, *, k2_loss: str = "seq_k2_loss",
     ok = worst < TOL
     return Outcome(verdict_from(ok), ev, correction=None if ok else
                    f"k2 as loss or k1 in reward differs from grad KL(pi || pi_ref) by {worst:.3g}",
-                   short=None if ok else f"relative error {worst:.2g}")
+                   short=(f"k2 as loss = k1 in reward = grad KL(pi || pi_ref) to {worst:.1e} "
+                          "(one action)") if ok else f"relative error {worst:.2g}")
 
 
 @claim(
@@ -305,7 +316,8 @@ def theorem51_token_level_outcome(ctx: CheckContext, *, k2_loss: str = "k2_loss"
             f"KL(pi || pi_ref), while k1 in the reward summed to go gives it exactly "
             f"({ev[f'{k1_reward}_rel_error_vs_grad_reverse_kl']:.1e}); k1 on its own token only "
             f"is partial too ({ev['k1_reward_rel_error_vs_grad_reverse_kl']:.3g})"),
-        short=None if ok else f"per token, k2 loss is partial: {gap:.2g} from k1 reward-to-go")
+        short=f"per token too: k2 loss = k1 reward-to-go to {gap:.1e}" if ok
+        else f"per token, k2 loss is partial: {gap:.2g} from k1 reward-to-go")
 
 
 @claim(
@@ -347,10 +359,14 @@ def off_policy_correction_outcome(ctx: CheckContext, *, weight: str = "sequence"
                 tok, option_gradient(w, KLOption(est, "loss")))
             ok = (ok and ev[f"{name}_{est}_no_weight_rel_error_vs_on_policy"] > 1e-3
                   and ev[f"{name}_{est}_corrected_rel_error_vs_on_policy"] < TOL)
+    biased_min = min(v for k, v in ev.items() if k.endswith("_no_weight_rel_error_vs_on_policy"))
+    fixed_max = max(v for k, v in ev.items() if k.endswith("_corrected_rel_error_vs_on_policy"))
     return Outcome(verdict_from(ok), ev,
                    correction=None if ok else "the importance-weighted coefficient does not "
                    "recover the on-policy gradient, or the unweighted loss is not biased",
-                   short=None if ok else "correction does not recover the on-policy gradient")
+                   short=(f"unweighted off-policy loss biased ({biased_min:.2g} or more); the "
+                          f"weighted coefficient recovers it to {fixed_max:.1e}") if ok
+                   else f"weighted coefficient off by {fixed_max:.2g}")
 
 
 @claim(
