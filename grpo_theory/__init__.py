@@ -22,6 +22,8 @@ Modules by mathematical topic (each with its equations and conventions):
 Every public name is re-exported here, in :data:`__all__`.
 """
 
+from typing import Any
+
 from .advantages import (
     ESTIMATOR_SPECS,
     ESTIMATORS,
@@ -71,15 +73,6 @@ from .fade import (
     power_alpha_advantages,
 )
 from .grouping import grouped_advantages, nan_excluding_advantages
-from .kl import (
-    KL_ESTIMATORS,
-    KL_PLACEMENTS,
-    classify_gradient,
-    expected_kl_gradient,
-    kl_coefficients,
-    kl_estimate,
-    kl_gradient_targets,
-)
 from .mass import expected_mass_bernoulli, gradient_mass
 from .multi_reward import gdpo_advantages
 from .multiturn import MULTITURN_MODES, multiturn_advantages, past_rewards, reward_to_go
@@ -237,8 +230,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    """``__version__``: the installed distribution's (one source: pyproject.toml), read lazily."""
+#: Names of :mod:`grpo_theory.kl` re-exported here, imported on first use (the module is not
+#: needed by the rest of the package, and ``import grpo_theory`` stays within its budget).
+_KL_NAMES = ("KL_ESTIMATORS", "KL_PLACEMENTS", "kl_estimate", "kl_coefficients",
+             "expected_kl_gradient", "kl_gradient_targets", "classify_gradient")
+
+
+def __getattr__(name: str) -> Any:
+    """``__version__``: the installed distribution's (one source: pyproject.toml), read lazily;
+    the :mod:`grpo_theory.kl` names, imported lazily."""
+    if name in _KL_NAMES:
+        from . import kl
+
+        return getattr(kl, name)
     if name == "__version__":
         from grpo_io import package_version
 
