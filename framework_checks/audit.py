@@ -166,6 +166,8 @@ def audit_framework(
                 label, ours = ours_map[setting]
                 results = _setting_results(kind, fn, ours, cases)
                 rows.append(_summarise(kind, setting, label, results))
+    from .kl_audit import audit_kl  # the KL options at the gradient level
+
     return {
         "framework": fc.framework,
         "version": fc.version,
@@ -178,6 +180,7 @@ def audit_framework(
         "summary": summarise_report(rows),
         "rows": rows,
         "diagnostics": audit_diagnostics(framework, tree),
+        "kl": audit_kl(framework, tree, dtype=dtype),
     }
 
 

@@ -154,4 +154,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             for e in report["edge_values"]
         )
         edge += "\n"
-    return head + "\n".join(lines) + "\n" + edge + render_diagnostics(report.get("diagnostics"))
+    from .kl_audit import render_kl_markdown
+
+    kl = render_kl_markdown(report["kl"]) if report.get("kl") else ""
+    return (head + "\n".join(lines) + "\n" + edge + render_diagnostics(report.get("diagnostics"))
+            + kl)

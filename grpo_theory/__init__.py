@@ -15,11 +15,15 @@ Modules by mathematical topic (each with its equations and conventions):
 * the gradient: :mod:`~grpo_theory.aggregation` (loss aggregation weights),
   :mod:`~grpo_theory.spectral` (spectra of the gradient matrix),
   :mod:`~grpo_theory.diagnostics` (a step's norms, dead groups, noise scale, SNR);
+* the KL regulariser at the gradient level: :mod:`~grpo_theory.kl` (k1/k2/k3, their
+  placements, the exact gradients they deliver against those of the reverse and forward KL);
 * :mod:`~grpo_theory.conventions` (how TRL, verl and OpenRLHF name all this), and
   :mod:`~grpo_theory.tables`.
 
 Every public name is re-exported here, in :data:`__all__`.
 """
+
+from typing import Any
 
 from .advantages import (
     ESTIMATOR_SPECS,
@@ -229,6 +233,14 @@ __all__ = [
     "merge_group_sums",
     "noise_scale_parts",
     "step_diagnostics",
+    # the KL regulariser at the gradient level (grpo_theory.kl)
+    "KL_ESTIMATORS",
+    "KL_PLACEMENTS",
+    "kl_estimate",
+    "kl_coefficients",
+    "expected_kl_gradient",
+    "kl_gradient_targets",
+    "classify_gradient",
     # framework conventions and tables
     "CONVENTIONS",
     "Convention",
@@ -242,8 +254,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    """``__version__``: the installed distribution's (one source: pyproject.toml), read lazily."""
+#: Names of :mod:`grpo_theory.kl` re-exported here, imported on first use (the module is not
+#: needed by the rest of the package, and ``import grpo_theory`` stays within its budget).
+_KL_NAMES = ("KL_ESTIMATORS", "KL_PLACEMENTS", "kl_estimate", "kl_coefficients",
+             "expected_kl_gradient", "kl_gradient_targets", "classify_gradient")
+
+
+def __getattr__(name: str) -> Any:
+    """``__version__``: the installed distribution's (one source: pyproject.toml), read lazily;
+    the :mod:`grpo_theory.kl` names, imported lazily."""
+    if name in _KL_NAMES:
+        from . import kl
+
+        return getattr(kl, name)
     if name == "__version__":
         from grpo_io import package_version
 
