@@ -34,7 +34,7 @@ from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
 from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
-from .run_io import read_json, write_json
+from .run_io import read_results, write_json
 
 __all__ = ["TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare"]
 
@@ -104,9 +104,7 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist (run `grpo-audit real rank --out DIR` first)")
-    res = read_json(p, fix="pass a `real rank` results.json")
-    if not isinstance(res, dict) or res.get("experiment") not in ("real_rank", "real_trl_train"):
-        raise ValueError(f"{p} is not a `real rank` or `real trl-train` results.json")
+    res = read_results(p)  # schema-checked: one line naming the file and the fault
     name = (res.get("model") or {}).get("name", "real")
     rows = [
         {
