@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-__all__ = ["build_parser", "main", "check_common_options", "printable"]
+__all__ = ["Parser", "build_parser", "main", "check_common_options", "printable"]
 
 
 class _VersionAction(argparse.Action):
@@ -30,6 +31,14 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line (the error and where to find
+    the usage), exit status 2; its subparsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every package's subcommands."""
     from framework_checks import cli as frameworks_cli
@@ -39,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import tables_cli
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="grpo-audit",
         description="Theory-verification library for GRPO: exact tables, toy-world simulations, "
         "real-model gradient geometry and the proof audit of arXiv 2606.29238.",

@@ -183,10 +183,8 @@ def _loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=reject_duplicate_keys)
 
 
-def _json_fault(exc: ValueError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON ({exc.msg} at column {exc.colno})"
-    return str(exc)
+def _json_fault(exc: json.JSONDecodeError) -> str:
+    return f"not valid JSON ({exc.msg} at column {exc.colno})"
 
 
 def read_text_file(path: str | os.PathLike[str], *, what: str = "file") -> str:
@@ -246,11 +244,12 @@ def iter_jsonl(
     """Records of a JSONL file, one at a time, each checked as it is read.
 
     Blank lines are skipped; a truncated last line (an interrupted append: no newline at the
-    end, and not JSON or cut inside a UTF-8 character) is dropped. Any other fault raises one ``ValueError`` line naming
-    the file, the line and the fault: bytes that are not UTF-8, a line that is not JSON, a key
-    twice in one object, a record that does not match ``schema`` (:mod:`grpo_io.records`), or
-    a second record with the same value of the key ``unique`` (e.g. a prompt index seen
-    twice). A missing file yields nothing; a folder at ``path`` is an error.
+    end, and not JSON or cut inside a UTF-8 character) is dropped. Any other fault raises one
+    ``ValueError`` line naming the file, the line and the fault: bytes that are not UTF-8, a
+    line that is not JSON, a key twice in one object, a record that does not match ``schema``
+    (:mod:`grpo_io.records`), or a second record with the same value of the key ``unique``
+    (e.g. a prompt index seen twice). A missing file yields nothing; a folder at ``path`` is
+    an error.
     """
     for _, rec in iter_jsonl_lines(path, schema=schema, unique=unique):
         yield rec
@@ -295,10 +294,12 @@ def iter_jsonl_lines(
             continue
         try:
             rec = _loads(line)
-        except ValueError as exc:
-            if last and isinstance(exc, json.JSONDecodeError):
+        except json.JSONDecodeError as exc:
+            if last:
                 return
             raise ValueError(f"{path}: line {n + 1} is {_json_fault(exc)}") from None
+        except ValueError as exc:  # a key twice in one object
+            raise ValueError(f"{path}: line {n + 1}: {exc}") from None
         rec = from_jsonable(rec)
         if schema is not None:
             check_record(rec, schema, where=f"{path}: line {n + 1}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from grpo_io import locks_out_dir
+from grpo_io import atomic_write_text, locks_out_dir, save_figure
 from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
 from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
@@ -219,7 +219,7 @@ def run_compare(
         "GRPO gradient spectrum: toy worlds vs real model vs paper (GRPO advantages)", fontsize=10
     )
     fig.tight_layout()
-    fig.savefig(out / "compare.png", dpi=120)
+    save_figure(fig, out / "compare.png", dpi=120)
     plt.close(fig)
     res = {
         "experiment": "compare",
@@ -233,5 +233,5 @@ def run_compare(
         "table_md": md,
     }
     write_json(out / "compare.json", res)
-    (out / "compare.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / "compare.md", md)
     return res

@@ -115,7 +115,7 @@ class RunConfig:
             ValueError: one line naming the option (``ModelNotAvailableError``, a
                 ``FileNotFoundError``, for a model that is not there).
         """
-        from .loading import resolve_device, resolve_dtype, resolve_model
+        from .loading import ModelNotAvailableError, resolve_device, resolve_dtype, resolve_model
 
         check_paths(self)
         try:
@@ -124,7 +124,11 @@ class RunConfig:
         except ValueError as exc:
             raise OptionError(f"--device {self.device}: {exc}") from None
         if model:
-            resolve_model(self.model, device=device)
+            try:
+                resolve_model(self.model, device=device)
+            except ModelNotAvailableError as exc:
+                name = self.model or "(default)"
+                raise ModelNotAvailableError(f"--model {name}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ from .run_io import append_jsonl, read_jsonl, write_json
 
 __all__ = [
     "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",
-    "write_trl_train_results", "lora_config",
+    "write_trl_train_results", "lora_config", "reference_model_source",
 ]
 
 
@@ -358,7 +358,7 @@ def run_trl_train(
     """
     import trl
 
-    from .loading import load_model
+    from .loading import load_model, quiet_loading
     from .trl_geometry import GeometryGRPOTrainer
 
     problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
@@ -367,7 +367,8 @@ def run_trl_train(
     if loaded is None:
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
     recorder = _step_recorder(out / "steps.jsonl", cfg.num_generations)
-    with reference_model_source(cfg, loaded, out / "cache" / "reference"):
+    with quiet_loading(not progress), \
+            reference_model_source(cfg, loaded, out / "cache" / "reference"):
         trainer = GeometryGRPOTrainer(
             model=loaded.model,
             reward_funcs=StopCutReward(reward_fn or binary_reward, cfg.stop_strings),
