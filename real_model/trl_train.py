@@ -22,14 +22,15 @@ Outputs in ``--out`` (the layout of ``real train``):
   groups in the format of ``real rank``, so ``grpo-audit compare --real`` accepts it),
   ``table.md``, ``train.png``.
 
-Options beyond ``real train``: ``beta`` (KL to the initial model: a second copy of the model, or
-the adapters disabled with LoRA), ``num_iterations`` (TRL's inner steps per generation),
-``lora_r`` (> 0: TRL's PEFT path with LoRA adapters of rank ``lora_r`` on the attention and MLP
-projections; only the adapters train and are measured), ``gradient_checkpointing`` and
-``geometry_every`` (0: geometry off, for comparisons). The defaults (``R = 8`` completions of 48
-tokens for 2 one-step addition / subtraction problems per step, T = 0.7, 3 shots) give groups
-with mixed rewards from the first steps on the offline SmolLM2 (two-step problems, the default
-of ``real rank``, gave 0 of 8 correct on both first prompts).
+Options beyond ``real train``: ``beta`` (KL to the initial model: a second copy of the model, built
+from the policy's own weights by :func:`reference_model_source`, or the adapters disabled with
+LoRA; TRL's ``kl`` is recorded in ``steps.jsonl``), ``num_iterations`` (TRL's inner steps per
+generation), ``lora_r`` (> 0: TRL's PEFT path with LoRA adapters of rank ``lora_r`` on the
+attention and MLP projections; only the adapters train and are measured),
+``gradient_checkpointing`` and ``geometry_every`` (0: geometry off, for comparisons). The defaults
+(``R = 8`` completions of 48 tokens for 2 one-step addition / subtraction problems per step, T =
+0.7, 3 shots) give groups with mixed rewards from the first steps on the offline SmolLM2 (two-step
+problems, the default of ``real rank``, gave 0 of 8 correct on both first prompts).
 
 TRL's transformers generation has no stop strings (``generate`` is called without a tokenizer), so
 completions run to ``max_new_tokens`` or EOS; the reward scores the text before the first stop
