@@ -22,7 +22,23 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``grpo-audit frameworks`` (``--out DIR`` is locked for the whole run)."""
+    """Entry point of ``grpo-audit frameworks`` (``--out DIR`` is locked for the whole run).
+    The options are checked before anything is written."""
+    from grpo_io.options import check_path
+
+    if args.source and not args.framework:
+        raise ValueError("--source needs --framework (which framework the source belongs to)")
+    _require_torch()
+    if args.source:
+        from .source import FrameworkCodeError, find_source
+
+        check_path(args.source, "file_or_folder", option="--source")
+        try:  # the source read (archive, UTF-8 text) before anything is written
+            find_source(args.framework, args.source)
+        except FrameworkCodeError as exc:
+            raise ValueError(str(exc)) from None
+    if args.out:
+        check_path(args.out, "out_folder", option="--out")
     if args.out:
         from grpo_io import lock_out_dir, prepare_out_dir
 
@@ -39,9 +55,6 @@ def _run(args: argparse.Namespace) -> int:
     from .report import render_markdown
     from .source import FRAMEWORKS, FrameworkCodeError
 
-    if args.source and not args.framework:
-        raise ValueError("--source needs --framework (which framework the source belongs to)")
-    _require_torch()
     chosen = [args.framework] if args.framework else list(FRAMEWORKS)
     reports, skipped = [], []
     for fw in chosen:

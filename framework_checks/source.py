@@ -53,23 +53,45 @@ class SourceTree:
             ) from None
 
 
+def _text(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text; other bytes are one error naming ``where`` and the line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise FrameworkCodeError(
+            f"{where}: line {line} is not UTF-8 text (byte 0x{data[exc.start]:02x}); not a "
+            "Python source file of the framework, or damaged"
+        ) from None
+
+
 def _from_wheel(framework: str, path: Path) -> SourceTree:
     import zipfile
 
     files: dict[str, str] = {}
     version = "unknown"
     commit = None
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-        for rel in FILES[framework]:
-            hits = [n for n in names if n == rel or n.endswith("/" + rel)]
-            if hits:
-                files[rel] = zf.read(hits[0]).decode("utf-8")
-        for n in names:
-            if n.endswith(".dist-info/METADATA"):
-                version = _metadata_version(zf.read(n).decode("utf-8", "replace")) or version
-            if n.endswith("git_version") or n.endswith("/git_commit"):
-                commit = zf.read(n).decode("utf-8", "replace").strip() or None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            for rel in FILES[framework]:
+                hits = [n for n in names if n == rel or n.endswith("/" + rel)]
+                if hits:
+                    files[rel] = _text(zf.read(hits[0]), f"{path}!{hits[0]}")
+            for n in names:
+                if n.endswith(".dist-info/METADATA"):
+                    version = _metadata_version(zf.read(n).decode("utf-8", "replace")) or version
+                if n.endswith("git_version") or n.endswith("/git_commit"):
+                    commit = zf.read(n).decode("utf-8", "replace").strip() or None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        raise FrameworkCodeError(
+            f"{framework}: {path} is not a readable wheel (a .whl is a zip archive: {exc}); "
+            "download it again, e.g. pip download --no-deps <framework>==<version>"
+        ) from None
+    except OSError as exc:
+        raise FrameworkCodeError(
+            f"{framework}: cannot read {path} ({exc.strerror or exc})"
+        ) from None
     return SourceTree(framework, files, str(path), version, commit)
 
 
@@ -89,7 +111,7 @@ def _dir_version(framework: str, root: Path) -> str:
         version = _metadata_version(meta.read_text(encoding="utf-8", errors="replace")) or version
     vf = root / framework / "version" / "version"
     if version == "unknown" and vf.is_file():
-        version = vf.read_text().strip()
+        version = vf.read_text(encoding="utf-8", errors="replace").strip()
     return version
 
 
@@ -98,7 +120,13 @@ def _from_dir(framework: str, root: Path, version: str | None = None) -> SourceT
     for rel in FILES[framework]:
         p = root / rel
         if p.is_file():
-            files[rel] = p.read_text(encoding="utf-8")
+            try:
+                data = p.read_bytes()
+            except OSError as exc:
+                raise FrameworkCodeError(
+                    f"{framework}: cannot read {p} ({exc.strerror or exc})"
+                ) from None
+            files[rel] = _text(data, str(p))
     if version is None:
         version = _dir_version(framework, root)
     return SourceTree(framework, files, str(root), version)
@@ -142,6 +170,8 @@ def find_source(framework: str, source: str | Path | None = None) -> SourceTree:
     path = Path(source)
     if not path.exists():
         raise FrameworkCodeError(f"{framework}: source {path} does not exist")
+    if path.suffix == ".whl" and path.is_dir():
+        raise FrameworkCodeError(f"{framework}: source {path} is a folder, not a wheel file")
     if path.suffix == ".whl":
         tree = _from_wheel(framework, path)
     elif path.is_dir():

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Parser", "build_parser", "main", "check_common_options", "printable"]
 
 
 class _VersionAction(argparse.Action):
@@ -30,6 +31,14 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line (the error and where to find
+    the usage), exit status 2; its subparsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every package's subcommands."""
     from framework_checks import cli as frameworks_cli
@@ -39,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import tables_cli
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="grpo-audit",
         description="Theory-verification library for GRPO: exact tables, toy-world simulations, "
         "real-model gradient geometry and the proof audit of arXiv 2606.29238.",
@@ -57,24 +66,75 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print: bytes that are not UTF-8 (a path from the command line) shown as
+    ``\\xNN``, other unprintable surrogates escaped."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _one_line(exc: BaseException) -> str:
     """The message of ``exc`` on one line (an ``OSError`` with its file name and reason)."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
-        return f"{exc.filename}: {exc.strerror.lower()}"
-    return " ".join(str(exc).split())
+        return printable(f"{exc.filename}: {exc.strerror.lower()}")
+    return printable(" ".join(str(exc).split()))
+
+
+#: The largest seed (numpy and torch both take it).
+MAX_SEED = 2**63 - 1
+
+
+def check_common_options(args: argparse.Namespace) -> None:
+    """The options several commands share, checked before the command runs (nothing written):
+    ``--seed`` an integer in ``[0, 2^63 - 1]``, and a command's output folder ``--out`` usable
+    (:func:`grpo_io.options.check_path`: a UTF-8 name, not a file, a writable parent). The
+    real-model commands and ``tables`` check their options from their dataclasses."""
+    from grpo_io.options import check_path
+
+    seed = getattr(args, "seed", None)
+    if seed is not None and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+        raise ValueError(f"--seed {seed}: must be an integer >= 0 and <= {MAX_SEED}")
+    out = getattr(args, "out", None)
+    if out is not None and getattr(args, "command", None) in ("audit", "sims", "frameworks"):
+        check_path(out, "out_folder", option="--out")
+
+
+#: What to do after Ctrl-C, per command (one line; the command exits with status 130).
+INTERRUPTED = {
+    "real rank": "interrupted; rerun the same command to resume",
+    "real train": "interrupted; rerun the same command to resume",
+    "real trl-train": "interrupted; real trl-train does not resume (TRL keeps no checkpoint "
+                      "here): rerun the same command with --overwrite to start again",
+}
+#: Ctrl-C in any other command (their files are written whole or not at all).
+INTERRUPTED_OTHER = "interrupted; files already written are whole; rerun the same command"
+
+
+def _interrupted(argv: Sequence[str]) -> str:
+    words = [a for a in argv[:2] if not a.startswith("-")]
+    return INTERRUPTED.get(" ".join(words), INTERRUPTED_OTHER)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; returns the exit code."""
+    """Parse ``argv`` and run the chosen subcommand; returns the exit code (0 done, 1 a check
+    failed where the command says so, 2 an error: one line on stderr, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["tables"]:  # parsed by the full tables parser (see grpo_audit.tables_cli)
             from . import tables_cli
 
-            return tables_cli.run(argv[1:])
+            inner = tables_cli.build_tables_parser().parse_args(argv[1:])
+            check_common_options(inner)
+            return int(inner.func(inner) or 0)
         args = build_parser().parse_args(argv)
+        check_common_options(args)
         code = args.func(args)
-    except (ValueError, TypeError, OSError) as exc:  # OSError: e.g. the disk filled up mid-run
+    except KeyboardInterrupt:
+        print(f"grpo-audit: {_interrupted(argv)}", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError, ImportError) as exc:  # OSError: e.g. a full disk
         print(f"grpo-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     return int(code or 0)

@@ -18,20 +18,41 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["register", "run", "build_tables_parser", "add_common_table_arguments"]
+from grpo_io.options import add_options, check_path, from_args, option, validate
+
+__all__ = ["register", "run", "build_tables_parser", "add_common_table_arguments", "TableOptions"]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """Options of ``grpo-audit tables KIND`` (each kind takes the common ones and its own)."""
+
+    R_values: tuple[int, ...] = option((2, 4, 8, 16), help="group sizes (rows)", ge=1,
+                                       flag="--R")
+    eps: tuple[float, ...] = option((0.3, 0.2, 0.1), help="thresholds (columns)", gt=0)
+    format: str = option("md", help="output format", choices=("md", "csv", "latex", "json"))
+    digits: int = option(3, help="significant digits (md, latex)", ge=1, le=17)
+    out: str | None = option(None, help="also write the table to this file", path="out_file")
+    width: float = option(1.0, help="reward range", gt=0)
+    sigma2: float | None = option(None, help="reward variance", ge=0)
+    p: float | None = option(None, help="Bernoulli p (chebyshev, bernstein: sigma2 = p(1-p); "
+                             "exact-baseline-tail: omit for the sup over p)", ge=0, le=1)
+    estimator: str = option("grpo", help="grpo_theory registry name")
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+#: The options every core kind takes.
+COMMON = ("R_values", "eps", "format", "digits", "out")
 
 
 def add_common_table_arguments(p: argparse.ArgumentParser) -> None:
     """``--R``, ``--eps``, ``--format``, ``--digits``, ``--out`` (shared by every core kind)."""
-    p.add_argument("--R", type=int, nargs="+", default=[2, 4, 8, 16], help="group sizes (rows)")
-    p.add_argument(
-        "--eps", type=float, nargs="+", default=[0.3, 0.2, 0.1], help="thresholds (columns)"
-    )
-    p.add_argument("--format", choices=["md", "csv", "latex", "json"], default="md")
-    p.add_argument("--digits", type=int, default=3, help="significant digits (md, latex)")
-    p.add_argument("--out", default=None, help="also write the table to this file")
+    add_options(p, TableOptions, only=COMMON)
 
 
 def _option_value(text: str) -> Any:
@@ -47,32 +68,37 @@ def _handler(args: argparse.Namespace) -> int:
 
     from .render import render_bound_table
 
+    cfg = from_args(TableOptions, args)  # every value checked as it is built
+    if cfg.out is not None:
+        check_path(cfg.out, "out_file", option="--out")
     opts: dict[str, Any] = {}
     for item in getattr(args, "option", None) or []:
         if "=" not in item:
             raise ValueError(f"--option must look like NAME=VALUE, got {item!r}")
         key, val = item.split("=", 1)
+        if key in opts:
+            raise ValueError(f"--option {key} is given twice; give each option once")
         opts[key] = _option_value(val)
     table = bound_table(
         args.table_kind,
-        R_values=args.R,
-        eps_values=args.eps,
-        digits=args.digits,
-        sigma2=getattr(args, "sigma2", None),
-        p=getattr(args, "p", None),
-        width=getattr(args, "width", 1.0),
-        estimator=getattr(args, "estimator", "grpo"),
+        R_values=cfg.R_values,
+        eps_values=cfg.eps,
+        digits=cfg.digits,
+        sigma2=cfg.sigma2,
+        p=cfg.p,
+        width=cfg.width,
+        estimator=cfg.estimator,
         estimator_options=opts,
     )
-    if args.format == "json":
+    if cfg.format == "json":
         text = dumps(table.as_dict(), indent=2) + "\n"
     else:
-        text = render_bound_table(table, args.format, digits=args.digits)
+        text = render_bound_table(table, cfg.format, digits=cfg.digits)
     print(text, end="")
-    if args.out:
+    if cfg.out:
         from grpo_io.paths import write_out_file
 
-        write_out_file(args.out, text)
+        write_out_file(cfg.out, text)
     return 0
 
 
@@ -83,23 +109,23 @@ def build_tables_parser(prog: str = "grpo-audit tables") -> argparse.ArgumentPar
     """The full ``tables`` parser: one sub-subcommand per kind (imports the core's tables)."""
     from grpo_theory.tables import TABLE_KINDS
 
-    p = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
+    from .cli import Parser
+
+    p = Parser(prog=prog, description=_DESCRIPTION)
     tables_sub = p.add_subparsers(dest="table_kind", metavar="KIND")
     tables_sub.required = True
     for kind, help_text in TABLE_KINDS.items():
         k = tables_sub.add_parser(kind, help=help_text, description=help_text)
         add_common_table_arguments(k)
         if kind in ("hoeffding", "bernstein"):
-            k.add_argument("--width", type=float, default=1.0, help="reward range (default 1)")
+            add_options(k, TableOptions, only=("width",))
         if kind in ("chebyshev", "bernstein"):
             g = k.add_mutually_exclusive_group(required=True)
-            g.add_argument("--sigma2", type=float, help="reward variance")
-            g.add_argument("--p", type=float, help="Bernoulli p (sigma2 = p(1-p))")
+            add_options(g, TableOptions, only=("sigma2", "p"))  # type: ignore[arg-type]
         if kind == "exact-baseline-tail":
-            k.add_argument("--p", type=float, default=None, help="Bernoulli p (omit: sup over p)")
+            add_options(k, TableOptions, only=("p",))
         if kind == "exact-advantage-tail":
-            k.add_argument("--p", type=float, required=True, help="Bernoulli p")
-            k.add_argument("--estimator", default="grpo", help="registry name (default grpo)")
+            add_options(k, TableOptions, only=("p", "estimator"), required=("p",))
             k.add_argument(
                 "--option",
                 action="append",

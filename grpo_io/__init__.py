@@ -7,10 +7,12 @@ without being imported).
   ``"-inf"`` (read back as the floats by :func:`read_json`, :func:`read_jsonl` and
   :func:`from_jsonable`), so that e.g. the ``z = inf`` of a failed deterministic check survives a
   round trip and stays distinct from an undefined value.
-* :func:`write_json` and :func:`rewrite_jsonl` write atomically (temporary file, then rename);
-  :func:`append_jsonl` appends one flushed line (streamed results); :func:`read_jsonl` and
-  :func:`iter_jsonl` drop a truncated last line (an interrupted append) and raise on any other bad
-  line.
+* :func:`write_json` and :func:`rewrite_jsonl` write atomically (temporary file, then rename;
+  :func:`atomic_path` and :func:`save_figure` do the same for writers that take a file name,
+  e.g. figures); :func:`append_jsonl` appends one flushed line (streamed results);
+  :func:`read_jsonl` and :func:`iter_jsonl` drop a truncated last line (an interrupted append)
+  and raise one line naming the file and line on any other bad line; both readers, and
+  :func:`read_json`, check each record against a schema when given one (:mod:`grpo_io.records`).
 * :func:`prepare_out_dir` and :func:`write_out_file` (:mod:`grpo_io.paths`): every command's
   output path, checked before any work; a problem is one :class:`OutPathError` line naming it.
 * :func:`lock_out_dir` (:mod:`grpo_io.locks`): one writer per output folder, an advisory
@@ -27,13 +29,17 @@ from .env import environment, package_version
 from .jsonio import (
     NONFINITE_POLICY,
     append_jsonl,
+    atomic_path,
+    atomic_write_bytes,
     atomic_write_text,
     dumps,
     from_jsonable,
     iter_jsonl,
     read_json,
     read_jsonl,
+    read_text_file,
     rewrite_jsonl,
+    save_figure,
     to_jsonable,
     write_json,
 )
@@ -49,6 +55,8 @@ __all__ = [
     "OptionTypeError",
     "OutPathError",
     "append_jsonl",
+    "atomic_path",
+    "atomic_write_bytes",
     "atomic_write_text",
     "check_path",
     "dumps",
@@ -63,7 +71,9 @@ __all__ = [
     "prepare_out_dir",
     "read_json",
     "read_jsonl",
+    "read_text_file",
     "rewrite_jsonl",
+    "save_figure",
     "to_jsonable",
     "validate",
     "write_json",

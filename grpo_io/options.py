@@ -125,6 +125,7 @@ class Option:
     cli: bool = True
     flag: str | None = None
     metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
 
 
 def option(
@@ -143,6 +144,7 @@ def option(
     cli: bool = True,
     flag: str | None = None,
     metavar: str | None = None,
+    parse: Callable[[str], Any] | None = None,
     default_factory: Callable[[], Any] = _MISSING,
 ) -> Any:
     """A dataclass field declared as an option (use as ``name: type = option(default, ...)``).
@@ -150,7 +152,8 @@ def option(
     Args:
         default: the default value (immutable: use a tuple for a sequence), or omit and give
             ``default_factory``.
-        help: one line for ``--help`` (also stored as ``metadata["help"]``).
+        help: one line for ``--help`` (also stored as ``metadata["help"]``); the command line
+            appends "(default ...)" unless the text holds "(default".
         ge, gt, le, lt: bounds (``>=``, ``>``, ``<=``, ``<``) of a number or of each item of a
             tuple of numbers.
         choices: the allowed values (each item of a tuple).
@@ -161,14 +164,18 @@ def option(
         min_items: a tuple's least length (default 1; 0 allows an empty tuple).
         cli: add it to the command line (default ``True``).
         flag: the command-line name (default ``--`` + the field name with ``-`` for ``_``).
-        metavar: argparse's metavar.
+        metavar: argparse's metavar (default: the flag in capitals; the choices when given).
+        parse: turns the command-line text into a value (argparse's ``type``; default: the
+            field's type). A ``ValueError`` it raises is argparse's "invalid <its __name__>
+            value" message.
         default_factory: as :func:`dataclasses.field`.
     """
     if path is not None and path not in PATH_KINDS:
         raise ValueError(f"path must be one of {PATH_KINDS}, got {path!r}")
     spec = Option(help=help, ge=ge, gt=gt, le=le, lt=lt,
                   choices=None if choices is None else tuple(choices), finite=finite, path=path,
-                  unique=unique, min_items=min_items, cli=cli, flag=flag, metavar=metavar)
+                  unique=unique, min_items=min_items, cli=cli, flag=flag, metavar=metavar,
+                  parse=parse)
     return dataclasses.field(default=default, default_factory=default_factory,
                              metadata={"help": help, OPTION_KEY: spec})
 
@@ -466,7 +473,7 @@ def check_paths(obj: Any) -> None:
 def _help(f: OptionField) -> str:
     text = f.spec.help
     d = f.default()
-    if f.kind.base is not bool and d is not None and "default" not in text:
+    if f.kind.base is not bool and d is not None and "(default" not in text:
         shown = " ".join(map(str, d)) if isinstance(d, tuple) else str(d)
         text += f" (default {shown or 'none'})"
     return text.replace("%", "%%")
@@ -484,6 +491,8 @@ def add_options(
     cls: type,
     *,
     exclude: Iterable[str] = (),
+    only: Iterable[str] | None = None,
+    required: Iterable[str] = (),
     group: str | None = None,
 ) -> None:
     """Add the command-line options of the dataclass ``cls`` (fields with ``cli=True``).
@@ -498,24 +507,29 @@ def add_options(
         parser: the parser (or argument group) to add to.
         cls: the config dataclass.
         exclude: field names to leave out.
+        only: add only these field names (default: all).
+        required: field names the command line must give (argparse ``required=True``).
         group: title of an argument group to put them in (default: the parser itself).
     """
     target: Any = parser.add_argument_group(group) if group else parser
-    skip = set(exclude)
+    skip, must = set(exclude), set(required)
+    keep = None if only is None else set(only)
     for f in option_fields(cls):
-        if not f.spec.cli or f.name in skip:
+        if not f.spec.cli or f.name in skip or (keep is not None and f.name not in keep):
             continue
         kw: dict[str, Any] = {"dest": f.name, "default": f.default(), "help": _help(f)}
+        if f.name in must:
+            kw["required"] = True
         if f.kind.base is bool:
             kw["action"] = argparse.BooleanOptionalAction if kw["default"] else "store_true"
         else:
-            kw["type"] = {int: _parse_int, float: float, str: str}[f.kind.base]
+            kw["type"] = f.spec.parse or {int: _parse_int, float: float, str: str}[f.kind.base]
             if f.kind.seq:
                 kw["nargs"] = "+" if f.spec.min_items >= 1 else "*"
             if f.spec.choices is not None:
                 kw["choices"] = f.spec.choices
-            if f.spec.metavar is not None:
-                kw["metavar"] = f.spec.metavar
+            if f.spec.choices is None:  # argparse would name the field (dest), not the flag
+                kw["metavar"] = f.spec.metavar or f.flag.lstrip("-").upper().replace("-", "_")
         target.add_argument(f.flag, **kw)
 
 

@@ -92,8 +92,9 @@ def prepare_out_dir(path: str | os.PathLike[str], *, option: str = "--out") -> P
 def write_out_file(path: str | os.PathLike[str], text: str, *, option: str = "--out") -> Path:
     """Write ``text`` (UTF-8) to the output file ``path``, creating its folder if needed.
 
-    Character devices such as ``/dev/null`` and ``/dev/stdout`` are written in place; ``/dev/full``
-    reports a full disk.
+    A regular file is written atomically (a temporary file, then a rename: never half a table);
+    character devices such as ``/dev/null`` and ``/dev/stdout`` are written in place;
+    ``/dev/full`` reports a full disk.
 
     Raises:
         OutPathError: the path is a folder, a component is a file, or writing fails.
@@ -106,9 +107,14 @@ def write_out_file(path: str | os.PathLike[str], text: str, *, option: str = "--
         raise OutPathError(f"{option} {path}: {bad} is a file, not a folder")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
+        if p.exists() and not p.is_file():  # a character device such as /dev/null: in place
+            with p.open("w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+        else:  # a regular file: whole or not at all
+            from .jsonio import atomic_write_text
+
+            atomic_write_text(p, text)
     except OSError as exc:
         raise OutPathError(f"{option} {path}: cannot write ({describe_os_error(exc)})") from None
     return p

@@ -130,6 +130,12 @@ def as_rewards(rewards: Any, *, name: str = "rewards", ndim: int = 2) -> Any:
     else:
         if np.iscomplexobj(rewards):
             raise TypeError(f"{name} must be real, got complex values")
+        raw = np.asarray(rewards)
+        text = [str(v) for v in raw.flat if isinstance(v, str | bytes)] \
+            if raw.dtype.kind in "USO" else []
+        if text:
+            raise TypeError(f"{name} must be numbers, got text such as {text[0]!r} (numeric "
+                            "strings are not converted)")
         try:
             x = np.asarray(rewards, dtype=np.float64)
         except (TypeError, ValueError) as exc:

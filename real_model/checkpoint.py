@@ -21,11 +21,13 @@ line does not shorten the run); a checkpoint of another configuration is refused
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from grpo_io import atomic_path, read_json
+from grpo_io.records import Int, RecordError, check_record
 
 from .run_io import check_record_configs, jsonable
 
@@ -36,6 +38,7 @@ __all__ = [
     "load_checkpoint",
     "save_checkpoint",
     "resume_from_checkpoint",
+    "check_checkpoint_fits",
 ]
 
 
@@ -62,14 +65,14 @@ def cache_folder(out: Path, cache_dir: str | Path | None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
     pointer = out / "checkpoint.json"
-    if pointer.is_file():
+    if pointer.exists():
         try:
-            return Path(json.loads(pointer.read_text(encoding="utf-8"))["cache_dir"])
-        except (ValueError, KeyError, TypeError) as exc:
+            return Path(read_json(pointer, schema={"cache_dir": str})["cache_dir"])
+        except ValueError as exc:
             raise ValueError(
                 f"{pointer} is not a valid checkpoint pointer ({exc}); delete it, pass "
                 "--cache-dir or --overwrite"
-            ) from exc
+            ) from None
     return default_cache_dir(out)
 
 
@@ -94,8 +97,7 @@ def load_checkpoint(path: str | Path, *, map_location: Any = "cpu") -> dict[str,
 
     import torch
 
-    advice = ("run into a new --out (or pass --overwrite to discard this checkpoint and its "
-              "steps)")
+    advice = _ADVICE
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -117,7 +119,39 @@ def load_checkpoint(path: str | Path, *, map_location: Any = "cpu") -> dict[str,
         raise ValueError(
             f"checkpoint {path} lacks {missing} (an older or foreign checkpoint); {advice}"
         )
+    try:
+        check_record(state, _STATE, where=f"checkpoint {path}")
+    except RecordError as exc:
+        raise ValueError(f"{exc}; {advice}") from None
     return state
+
+
+#: The plain-data part of a checkpoint (the states are checked against the model on resume).
+_STATE = {"model": dict, "optimizer": {"state": dict, "param_groups": list},
+          "steps_done": Int(ge=0), "records": [{"step": Int(ge=0)}], "config": dict}
+_ADVICE = "run into a new --out (or pass --overwrite to discard this checkpoint and its steps)"
+
+
+def check_checkpoint_fits(path: Path, state: Mapping[str, Any], model: Any) -> None:
+    """The model state of checkpoint ``state`` (read from ``path``) has exactly the tensors of
+    ``model``: the same names and shapes; else one ``ValueError`` line naming the file, what
+    differs and what to do."""
+    want = model.state_dict()
+    got = state["model"]
+    missing = [k for k in want if k not in got]
+    extra = [k for k in got if k not in want]
+    shapes = [k for k in want if k in got and (not hasattr(got[k], "shape")
+                                               or tuple(got[k].shape) != tuple(want[k].shape))]
+    if not (missing or extra or shapes):
+        return
+    parts = []
+    for what, keys in (("missing", missing), ("unexpected", extra), ("of another shape", shapes)):
+        if keys:
+            parts.append(f"{len(keys)} tensors {what} (e.g. {keys[0]})")
+    raise ValueError(
+        f"checkpoint {path} does not fit the model it is loaded into: {'; '.join(parts)} (a "
+        f"checkpoint of another model, or damaged); {_ADVICE}"
+    )
 
 
 def save_checkpoint(
@@ -129,7 +163,8 @@ def save_checkpoint(
     records: Sequence[dict[str, Any]],
     config: Mapping[str, Any],
 ) -> None:
-    """Write a checkpoint (the keys :data:`CHECKPOINT_KEYS`) to ``path`` through ``path.tmp``.
+    """Write a checkpoint (the keys :data:`CHECKPOINT_KEYS`) to ``path`` through a temporary file
+    beside it (:func:`grpo_io.atomic_path`: removed on any error or interrupt).
 
     Args:
         path: the checkpoint file (``checkpoint.pt`` in the cache folder).
@@ -140,18 +175,17 @@ def save_checkpoint(
     """
     import torch
 
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "steps_done": steps_done,
-            "records": list(records),
-            "config": jsonable(config),
-        },
-        tmp,
-    )
-    tmp.replace(path)
+    with atomic_path(path) as tmp:  # an interrupted save leaves the previous checkpoint whole
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "steps_done": steps_done,
+                "records": list(records),
+                "config": jsonable(config),
+            },
+            tmp,
+        )
 
 
 def resume_from_checkpoint(
@@ -182,11 +216,18 @@ def resume_from_checkpoint(
     state = load_checkpoint(path, map_location=next(model.parameters()).device)
     if "config" in state and state["config"] != jsonable(key):
         check_record_configs([{"config": state["config"]}], dict(key), path, have_config=True)
+    check_checkpoint_fits(path, state, model)
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise ValueError(
+            f"checkpoint {path}: its optimizer state does not fit this model's parameters "
+            f"({' '.join(str(exc).split())[:200]}); {_ADVICE}"
+        ) from None
     start = int(state["steps_done"])
     have = {int(r["step"]): r for r in records if int(r["step"]) < start}
-    saved = {int(r["step"]): r for r in state.get("records", [])}
+    saved = {int(r["step"]): r for r in state["records"]}
     missing = [s for s in range(start) if s not in have and s not in saved]
     if missing:
         raise ValueError(

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from grpo_io import locks_out_dir
+from grpo_io import atomic_write_text, locks_out_dir, save_figure
 from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
 from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
-from .run_io import read_json, write_json
+from .run_io import read_results, write_json
 
 __all__ = [
     "TOY_WORLDS", "toy_gram", "toy_rank_rows", "run_compare", "plot_compare", "compare_title",
@@ -106,9 +106,7 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist (run `grpo-audit real rank --out DIR` first)")
-    res = read_json(p, fix="pass a `real rank` results.json")
-    if not isinstance(res, dict) or res.get("experiment") not in ("real_rank", "real_trl_train"):
-        raise ValueError(f"{p} is not a `real rank` or `real trl-train` results.json")
+    res = read_results(p)  # schema-checked: one line naming the file and the fault
     name = (res.get("model") or {}).get("name", "real")
     rows = [
         {
@@ -255,7 +253,7 @@ def run_compare(
                frameon=False)
     real_name = (real_res.get("model") or {}).get("name", "real") if real_res else None
     fig.suptitle(compare_title(p=p, p_from=p_from, real_name=real_name), fontsize=10)
-    fig.savefig(out / "compare.png", dpi=120)
+    save_figure(fig, out / "compare.png", dpi=120)
     plt.close(fig)
     res = {
         "experiment": "compare",
@@ -269,5 +267,5 @@ def run_compare(
         "table_md": md,
     }
     write_json(out / "compare.json", res)
-    (out / "compare.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / "compare.md", md)
     return res

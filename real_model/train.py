@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from grpo_io import lock_out_dir
+from grpo_io import check_path, lock_out_dir
 
 from .checkpoint import (
     CHECKPOINT_KEYS,
@@ -59,8 +59,8 @@ from .checkpoint import (
     resume_from_checkpoint,
     save_checkpoint,
 )
-from .config import RankConfig
-from .data import ProblemSet, binary_reward, load_problems
+from .config import TrainConfig
+from .data import ProblemSet, binary_reward, checked_reward, load_problems
 from .outputs import train_step_record, write_train_results
 from .rollouts import sample_problem_groups
 from .run_io import (
@@ -69,53 +69,17 @@ from .run_io import (
     check_record_configs,
     jsonable,
     read_jsonl,
+    read_train_steps,
     rewrite_jsonl,
     write_json,
 )
 
-# CHECKPOINT_KEYS, default_cache_dir and load_checkpoint are real_model.checkpoint's, importable
-# from here too (real train's checkpoint API)
+# CHECKPOINT_KEYS, default_cache_dir and load_checkpoint are real_model.checkpoint's, and
+# TrainConfig real_model.config's, importable from here too (real train's API)
 __all__ = [
     "TrainConfig", "GRPOStep", "grpo_loss", "grpo_step", "run_train", "CHECKPOINT_KEYS",
     "default_cache_dir", "load_checkpoint",
 ]
-
-@dataclass(frozen=True)
-class TrainConfig(RankConfig):
-    """A :class:`~real_model.config.RankConfig` plus the optimisation options (defaults stated)."""
-
-    steps: int = 10
-    prompts_per_step: int = 4
-    train_R: int | None = None  # default: max(R_values)
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    checkpoint_every: int = 1
-
-    def resume_key(self) -> dict[str, Any]:
-        """Everything but ``steps`` and ``checkpoint_every`` must match to resume
-        (``rollout_batch=1`` is left out, as in :meth:`RankConfig.resume_key`)."""
-        d = super().resume_key()
-        for k in ("steps", "checkpoint_every"):
-            d.pop(k)
-        return d
-
-    def validate(self) -> None:
-        """:meth:`RankConfig.validate` plus the optimisation options."""
-        super().validate()
-        for name in ("steps", "prompts_per_step", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < 1e300):
-            raise ValueError(
-                f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}"
-            )
-        R_train = self.train_R or max(self.R_values)
-        if max(self.R_values) > R_train:
-            raise ValueError(f"R values {self.R_values} must lie in [2, train_R={R_train}]")
-
 
 def grpo_loss(model: Any, batch: Any, weights: Any) -> Any:
     """``-sum_i w_i sum_t m_it log pi(y_it | y_i,<t)`` for one group (a scalar with graph).
@@ -182,7 +146,7 @@ def grpo_step(
                                     batch_prompts=cfg.rollout_batch)
     # rewards r [P, R_train]
     golds = [problem_set.problems[i].answer for i in idxs]
-    rewards = np.stack([np.array([reward(text, gold) for text in b.texts])
+    rewards = np.stack([np.array([checked_reward(reward(text, gold)) for text in b.texts])
                         for b, gold in zip(batches, golds, strict=True)])
     groups = list(zip(batches, rewards, strict=True))
     # the spectra of diag(w) Psi at the current weights, nested R (measured, not trained on)
@@ -232,7 +196,11 @@ def run_train(
     ``cache_dir`` is the checkpoint folder (default: see
     :func:`~real_model.checkpoint.cache_folder`).
     """
-    cfg.validate()  # before any file is written or the model is loaded
+    # every option and path, the data and the model (found, not loaded) before anything is written
+    check_path(out_dir, "out_folder", option="--out")
+    if cache_dir is not None:
+        check_path(cache_dir, "out_folder", option="--cache-dir")
+    cfg.validate(model=loaded is None)
     problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
     with contextlib.ExitStack() as held:
@@ -268,7 +236,7 @@ def _check_run_folder(out: Path, cache: Path, key: dict[str, Any]) -> list[dict[
     """The step records in ``out/steps.jsonl``, after checking that they, and ``config.json``,
     were written under the configuration ``key``; records where the checkpoints go."""
     jsonl = out / "steps.jsonl"
-    done = read_jsonl(jsonl)
+    done = read_train_steps(jsonl)  # schema-checked; a step seen twice is an error
     check_record_configs(done, key, jsonl, have_config=(out / "config.json").is_file())
     check_config(out / "config.json", key)
     cache.mkdir(parents=True, exist_ok=True)

@@ -22,14 +22,15 @@ Outputs in ``--out`` (the layout of ``real train``):
   groups in the format of ``real rank``, so ``grpo-audit compare --real`` accepts it),
   ``table.md``, ``train.png``.
 
-Options beyond ``real train``: ``beta`` (KL to the initial model: a second copy of the model, or
-the adapters disabled with LoRA), ``num_iterations`` (TRL's inner steps per generation),
-``lora_r`` (> 0: TRL's PEFT path with LoRA adapters of rank ``lora_r`` on the attention and MLP
-projections; only the adapters train and are measured), ``gradient_checkpointing`` and
-``geometry_every`` (0: geometry off, for comparisons). The defaults (``R = 8`` completions of 48
-tokens for 2 one-step addition / subtraction problems per step, T = 0.7, 3 shots) give groups
-with mixed rewards from the first steps on the offline SmolLM2 (two-step problems, the default
-of ``real rank``, gave 0 of 8 correct on both first prompts).
+Options beyond ``real train``: ``beta`` (KL to the initial model: a second copy of the model, built
+from the policy's own weights by :func:`reference_model_source`, or the adapters disabled with
+LoRA; TRL's ``kl`` is recorded in ``steps.jsonl``), ``num_iterations`` (TRL's inner steps per
+generation), ``lora_r`` (> 0: TRL's PEFT path with LoRA adapters of rank ``lora_r`` on the
+attention and MLP projections; only the adapters train and are measured),
+``gradient_checkpointing`` and ``geometry_every`` (0: geometry off, for comparisons). The defaults
+(``R = 8`` completions of 48 tokens for 2 one-step addition / subtraction problems per step, T =
+0.7, 3 shots) give groups with mixed rewards from the first steps on the offline SmolLM2 (two-step
+problems, the default of ``real rank``, gave 0 of 8 correct on both first prompts).
 
 TRL's transformers generation has no stop strings (``generate`` is called without a tokenizer), so
 completions run to ``max_new_tokens`` or EOS; the reward scores the text before the first stop
@@ -39,18 +40,20 @@ holds results needs ``--overwrite`` (no resume: TRL's own checkpoints are ~1.6 G
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from grpo_io import locks_out_dir
+from grpo_io import atomic_write_text, check_path, locks_out_dir
 
-from .config import RankConfig
-from .data import binary_reward, load_problems
+from .config import TRLTrainConfig
+from .data import ProblemSet, binary_reward, checked_reward, load_problems
 from .outputs import (
     rank_table_markdown,
     run_header,
@@ -62,37 +65,8 @@ from .run_io import append_jsonl, read_jsonl, write_json
 
 __all__ = [
     "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",
-    "write_trl_train_results", "lora_config",
+    "write_trl_train_results", "lora_config", "reference_model_source",
 ]
-
-
-@dataclass(frozen=True)
-class TRLTrainConfig(RankConfig):
-    """A :class:`~real_model.config.RankConfig` (model, data, sampling) plus TRL's options.
-
-    ``R_values``, ``estimators``, ``aggregation`` and ``prompts`` of the base class are not used:
-    the group size is ``num_generations``, the advantages and aggregation are TRL's.
-    """
-
-    steps: int = 4
-    prompts_per_step: int = 2
-    num_generations: int = 8
-    max_new_tokens: int = 48
-    difficulty: tuple[int, ...] = (1,)  # one-step problems: mixed rewards for SmolLM2
-    operations: tuple[str, ...] = ("add", "sub")
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    loss_type: str = "dapo"  # TRL's default
-    scale_rewards: str = "group"  # TRL's default
-    beta: float = 0.0
-    num_iterations: int = 1
-    lora_r: int = 0
-    gradient_checkpointing: bool = False
-    geometry_every: int = 1
-    # one group per Gram pass (a pass holds whole groups): peak memory close to TRL's own step;
-    # 0 / None: one pass over all rows, which also gives the geometry's gradient norm
-    geometry_memory_budget_mb: float | None = 1024.0
-    report_to: tuple[str, ...] = ()
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
@@ -107,33 +81,6 @@ def cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
         if i >= 0:
             cut = min(cut, i)
     return text[:cut]
-
-
-def _validate(cfg: TRLTrainConfig) -> None:
-    from .trl_geometry import SUPPORTED_LOSS_TYPES
-
-    RankConfig.validate(cfg)  # model, data and sampling options, before any model is loaded
-    if cfg.steps < 1 or cfg.prompts_per_step < 1:
-        raise ValueError("steps and prompts_per_step must be >= 1")
-    if cfg.num_generations < 2:
-        raise ValueError(f"num_generations must be >= 2, got {cfg.num_generations}")
-    if not cfg.lr > 0:
-        raise ValueError(f"lr must be > 0, got {cfg.lr}")
-    if cfg.loss_type not in SUPPORTED_LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES}, got {cfg.loss_type!r}")
-    if cfg.scale_rewards not in ("group", "batch", "none"):
-        raise ValueError(f"scale_rewards must be group, batch or none, got {cfg.scale_rewards!r}")
-    if cfg.geometry_every < 0:
-        raise ValueError(f"geometry_every must be >= 0 (0: off), got {cfg.geometry_every}")
-    if cfg.beta < 0:
-        raise ValueError(f"beta must be >= 0, got {cfg.beta}")
-    if cfg.num_iterations < 1:
-        raise ValueError(f"num_iterations must be >= 1, got {cfg.num_iterations}")
-    if cfg.geometry_memory_budget_mb is not None and cfg.geometry_memory_budget_mb < 0:
-        raise ValueError("geometry_memory_budget_mb must be >= 0 (0: one pass over all rows), "
-                         f"got {cfg.geometry_memory_budget_mb}")
-    if cfg.lora_r < 0:
-        raise ValueError(f"lora_r must be >= 0 (0: full fine-tuning), got {cfg.lora_r}")
 
 
 def _spectra(rec: dict[str, Any] | None, R: int) -> dict[str, Any]:
@@ -188,7 +135,6 @@ def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -
 
     on_gpu = str(loaded.device).startswith("cuda")
     bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
-    gguf = getattr(getattr(loaded, "spec", None), "gguf_file", None)
     R, P = cfg.num_generations, cfg.prompts_per_step
     return GeometryGRPOConfig(
         output_dir=str(out / "cache" / "trl"),
@@ -213,8 +159,10 @@ def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -
         shuffle_dataset=False,
         beta=cfg.beta,
         num_iterations=cfg.num_iterations,
-        # beta > 0 without LoRA: TRL loads the reference model from the policy's own files
-        model_init_kwargs={"gguf_file": gguf} if gguf and cfg.beta > 0 else None,
+        # beta > 0 without LoRA: TRL builds the reference model from the policy's
+        # _name_or_path (reference_model_source), offline
+        model_init_kwargs={"local_files_only": True} if _by_name(loaded) and cfg.beta > 0
+        and cfg.lora_r == 0 else None,
         disable_tqdm=not progress,
         gradient_checkpointing=cfg.gradient_checkpointing,
         geometry_every=cfg.geometry_every,
@@ -271,6 +219,7 @@ def _step_recorder(steps_path: Path, R: int) -> Any:
                 "grad_norm": logs.get("grad_norm"),
                 "geometry_grad_norm": None if rec is None else rec.get("grad_norm"),
                 "loss": logs.get("loss"),
+                "kl": logs.get("kl"),
                 "spectra": _spectra(rec, R),
                 "geometry_skipped_reason": None if rec is None else rec.get("skipped_reason"),
                 "geometry_time_s": None if rec is None else rec.get("geometry_time_s"),
@@ -282,8 +231,7 @@ def _step_recorder(steps_path: Path, R: int) -> Any:
 
 def _prepare_out(out: Path, cfg: TRLTrainConfig, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    files = [out / n for n in ("steps.jsonl", "geometry.jsonl", "results.json", "table.md",
-                               "train.png", "config.json")]
+    files = [out / n for n in (*_RESULTS, "table.md", "train.png", "config.json")]
     if any(f.exists() for f in files[:3]) and not overwrite:
         raise FileExistsError(
             f"{out} already holds trl-train results (no resume: pass --overwrite to replace them)"
@@ -291,6 +239,14 @@ def _prepare_out(out: Path, cfg: TRLTrainConfig, overwrite: bool) -> None:
     for f in files:
         f.unlink(missing_ok=True)
     write_json(out / "config.json", asdict(cfg))
+
+
+def _by_name(loaded: Any) -> bool:
+    """TRL can build a reference model from the policy's name: a local Hugging Face folder or
+    a hub id (not a GGUF file, not a model built in memory)."""
+    spec = getattr(loaded, "spec", None)
+    return (spec is not None and spec.gguf_file is None
+            and (not spec.is_local or (Path(spec.path) / "config.json").is_file()))
 
 
 class StopCutReward:
@@ -308,25 +264,83 @@ class StopCutReward:
         self.__name__ = "binary"
 
     def __call__(self, completions: list[str], gold: list[str], **_: Any) -> list[float]:
-        return [float(self.reward(cut_at_stop(c, self.stops), g))
+        return [checked_reward(self.reward(cut_at_stop(c, self.stops), g))
                 for c, g in zip(completions, gold, strict=True)]
 
 
-def prompt_dataset(cfg: TRLTrainConfig, tokenizer: Any) -> Any:
+def prompt_dataset(
+    cfg: TRLTrainConfig, tokenizer: Any, problem_set: ProblemSet | None = None
+) -> Any:
     """The run's ``datasets.Dataset``: ``prompt`` (:func:`~real_model.rollouts.build_prompt`) and
-    ``gold`` (the answer as text) of problems ``0 .. steps P - 1``; step ``s`` reads rows
-    ``s P .. s P + P - 1`` (TRL repeats each prompt ``num_generations`` times)."""
+    ``gold`` (the answer as text) of problems ``0 .. steps P - 1`` (``problem_set``, else
+    :func:`~real_model.data.load_problems`); step ``s`` reads rows ``s P .. s P + P - 1`` (TRL
+    repeats each prompt ``num_generations`` times)."""
     from datasets import Dataset
 
     from .rollouts import build_prompt
 
-    problems, shots = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
+    problems, shots = problem_set or load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     prompts = [build_prompt(p.question, style=cfg.prompt_style, shots=shots, tokenizer=tokenizer)
                for p in problems]
     return Dataset.from_dict({"prompt": prompts, "gold": [str(p.answer) for p in problems]})
 
 
-@locks_out_dir("real trl-train", check=lambda a: _validate(a["cfg"]))
+@contextlib.contextmanager
+def reference_model_source(cfg: TRLTrainConfig, loaded: Any, folder: Path) -> Iterator[None]:
+    """Let TRL build its reference model (``beta > 0`` without LoRA) as the policy was built.
+
+    TRL 1.16 builds the reference model from the policy's ``config._name_or_path``
+    (``create_model_from_path``), which works for a local Hugging Face folder or a cached hub
+    id, but not for a GGUF file (no ``config.json`` beside it) or a model built in memory. For
+    those, the policy's weights (de-quantised, as loaded) are saved to ``folder`` with
+    ``save_pretrained`` for the construction of the trainer, and ``_name_or_path`` points there:
+    the reference model equals the policy before the first update, bit for bit. The folder is
+    removed and ``_name_or_path`` restored afterwards. Nothing happens with ``beta = 0`` (TRL
+    builds no reference model) or with LoRA (the adapters are disabled instead).
+    """
+    model = getattr(loaded, "model", loaded)
+    if cfg.beta == 0 or cfg.lora_r > 0 or _by_name(loaded):
+        yield
+        return
+    config = model.config
+    name = config._name_or_path
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        model.save_pretrained(folder)
+        config._name_or_path = str(folder)
+        yield
+    finally:
+        config._name_or_path = name
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_run(a: dict[str, Any]) -> None:
+    """Everything ``run_trl_train`` can check before it writes or loads anything: the optional
+    extras, the output folder, the options, the data and (without ``loaded``) the model."""
+    cfg = a["cfg"]
+    if not isinstance(cfg, TRLTrainConfig):
+        raise TypeError(f"cfg must be a TRLTrainConfig, got {type(cfg).__name__}")
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
+        ) from None
+    lora_config(cfg)  # the peft extra, with --lora-r
+    check_path(a["out_dir"], "out_folder", option="--out")
+    cfg.validate(model=a.get("loaded") is None)
+    out = Path(a["out_dir"]).expanduser()
+    if not a.get("overwrite") and any((out / n).exists() for n in _RESULTS):
+        raise FileExistsError(
+            f"{out} already holds trl-train results (no resume: pass --overwrite to replace them)"
+        )
+
+
+#: Files of a run that a rerun without --overwrite refuses to replace.
+_RESULTS = ("steps.jsonl", "geometry.jsonl", "results.json")
+
+
+@locks_out_dir("real trl-train", check=_check_run)
 def run_trl_train(
     out_dir: str | Path,
     cfg: TRLTrainConfig,
@@ -340,32 +354,31 @@ def run_trl_train(
 
     ``loaded`` is an already loaded :class:`~real_model.loading.LoadedModel` (else loaded from
     ``cfg``); ``reward_fn(completion_text, gold)`` defaults to
-    :func:`real_model.data.binary_reward`.
+    :func:`real_model.data.binary_reward`. Every option, the data and the model's files are
+    checked before anything is written or loaded.
     """
-    try:
-        import trl
-    except ImportError as exc:
-        raise ValueError(
-            "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
-        ) from exc
-    from .loading import load_model
+    import trl
+
+    from .loading import load_model, quiet_loading
     from .trl_geometry import GeometryGRPOTrainer
 
-    _validate(cfg)
+    problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
     _prepare_out(out, cfg, overwrite)
     if loaded is None:
-        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, progress=progress)
     recorder = _step_recorder(out / "steps.jsonl", cfg.num_generations)
-    trainer = GeometryGRPOTrainer(
-        model=loaded.model,
-        reward_funcs=StopCutReward(reward_fn or binary_reward, cfg.stop_strings),
-        args=_grpo_args(cfg, out, loaded, progress=progress),
-        train_dataset=prompt_dataset(cfg, loaded.tokenizer),
-        processing_class=loaded.tokenizer,
-        callbacks=[recorder],
-        peft_config=lora_config(cfg),
-    )
+    with quiet_loading(not progress), \
+            reference_model_source(cfg, loaded, out / "cache" / "reference"):
+        trainer = GeometryGRPOTrainer(
+            model=loaded.model,
+            reward_funcs=StopCutReward(reward_fn or binary_reward, cfg.stop_strings),
+            args=_grpo_args(cfg, out, loaded, progress=progress),
+            train_dataset=prompt_dataset(cfg, loaded.tokenizer, problem_set),
+            processing_class=loaded.tokenizer,
+            callbacks=[recorder],
+            peft_config=lora_config(cfg),
+        )
     recorder.trainer = trainer
     trainer.train()
     return write_trl_train_results(out, cfg, loaded, trl_version=trl.__version__)
@@ -400,9 +413,9 @@ def write_trl_train_results(
     write_json(out / "results.json", result)
     title = (f"TRL GRPO ({cfg.loss_type}, scale_rewards={cfg.scale_rewards}), "
              f"R={R}: all measured mixed groups")
-    (out / "table.md").write_text(
+    atomic_write_text(
+        out / "table.md",
         train_table_markdown(records, (R,)) + "\n" + rank_table_markdown(summary, title=title),
-        encoding="utf-8",
     )
     train_figure(out / "train.png", records, (R,))
     return result

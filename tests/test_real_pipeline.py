@@ -322,7 +322,7 @@ def test_cli_registers_and_stays_cheap_to_import() -> None:
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import';"
         "from grpo_audit.cli import build_parser;"
         "a = build_parser().parse_args(['real', 'rank', '--out', 'x', '--R', '2', '4']);"
-        "assert a.R == [2, 4] and a.func.__name__ == '_rank';"
+        "assert a.R_values == [2, 4] and a.func.__name__ == '_rank';"
         "b = build_parser().parse_args(['compare', '--out', 'y']);"
         "assert b.func.__name__ == '_compare'"
     )

@@ -29,7 +29,8 @@ def test_pending_prompts_skips_those_on_disk_and_overwrite_clears_them(tmp_path:
     out = tmp_path / "rank"
     assert pending_prompts(out, CFG, overwrite=False) == [0, 1, 2, 3]
     key = CFG.resume_key()
-    lines = [json.dumps({"prompt_index": i, "config": key}) for i in (0, 2)]
+    lines = [json.dumps({"prompt_index": i, "rewards": [0.0, 1.0], "by_R": {}, "config": key})
+             for i in (0, 2)]
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
     assert pending_prompts(out, CFG, overwrite=False) == [1, 3]
     assert pending_prompts(out, CFG, overwrite=True) == [0, 1, 2, 3]

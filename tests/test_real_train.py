@@ -213,3 +213,46 @@ def test_train_old_or_foreign_checkpoint_says_how_to_proceed(tmp_path: Path) -> 
     ckpt.write_bytes(ckpt.read_bytes()[:1000])  # cut short (a full disk, a killed copy)
     with pytest.raises(ValueError, match="is not a readable torch checkpoint"):
         load_checkpoint(ckpt)
+
+
+@pytest.mark.usefixtures("user_cache")
+def test_train_checkpoint_that_does_not_fit_the_model_is_one_line_naming_it(
+    tmp_path: Path,
+) -> None:
+    from real_model.loading import tiny_random_model
+    from real_model.train import run_train
+
+    out, cfg2, ckpt = _trained_once(tmp_path)
+    good = torch.load(ckpt, weights_only=True)
+    other = tiny_random_model(vocab_size=TOK.vocab_size, hidden_size=16, num_heads=2)
+    for state, reason in (({}, r"\d+ tensors missing"),
+                          (other.state_dict(), "of another shape")):
+        torch.save({**good, "model": state}, ckpt)
+        with pytest.raises(ValueError, match=reason) as ei:
+            run_train(out, cfg2, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+        msg = str(ei.value)
+        assert "\n" not in msg and str(ckpt) in msg and "does not fit the model" in msg
+        assert "new --out" in msg
+    torch.save({**good, "steps_done": -1}, ckpt)
+    with pytest.raises(ValueError, match=r"steps_done must be >= 0, got -1"):
+        run_train(out, cfg2, loaded=tiny_loaded(), progress=False, reward_fn=odd_reward)
+
+
+def test_checkpoint_save_interrupted_leaves_the_previous_one_and_no_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tiny_loaded().model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model, opt, steps_done=1, records=[{"step": 0}], config={})
+    before = path.read_bytes()
+
+    def killed(obj: Any, f: Any) -> None:
+        Path(f).write_bytes(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, model, opt, steps_done=2, records=[], config={})
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
