@@ -120,3 +120,13 @@ def test_progress_bar_only_for_full_size_runs_on_a_terminal(
     assert tty.getvalue() == ""  # a quick run (the audit's): nothing
     assert list(progress(range(3), label="sims demo", quick=False)) == [0, 1, 2]
     assert "sims demo" in tty.getvalue() and "0/3" in tty.getvalue()
+
+
+def test_progress_line_without_tqdm_on_the_light_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` raises ImportError
+    tty = _Terminal()
+    monkeypatch.setattr("sys.stderr", tty)
+    assert list(progress(range(3), label="sims demo", quick=False)) == [0, 1, 2]
+    assert "sims demo: 2/3" in tty.getvalue()
