@@ -7,7 +7,7 @@ A claim lives in the section its id names (``thm4_1_*`` in ``s4_theorem41``, ``a
 ``eq26``/``eq27`` in ``appA3_multiturn_bias``, ``abstract_*`` in ``abstract``).
 
 Every other audited paper is a sub-package with the same shape (``fade/``: the FADE abstract).
-How to add one: ``docs/paper_checks.md``, "Adding a paper". Importing this package registers
+How to add one: ``docs/adding_claims.md``. Importing this package registers
 no claim: :func:`paper_checks.registry.load_claims` imports the section modules.
 """
 
