@@ -311,18 +311,40 @@ def test_table1_is_decided_on_a_real_run_beside_its_computed_verdict(tmp_path: P
     assert meta["command"].endswith(f"--real {f}")
 
 
+_ROW0 = ('{"R": 2, "groups": 2, "mixed_groups": 1, "effective_rank_mean": 1.5, '
+         '"effective_rank_sd": null, "top1_mean": 0.7, "top1_sd": null}')
+
+
+def _file(summary: str = f"[{_ROW0}]", model: str = '{"name": "m"}') -> str:
+    return ('{"experiment": "real_rank", "model": %s, "main_estimator": "grpo", '
+            '"num_groups": 2, "summary": %s}' % (model, summary))
+
+
 @pytest.mark.parametrize("content,message", [
     (None, "no such file"),
-    ("{not json", "not JSON (Expecting property name"),
-    ("[1, 2]", "must hold a JSON object, got list"),
-    ('{"experiment": "real_train"}', "experiment is 'real_train', not 'real_rank'"),
+    ("{not json", "not valid JSON (Expecting property name"),
+    ("[1, 2]", "not a `real rank` results.json (it holds a list, not an object)"),
+    ('{"experiment": "real_train"}', "not a `real rank` results.json (experiment 'real_train')"),
+    ('{"experiment": "real_trl_train", "model": {"name": "m"}, "summary": []}',
+     "not a `real rank` results.json (experiment 'real_trl_train')"),
     ('{"experiment": "real_rank", "model": {"name": "m"}, "main_estimator": "grpo"}',
-     "has no key 'summary'"),
-    ('{"experiment": "real_rank", "model": {"name": "m"}, "main_estimator": "grpo", '
-     '"num_groups": 1, "summary": [{"R": "2", "groups": 1, "mixed_groups": 0, '
-     '"effective_rank_mean": null, "effective_rank_sd": null, "top1_mean": null, '
-     '"top1_sd": null}]}', "summary[0].R must be an integer >= 1, got '2'"),
-    ('{"experiment": "real_rank", "model": "m"}', "model must be an object, got str"),
+     "key 'summary' is missing"),
+    (_file(_ROW0.join("[]").replace('"R": 2', '"R": "2"')),
+     "summary[0].R must be an integer, got '2'"),
+    (_file(_ROW0.join("[]").replace('"R": 2', '"R": 1')), "summary[0].R must be >= 2, got 1"),
+    (_file(model='"m"'), "model must be an object, got 'm'"),
+    (_file(model='{"name": ""}'), "model.name is empty"),
+    (_file(model='{"name": "m", "num_parameters": 0}'), "model.num_parameters must be >= 1"),
+    (_file("[]"), "summary has no rows"),
+    (_file(f"[{_ROW0}, {_ROW0}]"), "summary holds R = [2, 2], some twice"),
+    (_file(_ROW0.join("[]").replace('"mixed_groups": 1', '"mixed_groups": 3')),
+     "summary[0].mixed_groups (3) exceeds summary[0].groups (2)"),
+    (_file(_ROW0.join("[]").replace('"effective_rank_mean": 1.5', '"effective_rank_mean": null')),
+     "summary[0] has 1 mixed groups but effective_rank_mean is null"),
+    (_file(_ROW0.join("[]").replace('"top1_mean": 0.7', '"top1_mean": "inf"')),
+     "summary[0].top1_mean must be finite, got inf"),
+    (_file().replace('"num_groups": 2', '"num_groups": true'),
+     "num_groups must be an integer, got True"),
 ])
 def test_a_bad_real_file_is_one_line_naming_it_and_nothing_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,
