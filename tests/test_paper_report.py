@@ -13,7 +13,6 @@ import dataclasses
 import json
 import math
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -316,8 +315,8 @@ _ROW0 = ('{"R": 2, "groups": 2, "mixed_groups": 1, "effective_rank_mean": 1.5, '
 
 
 def _file(summary: str = f"[{_ROW0}]", model: str = '{"name": "m"}') -> str:
-    return ('{"experiment": "real_rank", "model": %s, "main_estimator": "grpo", '
-            '"num_groups": 2, "summary": %s}' % (model, summary))
+    return (f'{{"experiment": "real_rank", "model": {model}, "main_estimator": "grpo", '
+            f'"num_groups": 2, "summary": {summary}}}')
 
 
 @pytest.mark.parametrize("content,message", [
@@ -391,7 +390,7 @@ def test_a_real_rank_run_of_the_tiny_model_is_read_and_decided(tmp_path: Path) -
     assert verdict.evidence["R8_eff_rank_verdict"] == "inconclusive"  # R = 8 was not run
 
 
-# --- progress and the run's record --------------------------------------------------------------
+# --- progress -------------------------------------------------------------------------------------
 def test_progress_line_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
@@ -411,37 +410,3 @@ def test_progress_line_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> No
     text = tty.getvalue()
     assert "checking claim 1/77: eq15_grpo_gradient_is_unbiased_reinforce" in text
     assert "77/77 claims checked" in text and text.endswith("\n")
-
-
-def test_git_commit_is_read_from_the_checkout_files(tmp_path: Path) -> None:
-    from grpo_io.env import git_commit
-
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "repo"
-    (repo / ".git" / "refs" / "heads").mkdir(parents=True)
-    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (repo / ".git" / "refs" / "heads" / "main").write_text(sha + "\n")
-    assert git_commit(repo) == sha
-    packed = tmp_path / "packed"
-    (packed / ".git").mkdir(parents=True)
-    (packed / ".git" / "HEAD").write_text("ref: refs/heads/dev\n")
-    (packed / ".git" / "packed-refs").write_text(f"# pack-refs\n{sha} refs/heads/dev\n")
-    assert git_commit(packed) == sha
-    wt = tmp_path / "worktree"  # a worktree: .git is a file; refs live in the common dir
-    gitdir = repo / ".git" / "worktrees" / "wt"
-    gitdir.mkdir(parents=True)
-    (gitdir / "HEAD").write_text("ref: refs/heads/main\n")
-    (gitdir / "commondir").write_text("../..\n")
-    wt.mkdir()
-    (wt / ".git").write_text(f"gitdir: {gitdir}\n")
-    assert git_commit(wt) == sha
-    assert git_commit(tmp_path) is None  # not a checkout: None, no error
-    (repo / ".git" / "HEAD").write_text("garbage")
-    assert git_commit.__wrapped__(repo) is None
-
-
-def test_environment_records_grpo_audits_version_and_commit_without_torch() -> None:
-    code = ("import sys, grpo_io; e = grpo_io.environment(); "
-            "assert e['grpo_audit'] and 'grpo_audit_commit' in e, e; "
-            "assert 'torch' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True)
