@@ -28,6 +28,7 @@ from grpo_io import (
     read_jsonl,
     rewrite_jsonl,
     to_jsonable,
+    user_cache_dir,
     write_json,
     write_out_file,
 )
@@ -132,6 +133,26 @@ def test_prepare_out_dir_creates_missing_folders_and_rejects_files(tmp_path: Pat
     assert p.is_dir() and list(p.iterdir()) == []  # the write probe is removed
     with pytest.raises(OutPathError, match="--cache-dir .*: exists and is not a folder"):
         prepare_out_dir("/dev/null", option="--cache-dir")
+
+
+def test_user_cache_dir_is_grpo_audit_cache_else_the_xdg_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from framework_checks.fetch import wheel_cache
+    from real_model.checkpoint import default_cache_dir
+
+    monkeypatch.setenv("GRPO_AUDIT_CACHE", str(tmp_path / "c"))
+    assert user_cache_dir("wheels") == tmp_path / "c" / "wheels" == wheel_cache()
+    assert default_cache_dir(tmp_path / "out").parent == tmp_path / "c" / "train"
+    monkeypatch.setenv("GRPO_AUDIT_CACHE", "")  # empty: unset
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == tmp_path / "xdg" / "grpo-audit"
+    assert wheel_cache() == tmp_path / "xdg" / "grpo-audit" / "wheels"
+    monkeypatch.delenv("GRPO_AUDIT_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = tmp_path / "home"
+    assert user_cache_dir("train", "x") == home / ".cache" / "grpo-audit" / "train" / "x"
+    assert not home.exists()  # nothing is created
 
 
 def test_write_out_file_cases(tmp_path: Path) -> None:
