@@ -14,15 +14,21 @@ __all__ = ["FRAMEWORKS", "FILES", "FrameworkCodeError", "SourceTree", "find_sour
 
 FRAMEWORKS = ("trl", "verl", "openrlhf")
 
-#: The files each framework's checks read (the first is the anchor a source must have).
+#: The files each framework's checks read (the first is the anchor a source must have): the
+#: advantage and loss code, then where the KL options live (:mod:`framework_checks.kl_audit`).
 FILES: dict[str, tuple[str, ...]] = {
-    "trl": ("trl/trainer/grpo_trainer.py", "trl/trainer/rloo_trainer.py", "trl/trainer/utils.py"),
+    "trl": ("trl/trainer/grpo_trainer.py", "trl/trainer/rloo_trainer.py", "trl/trainer/utils.py",
+            "trl/trainer/grpo_config.py"),
     "verl": ("verl/trainer/ppo/core_algos.py", "verl/utils/torch_functional.py",
-             "verl/trainer/ppo/metric_utils.py"),
+             "verl/trainer/ppo/metric_utils.py", "verl/workers/utils/losses.py",
+             "verl/trainer/ppo/ray_trainer.py", "verl/workers/config/actor.py",
+             "verl/trainer/config/algorithm.py"),
     "openrlhf": (
         "openrlhf/trainer/ppo_utils/experience_maker.py",
         "openrlhf/models/loss.py",
         "openrlhf/models/utils.py",
+        "openrlhf/trainer/ray/ppo_actor.py",
+        "openrlhf/cli/train_ppo_ray.py",
     ),
 }
 #: The distribution name whose metadata gives each framework's version.
