@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_io.jsonio import decode_utf8
+
 __all__ = ["FRAMEWORKS", "FILES", "FrameworkCodeError", "SourceTree", "find_source"]
 
 FRAMEWORKS = ("trl", "verl", "openrlhf")
@@ -62,12 +64,10 @@ class SourceTree:
 def _text(data: bytes, where: str) -> str:
     """``data`` as UTF-8 text; other bytes are one error naming ``where`` and the line."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        return decode_utf8(data, where=where)
+    except ValueError as exc:
         raise FrameworkCodeError(
-            f"{where}: line {line} is not UTF-8 text (byte 0x{data[exc.start]:02x}); not a "
-            "Python source file of the framework, or damaged"
+            f"{exc}; not a Python source file of the framework, or damaged"
         ) from None
 
 
