@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -360,6 +361,16 @@ def test_a_bad_real_file_is_one_line_naming_it_and_nothing_is_written(
     assert not out.exists()
     with pytest.raises(RealRunError, match=re.escape(message)):
         read_real_rank(f)
+
+
+def test_the_real_file_reader_imports_only_grpo_io_of_real_model() -> None:
+    """``audit --real`` reads through ``real_model.run_io`` (the file's one schema) and stays
+    cheap: ``real_model`` is lazy and ``run_io`` needs nothing but ``grpo_io``."""
+    code = ("import sys, paper_checks.real_run; "
+            "bad = [m for m in ('numpy', 'torch', 'transformers', 'matplotlib') if m in "
+            "sys.modules] + [m for m in sys.modules if m.startswith('real_model.') and m != "
+            "'real_model.run_io']; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_real_run_is_refused_for_a_paper_without_real_checks(tmp_path: Path,
