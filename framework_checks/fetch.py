@@ -9,8 +9,9 @@ line that names the exact fix. The wheel is the one PyPI serves for CPython 3.11
 manylinux x86-64 (OpenRLHF ships no pure wheel); only its text is read, so it serves on any
 platform.
 
-The cache folder is ``$GRPO_AUDIT_CACHE/wheels`` if that variable is set, else
-``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/wheels``. Stdlib only.
+The cache folder is ``wheels`` in the user cache folder
+(:func:`grpo_io.paths.user_cache_dir`: ``$GRPO_AUDIT_CACHE`` if that variable is set, else
+``${XDG_CACHE_HOME:-~/.cache}/grpo-audit``). Stdlib and :mod:`grpo_io` only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from grpo_io.paths import user_cache_dir
 
 from .source import FrameworkCodeError
 
@@ -65,12 +68,8 @@ _PLATFORM = ("--only-binary=:all:", "--platform", "manylinux1_x86_64", "--python
 
 
 def wheel_cache() -> Path:
-    """``$GRPO_AUDIT_CACHE/wheels``, else ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/wheels``."""
-    root = os.environ.get("GRPO_AUDIT_CACHE")
-    if root:
-        return Path(root).expanduser() / "wheels"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "grpo-audit" / "wheels"
+    """``wheels`` in the user cache folder (:func:`grpo_io.paths.user_cache_dir`)."""
+    return user_cache_dir("wheels")
 
 
 def download_command(framework: str, dest: str | Path = ".") -> list[str]:

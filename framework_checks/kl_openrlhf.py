@@ -25,7 +25,7 @@ import numpy as np
 
 from .extract import exec_defs, source_block
 from .kl_audit import BETA, KLOptions, KLSetting, autograd_coefficients
-from .kl_source import argparse_default, extra_text, module_constant
+from .kl_source import argparse_default, module_constant
 from .openrlhf import OpenRlhfCode
 from .source import SourceTree
 
@@ -50,7 +50,7 @@ class OpenRlhfKL:
                                                                         "KL_IS_WEIGHT_CLIP")}
         exec_defs(utils, ["compute_approx_kl", "masked_mean"], self.ns)
         self.ns["aggregate_loss"] = self.code.PolicyLoss.forward.__globals__["aggregate_loss"]
-        self.kl_block = compile(source_block(extra_text(tree, ACTOR), *KL_LOSS_BLOCK),
+        self.kl_block = compile(source_block(tree.text(ACTOR), *KL_LOSS_BLOCK),
                                 "<openrlhf kl loss>", "exec")
 
     def kl_loss(self, logp: Any, ref: Any, old: Any, mask: Any, *, estimator: str,
@@ -95,7 +95,7 @@ def kl_options(tree: SourceTree, dtype: str) -> KLOptions:
     """OpenRLHF's estimators k1/k2/k3 in the reward, and in the loss with and without
     ``--algo.kl.unbiased_gradient``."""
     code = OpenRlhfKL(tree, dtype)
-    cli = extra_text(tree, CLI)
+    cli = tree.text(CLI)
     defaults = {opt: argparse_default(cli, opt) for opt in (
         "--algo.kl.estimator", "--algo.kl.init_coef", "--algo.kl.use_loss",
         "--algo.kl.unbiased_gradient")}

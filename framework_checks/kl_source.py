@@ -1,41 +1,21 @@
-"""The framework files the KL checks read beyond :data:`framework_checks.source.FILES`, and the
-defaults their configuration classes declare.
+"""The defaults the frameworks' configuration classes declare, read from their source text.
 
-A :class:`~framework_checks.source.SourceTree` holds the files of the advantage and loss checks;
-the KL options live in a few more (TRL's ``grpo_config.py``; verl's ``ray_trainer.py`` for the
-in-reward penalty, ``workers/utils/losses.py`` for the KL loss and the two config classes;
-OpenRLHF's ``ppo_actor.py`` and its command line). They are read, as text, from the tree's own
-origin (the same wheel, installed package or directory), never imported. Defaults are read from
-the source (a dataclass field's default, or an ``argparse`` option's ``default=``), so the
-report says what the release in hand defaults to.
+The KL options live in files of :data:`framework_checks.source.FILES` beside the advantage and
+loss code (TRL's ``grpo_config.py``; verl's ``ray_trainer.py`` for the in-reward penalty,
+``workers/utils/losses.py`` for the KL loss and the two config classes; OpenRLHF's
+``ppo_actor.py`` and its command line), read as text with the rest, never imported. Defaults are
+read from the source (a dataclass field's default, or an ``argparse`` option's ``default=``), so
+the report says what the release in hand defaults to.
 """
 
 from __future__ import annotations
 
 import ast
-import zipfile
-from pathlib import Path
 from typing import Any
 
-from .source import FrameworkCodeError, SourceTree
+from .source import FrameworkCodeError
 
-__all__ = ["extra_text", "dataclass_default", "argparse_default", "module_constant"]
-
-
-def extra_text(tree: SourceTree, rel: str) -> str:
-    """The text of ``rel`` from the tree's origin (a ``.whl``, or a directory holding the
-    package, possibly under ``purelib/``); an error naming the file and the origin otherwise."""
-    origin = Path(tree.origin)
-    if origin.suffix == ".whl":
-        with zipfile.ZipFile(origin) as zf:
-            hits = [n for n in zf.namelist() if n == rel or n.endswith("/" + rel)]
-            if hits:
-                return zf.read(hits[0]).decode("utf-8")
-    else:
-        for root in (origin, origin / "purelib"):
-            if (root / rel).is_file():
-                return (root / rel).read_text(encoding="utf-8")
-    raise FrameworkCodeError(f"{tree.framework}: {rel} not found in {tree.origin}")
+__all__ = ["dataclass_default", "argparse_default", "module_constant"]
 
 
 def _literal(node: ast.AST, what: str) -> Any:

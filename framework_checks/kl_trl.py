@@ -21,7 +21,7 @@ import numpy as np
 from grpo_theory.conventions import TRL_LOSS_AGGREGATION
 
 from .kl_audit import BETA, KLOptions, KLSetting, autograd_coefficients
-from .kl_source import dataclass_default, extra_text
+from .kl_source import dataclass_default
 from .source import SourceTree
 from .trl import CONFIG_DEFAULTS, TrlCode, loss_inputs
 
@@ -57,7 +57,7 @@ def kl_options(tree: SourceTree, dtype: str, *, code: TrlCode | None = None) -> 
     ratio, at the default ``loss_type`` (``code``: an already executed :class:`TrlCode` of
     ``tree``)."""
     code = TrlCode(tree, dtype) if code is None else code
-    cfg = extra_text(tree, CONFIG)
+    cfg = tree.text(CONFIG)
     defaults = {name: dataclass_default(cfg, "GRPOConfig", name)
                 for name in ("beta", "loss_type", "use_bias_correction_kl",
                              "importance_sampling_level")}

@@ -26,7 +26,7 @@ import numpy as np
 
 from .extract import ConfigStub, exec_defs, source_block
 from .kl_audit import BETA, KLGroupSetting, KLOptions, KLSetting, autograd_coefficients
-from .kl_source import dataclass_default, extra_text
+from .kl_source import dataclass_default
 from .source import SourceTree
 from .verl import VerlCode
 
@@ -58,12 +58,12 @@ class VerlKL:
 
         self.code = VerlCode(tree, dtype)
         C = self.code.C
-        self.kl_block = compile(source_block(extra_text(tree, LOSSES), *KL_LOSS_BLOCK),
+        self.kl_block = compile(source_block(tree.text(LOSSES), *KL_LOSS_BLOCK),
                                 "<verl kl loss>", "exec")
         self.ns: dict[str, Any] = {"torch": torch, "DataProto": object,
                                    "core_algos": types.SimpleNamespace(**C),
                                    "masked_mean": C["verl_F"].masked_mean}
-        exec_defs(extra_text(tree, TRAINER), ["apply_kl_penalty"], self.ns)
+        exec_defs(tree.text(TRAINER), ["apply_kl_penalty"], self.ns)
 
     def kl_loss(self, logp: Any, ref: Any, old: Any, mask: Any, *, kl_loss_type: str,
                 loss_agg_mode: str) -> Any:
@@ -120,7 +120,7 @@ class _Batch(dict):
 def kl_options(tree: SourceTree, dtype: str) -> KLOptions:
     """verl's in-loss KL types and its in-reward penalties with the GRPO estimator."""
     code = VerlKL(tree, dtype)
-    actor, algo = extra_text(tree, ACTOR_CONFIG), extra_text(tree, ALGO_CONFIG)
+    actor, algo = tree.text(ACTOR_CONFIG), tree.text(ALGO_CONFIG)
     defaults = {
         "actor.kl_loss_type": dataclass_default(actor, "ActorConfig", "kl_loss_type"),
         "actor.kl_loss_coef": dataclass_default(actor, "ActorConfig", "kl_loss_coef"),

@@ -10,19 +10,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_io.jsonio import decode_utf8
+
 __all__ = ["FRAMEWORKS", "FILES", "FrameworkCodeError", "SourceTree", "find_source"]
 
 FRAMEWORKS = ("trl", "verl", "openrlhf")
 
-#: The files each framework's checks read (the first is the anchor a source must have).
+#: The files each framework's checks read (the first is the anchor a source must have): the
+#: advantage and loss code, then where the KL options live (:mod:`framework_checks.kl_audit`).
 FILES: dict[str, tuple[str, ...]] = {
-    "trl": ("trl/trainer/grpo_trainer.py", "trl/trainer/rloo_trainer.py", "trl/trainer/utils.py"),
+    "trl": ("trl/trainer/grpo_trainer.py", "trl/trainer/rloo_trainer.py", "trl/trainer/utils.py",
+            "trl/trainer/grpo_config.py"),
     "verl": ("verl/trainer/ppo/core_algos.py", "verl/utils/torch_functional.py",
-             "verl/trainer/ppo/metric_utils.py"),
+             "verl/trainer/ppo/metric_utils.py", "verl/workers/utils/losses.py",
+             "verl/trainer/ppo/ray_trainer.py", "verl/workers/config/actor.py",
+             "verl/trainer/config/algorithm.py"),
     "openrlhf": (
         "openrlhf/trainer/ppo_utils/experience_maker.py",
         "openrlhf/models/loss.py",
         "openrlhf/models/utils.py",
+        "openrlhf/trainer/ray/ppo_actor.py",
+        "openrlhf/cli/train_ppo_ray.py",
     ),
 }
 #: The distribution name whose metadata gives each framework's version.
@@ -56,12 +64,10 @@ class SourceTree:
 def _text(data: bytes, where: str) -> str:
     """``data`` as UTF-8 text; other bytes are one error naming ``where`` and the line."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        return decode_utf8(data, where=where)
+    except ValueError as exc:
         raise FrameworkCodeError(
-            f"{where}: line {line} is not UTF-8 text (byte 0x{data[exc.start]:02x}); not a "
-            "Python source file of the framework, or damaged"
+            f"{exc}; not a Python source file of the framework, or damaged"
         ) from None
 
 

@@ -15,6 +15,8 @@ without being imported).
   :func:`read_json`, check each record against a schema when given one (:mod:`grpo_io.records`).
 * :func:`prepare_out_dir` and :func:`write_out_file` (:mod:`grpo_io.paths`): every command's
   output path, checked before any work; a problem is one :class:`OutPathError` line naming it.
+  :func:`user_cache_dir`: the one rule for the user cache folder (``$GRPO_AUDIT_CACHE``, else
+  ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit``).
 * :func:`lock_out_dir` (:mod:`grpo_io.locks`): one writer per output folder, an advisory
   ``flock`` on ``DIR/.lock`` held for the whole run; a second writer gets one
   :class:`FolderInUseError` line naming the folder and the holder (pid, host, start, command).
@@ -45,7 +47,7 @@ from .jsonio import (
 )
 from .locks import LOCK_NAME, FolderInUseError, lock_holder, lock_out_dir, locks_out_dir
 from .options import OptionError, OptionTypeError, check_path, option, validate
-from .paths import OutPathError, prepare_out_dir, write_out_file
+from .paths import OutPathError, prepare_out_dir, user_cache_dir, write_out_file
 
 __all__ = [
     "LOCK_NAME",
@@ -75,6 +77,7 @@ __all__ = [
     "rewrite_jsonl",
     "save_figure",
     "to_jsonable",
+    "user_cache_dir",
     "validate",
     "write_json",
     "write_out_file",

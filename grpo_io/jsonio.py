@@ -24,6 +24,7 @@ __all__ = [
     "atomic_path",
     "save_figure",
     "read_text_file",
+    "decode_utf8",
     "write_json",
     "read_json",
     "append_jsonl",
@@ -199,12 +200,24 @@ def read_text_file(path: str | os.PathLike[str], *, what: str = "file") -> str:
         raise ValueError(f"{path}: no such {what}") from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return decode_utf8(data, where=str(path))
+
+
+def decode_utf8(data: bytes, *, where: str) -> str:
+    """``data`` as UTF-8 text; other bytes raise one ``ValueError`` line naming ``where``, the
+    line and the byte.
+
+    >>> decode_utf8(b"ok\\n\\xff", where="f.txt")
+    Traceback (most recent call last):
+        ...
+    ValueError: f.txt: line 2 is not UTF-8 text (byte 0xff)
+    """
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ValueError(
-            f"{path}: line {line} is not UTF-8 text (byte 0x{data[exc.start]:02x})"
+            f"{where}: line {line} is not UTF-8 text (byte 0x{data[exc.start]:02x})"
         ) from None
 
 

@@ -19,7 +19,11 @@ import errno
 import os
 from pathlib import Path
 
-__all__ = ["OutPathError", "prepare_out_dir", "write_out_file", "describe_os_error"]
+__all__ = ["OutPathError", "prepare_out_dir", "write_out_file", "describe_os_error",
+           "user_cache_dir"]
+
+#: The variable that names the user cache folder (checkpoints, fetched wheels).
+CACHE_ENV = "GRPO_AUDIT_CACHE"
 
 
 class OutPathError(ValueError):
@@ -40,6 +44,18 @@ _REASONS = {
 def describe_os_error(exc: OSError) -> str:
     """A short reason for ``exc`` (``errno`` name in words, else the system message)."""
     return _REASONS.get(exc.errno or -1, exc.strerror or str(exc))
+
+
+def user_cache_dir(*parts: str) -> Path:
+    """The user cache folder of grpo-audit, joined with ``parts``: ``$GRPO_AUDIT_CACHE`` if that
+    variable is set, else ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit`` (checkpoints of
+    ``real train``, wheels fetched by ``frameworks``). Nothing is created.
+    """
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return Path(root, *parts).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base.joinpath("grpo-audit", *parts)
 
 
 def _file_component(p: Path) -> Path | None:

@@ -30,18 +30,9 @@ _REGISTRY_NAMES = (
 )
 
 __all__ = [
-    "KINDS",
-    "REGISTRY",
-    "VERDICTS",
-    "CheckContext",
-    "Claim",
-    "ClaimResult",
-    "Outcome",
+    *_REGISTRY_NAMES,
     "all_claim_ids",
-    "get_claim",
     "run_audit",
-    "run_claim",
-    "run_claims",
     "appendix_a2_table",
     "table1_toy",
     "effective_rank_range",

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_io import atomic_write_text, environment, locks_out_dir, write_json
+from grpo_io import atomic_write_text, environment, locks_out_dir, save_figure, write_json
 
 from .findings import KIND_TIER, ranked
 from .papers import DEFAULT_PAPER, Paper, get_paper
@@ -158,7 +158,7 @@ def _figures(results: list[ClaimResult], fig_dir: Path) -> None:
         fig.tight_layout()
         legends_outside(fig)
         path = fig_dir / f"{r.id}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        save_figure(fig, path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         r.figure = f"figures/{path.name}"
 

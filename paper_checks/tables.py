@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_io import atomic_write_text, save_figure
 from paper_values import PAPER_A2_EPS, PAPER_A2_R, PAPER_A2_TABLE, PAPER_TABLE1
 
 __all__ = ["AuditTable", "appendix_a2_table", "appendix_a2_figure", "table1_toy", "TABLE1_WORLDS",
@@ -225,7 +226,7 @@ def appendix_a2_figure(fig_dir: Path, *, quick: bool) -> str:
     fig.tight_layout()
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     path = fig_dir / "appendix_a2.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return f"figures/{path.name}"
 
@@ -239,8 +240,8 @@ def seed_report_tables(out: Path, fig_dir: Path, *, seed: int, quick: bool) -> l
     a2 = appendix_a2_table()
     t1 = table1_toy(seed=seed, quick=quick)
     for name, tab in (("appendix_a2", a2), ("table1_toy", t1)):
-        (tab_dir / f"{name}.md").write_text(tab.to_markdown(), encoding="utf-8")
-        (tab_dir / f"{name}.csv").write_text(tab.to_csv(), encoding="utf-8")
+        atomic_write_text(tab_dir / f"{name}.md", tab.to_markdown())
+        atomic_write_text(tab_dir / f"{name}.csv", tab.to_csv())
     return ["## Regenerated tables", "",
             "App. A.2 recomputed cell by cell, with the exact Bernoulli tails beside the bound: "
             "[tables/appendix_a2.md](tables/appendix_a2.md) (and `.csv`; each cell is also a "

@@ -21,12 +21,12 @@ line does not shorten the run); a checkpoint of another configuration is refused
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from grpo_io import atomic_path, read_json
+from grpo_io.paths import user_cache_dir
 from grpo_io.records import Int, RecordError, check_record
 
 from .run_io import check_record_configs, jsonable
@@ -45,18 +45,13 @@ __all__ = [
 def default_cache_dir(out_dir: str | Path) -> Path:
     """Checkpoint folder of a training run writing to ``out_dir`` (outside ``out_dir``).
 
-    ``$GRPO_AUDIT_CACHE/train/<id>`` if that variable is set, else
-    ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit/train/<id>``; ``<id>`` is the folder name plus 12
-    hex digits of the SHA-256 of its absolute path.
+    ``train/<id>`` in the user cache folder (:func:`grpo_io.paths.user_cache_dir`:
+    ``$GRPO_AUDIT_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/grpo-audit``); ``<id>`` is the
+    folder name plus 12 hex digits of the SHA-256 of its absolute path.
     """
     out = Path(out_dir).expanduser().resolve()
-    root = os.environ.get("GRPO_AUDIT_CACHE")
-    if root:
-        base = Path(root).expanduser()
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo-audit"
     digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:12]
-    return base / "train" / f"{out.name}-{digest}"
+    return user_cache_dir("train", f"{out.name}-{digest}")
 
 
 def cache_folder(out: Path, cache_dir: str | Path | None) -> Path:

@@ -107,7 +107,7 @@ def _real_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist (run `grpo-audit real rank --out DIR` first)")
     res = read_results(p)  # schema-checked: one line naming the file and the fault
-    name = (res.get("model") or {}).get("name", "real")
+    name = res["model"]["name"]
     rows = [
         {
             "source": f"real:{name}",

@@ -159,6 +159,16 @@ def _check_estimators(names: tuple[str, ...], R: int) -> None:
             raise OptionError(f"estimators (--estimators): {name!r}: {exc}") from None
 
 
+def _group_resume_key(cfg: RunConfig, *free: str) -> dict[str, Any]:
+    """The options of ``cfg`` but ``free`` (those may change when a run resumes);
+    ``rollout_batch=1`` (per-group sampling, the only mode of earlier releases) is left out too,
+    so that run folders written before the option existed resume with it."""
+    key = {k: v for k, v in asdict(cfg).items() if k not in free}
+    if key.get("rollout_batch") == 1:
+        del key["rollout_batch"]
+    return key
+
+
 @dataclass(frozen=True)
 class RankConfig(RunConfig):
     """Options of ``real rank`` (defaults stated; every one is recorded in ``results.json``)."""
@@ -170,15 +180,9 @@ class RankConfig(RunConfig):
     rollout_batch: int = option_from(_Groups, "rollout_batch")
 
     def resume_key(self) -> dict[str, Any]:
-        """The configuration a resumed run must match (everything but ``prompts``).
-
-        ``rollout_batch=1`` (per-group sampling, the only mode of earlier releases) is left out,
-        so that run folders written before the option existed resume with it."""
-        d = asdict(self)
-        d.pop("prompts")
-        if d.get("rollout_batch") == 1:
-            d.pop("rollout_batch")
-        return d
+        """The configuration a resumed run must match: everything but ``prompts``
+        (:func:`_group_resume_key`)."""
+        return _group_resume_key(self, "prompts")
 
     def validate(self, *, model: bool = False) -> None:
         """:meth:`RunConfig.validate` plus the estimators (registry names that run at R)."""
@@ -211,14 +215,9 @@ class TrainConfig(RunConfig):
                               f"[2, train_R={R_train}] (--train-R)")
 
     def resume_key(self) -> dict[str, Any]:
-        """Everything but ``steps`` and ``checkpoint_every`` must match to resume
-        (``rollout_batch=1`` is left out, as in :meth:`RankConfig.resume_key`)."""
-        d = asdict(self)
-        for k in ("steps", "checkpoint_every"):
-            d.pop(k)
-        if d.get("rollout_batch") == 1:
-            d.pop("rollout_batch")
-        return d
+        """The configuration a resumed run must match: everything but ``steps`` and
+        ``checkpoint_every`` (:func:`_group_resume_key`)."""
+        return _group_resume_key(self, "steps", "checkpoint_every")
 
     def validate(self, *, model: bool = False) -> None:
         """:meth:`RunConfig.validate` plus the estimators."""

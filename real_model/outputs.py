@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from grpo_io import atomic_write_text, save_figure
+
 from .run_io import environment, write_json
 
 if TYPE_CHECKING:
@@ -338,7 +340,7 @@ def rank_figure(
         fontsize=9,
     )
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -383,7 +385,7 @@ def write_rank_results(
     table = rank_table_markdown(result["summary"], title=rank_title(result))
     if result["notes"]:
         table += "\n" + "\n".join(f"Note: {n}" for n in result["notes"]) + "\n"
-    (out / "table.md").write_text(table, encoding="utf-8")
+    atomic_write_text(out / "table.md", table)
     rank_figure(out / "rank.png", records, result["main_estimator"], cfg.R_values)
     return result
 
@@ -494,7 +496,7 @@ def write_train_results(
     table = train_table_markdown(records, cfg.R_values)
     if note:
         table += f"\nNote: {note}.\n"
-    (out / "table.md").write_text(table, encoding="utf-8")
+    atomic_write_text(out / "table.md", table)
     train_figure(out / "train.png", records, cfg.R_values)
     return result
 
@@ -649,5 +651,5 @@ def train_figure(path: Path, records: list[dict[str, Any]], R_values: Sequence[i
     w = default_window(len(records))
     fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3); dots: "
                  f"per step, lines: means over {w}-step windows, band: +/- 1 sd", fontsize=10)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -8,7 +8,8 @@ mismatch by option name.
 Every file a run reads back is checked as it is read (one line naming the file, the line and the
 fault; :mod:`grpo_io.records`): :func:`read_rank_records` (``real rank``'s ``results.jsonl``,
 one record per prompt index), :func:`read_train_steps` (``real train``'s ``steps.jsonl``, one per
-step), :func:`read_results` (a ``results.json`` given to ``compare --real``).
+step), :func:`read_results` (a ``results.json`` given to ``compare --real`` or
+``audit --real``).
 
 JSON(L) writing and reading, the non-finite policy and the environment record are
 :mod:`grpo_io`'s (re-exported here for the experiment modules).
@@ -23,7 +24,7 @@ from typing import Any
 import grpo_io
 from grpo_io import append_jsonl, read_jsonl, rewrite_jsonl, write_json
 from grpo_io import to_jsonable as jsonable
-from grpo_io.records import Each, Int, RecordError, check_record
+from grpo_io.records import Each, Int, Num, RecordError, check_record
 
 __all__ = [
     "jsonable",
@@ -37,13 +38,16 @@ __all__ = [
     "check_record_configs",
     "RANK_RECORD",
     "TRAIN_STEP",
+    "SUMMARY_ROW",
     "RESULTS",
+    "RESULTS_BY_EXPERIMENT",
     "read_rank_records",
     "read_train_steps",
     "read_results",
 ]
 
 _NUM = (float, None)  # a number, or null (NaN and "undefined" are written as null)
+_FINITE = (Num(finite=True), None)  # a finite number, or null (undefined)
 
 #: A line of ``real rank``'s ``results.jsonl`` (the keys a resumed run and the summary read).
 RANK_RECORD = {
@@ -54,21 +58,31 @@ RANK_RECORD = {
 }
 #: A line of ``real train``'s (or ``real trl-train``'s) ``steps.jsonl``.
 TRAIN_STEP = {"step": Int(ge=0), "accuracy": _NUM, "spectra": dict, "config?": dict}
-#: A ``results.json`` of ``real rank`` / ``real trl-train`` as ``compare --real`` reads it.
+#: A ``summary`` row of a ``results.json`` (:func:`real_model.outputs.summarize_rank`): group
+#: size ``R``, its groups, and the main estimator's means and sds over the mixed ones.
+SUMMARY_ROW = {
+    "R": Int(ge=2),
+    "groups": Int(ge=0),
+    "mixed_groups": Int(ge=0),
+    "effective_rank_mean": _FINITE,
+    "effective_rank_sd": _FINITE,
+    "top1_mean": _FINITE,
+    "top1_sd": _FINITE,
+}
+#: What the readers of a real-model ``results.json`` use (``compare --real``, ``audit --real``),
+#: per experiment; the key order is the order of the checks.
 RESULTS = {
     "experiment": str,
-    "model?": ({"name?": str}, None),
-    "accuracy?": _NUM,
-    "summary": [{
-        "R": Int(ge=2),
-        "effective_rank_mean": _NUM,
-        "effective_rank_sd": _NUM,
-        "top1_mean": _NUM,
-        "top1_sd": _NUM,
-        "mixed_groups": Int(ge=0),
-    }],
+    "summary": [SUMMARY_ROW],
+    "model": {"name": str, "num_parameters?": (Int(ge=1), None)},
+    "accuracy?": _FINITE,
 }
-_RESULT_KINDS = ("real_rank", "real_trl_train")
+RESULTS_BY_EXPERIMENT: dict[str, dict[str, Any]] = {
+    "real_rank": {**RESULTS, "main_estimator": str, "num_groups": Int(ge=0)},
+    "real_trl_train": RESULTS,
+}
+#: The command that writes each experiment's ``results.json``.
+_COMMANDS = {"real_rank": "real rank", "real_trl_train": "real trl-train"}
 
 
 def read_rank_records(path: Path) -> list[dict[str, Any]]:
@@ -84,27 +98,54 @@ def read_train_steps(path: Path) -> list[dict[str, Any]]:
     return read_jsonl(path, schema=TRAIN_STEP, unique="step")
 
 
-def read_results(path: Path) -> dict[str, Any]:
-    """A ``real rank`` / ``real trl-train`` ``results.json``, checked against :data:`RESULTS`
-    (one summary row per ``R``).
+def _results_fault(res: dict[str, Any]) -> str | None:
+    """What the schema cannot say: a named model, a non-empty summary, no ``R`` twice, no more
+    mixed groups than groups, and a mean wherever there is a mixed group."""
+    if not res["model"]["name"]:
+        return "model.name is empty"
+    if not res["summary"]:
+        return "summary has no rows"
+    for i, row in enumerate(res["summary"]):
+        if row["mixed_groups"] > row["groups"]:
+            return (f"summary[{i}].mixed_groups ({row['mixed_groups']}) exceeds "
+                    f"summary[{i}].groups ({row['groups']})")
+        if row["mixed_groups"] > 0 and row["effective_rank_mean"] is None:
+            return (f"summary[{i}] has {row['mixed_groups']} mixed groups but "
+                    "effective_rank_mean is null")
+    Rs = [row["R"] for row in res["summary"]]
+    if len(set(Rs)) < len(Rs):
+        return f"summary holds R = {sorted(Rs)}, some twice"
+    return None
+
+
+def read_results(
+    path: Path,
+    *,
+    experiments: Sequence[str] = tuple(RESULTS_BY_EXPERIMENT),
+    fix: str = "pass the results.json of `grpo-audit real rank --out DIR`",
+) -> dict[str, Any]:
+    """A real-model ``results.json`` of one of ``experiments`` (default: ``real rank`` and
+    ``real trl-train``), checked against its schema (:data:`RESULTS_BY_EXPERIMENT`) and
+    :func:`_results_fault`'s cross-field rules.
 
     Raises:
-        ValueError: one line naming the file and what is wrong (and the command that writes
-            such a file).
+        ValueError: one line naming the file, the field and what is wrong, then ``fix`` (what
+            the user should do).
     """
-    fix = "pass the results.json of `grpo-audit real rank --out DIR`"
     try:
         res = grpo_io.read_json(path)
         kind = res.get("experiment") if isinstance(res, dict) else None
-        if kind not in _RESULT_KINDS:
-            raise RecordError(f"{path} is not a `real rank` or `real trl-train` results.json "
-                              f"(experiment {kind!r})")
-        check_record(res, RESULTS, where=str(path))
+        if kind not in experiments:
+            what = (f"experiment {kind!r}" if isinstance(res, dict)
+                    else f"it holds a {type(res).__name__}, not an object")
+            names = " or ".join(f"`{_COMMANDS[e]}`" for e in experiments)
+            raise RecordError(f"{path} is not a {names} results.json ({what})")
+        check_record(res, RESULTS_BY_EXPERIMENT[kind], where=str(path))
+        fault = _results_fault(res)
+        if fault is not None:
+            raise RecordError(f"{path}: {fault}")
     except ValueError as exc:
         raise ValueError(f"{exc}; {fix}") from None
-    Rs = [row["R"] for row in res["summary"]]
-    if len(set(Rs)) < len(Rs):
-        raise ValueError(f"{path}: summary holds R = {sorted(Rs)}, some twice; {fix}")
     return res
 
 

@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from grpo_io import atomic_write_text, dumps, environment, locks_out_dir, to_jsonable
+from grpo_io import (
+    atomic_write_text,
+    dumps,
+    environment,
+    locks_out_dir,
+    save_figure,
+    to_jsonable,
+)
 
 from .plots import (
     legend_below,
@@ -82,10 +89,11 @@ def _write(
     }
     res = to_jsonable(res)
     atomic_write_text(out_dir / "results.json", dumps(res, indent=2))
-    (out_dir / "table.md").write_text(
-        f"# sims: {name} (seed {seed}{', quick' if quick else ''})\n\n" + table + "\n"
+    atomic_write_text(
+        out_dir / "table.md",
+        f"# sims: {name} (seed {seed}{', quick' if quick else ''})\n\n" + table + "\n",
     )
-    fig.savefig(out_dir / "figure.png", dpi=110, bbox_inches="tight")
+    save_figure(fig, out_dir / "figure.png", dpi=110, bbox_inches="tight")
     return res
 
 

@@ -64,12 +64,13 @@ def test_defaults_are_read_from_the_source_text():
         argparse_default(cli, "--x")
 
 
-def test_a_missing_extra_file_is_named(tmp_path):
-    from framework_checks.kl_source import extra_text
+def test_a_missing_kl_file_is_named(tmp_path):
+    from framework_checks.source import FILES
 
+    assert "verl/trainer/ppo/ray_trainer.py" in FILES["verl"]  # read with the rest of the tree
     tree = SourceTree("verl", {}, str(tmp_path), "0")
     with pytest.raises(FrameworkCodeError, match="ray_trainer.py not found in"):
-        extra_text(tree, "verl/trainer/ppo/ray_trainer.py")
+        tree.text("verl/trainer/ppo/ray_trainer.py")
 
 
 # --- TRL, from the installed package --------------------------------------------------------------

@@ -311,18 +311,40 @@ def test_table1_is_decided_on_a_real_run_beside_its_computed_verdict(tmp_path: P
     assert meta["command"].endswith(f"--real {f}")
 
 
+_ROW0 = ('{"R": 2, "groups": 2, "mixed_groups": 1, "effective_rank_mean": 1.5, '
+         '"effective_rank_sd": null, "top1_mean": 0.7, "top1_sd": null}')
+
+
+def _file(summary: str = f"[{_ROW0}]", model: str = '{"name": "m"}') -> str:
+    return (f'{{"experiment": "real_rank", "model": {model}, "main_estimator": "grpo", '
+            f'"num_groups": 2, "summary": {summary}}}')
+
+
 @pytest.mark.parametrize("content,message", [
     (None, "no such file"),
-    ("{not json", "not JSON (Expecting property name"),
-    ("[1, 2]", "must hold a JSON object, got list"),
-    ('{"experiment": "real_train"}', "experiment is 'real_train', not 'real_rank'"),
+    ("{not json", "not valid JSON (Expecting property name"),
+    ("[1, 2]", "not a `real rank` results.json (it holds a list, not an object)"),
+    ('{"experiment": "real_train"}', "not a `real rank` results.json (experiment 'real_train')"),
+    ('{"experiment": "real_trl_train", "model": {"name": "m"}, "summary": []}',
+     "not a `real rank` results.json (experiment 'real_trl_train')"),
     ('{"experiment": "real_rank", "model": {"name": "m"}, "main_estimator": "grpo"}',
-     "has no key 'summary'"),
-    ('{"experiment": "real_rank", "model": {"name": "m"}, "main_estimator": "grpo", '
-     '"num_groups": 1, "summary": [{"R": "2", "groups": 1, "mixed_groups": 0, '
-     '"effective_rank_mean": null, "effective_rank_sd": null, "top1_mean": null, '
-     '"top1_sd": null}]}', "summary[0].R must be an integer >= 1, got '2'"),
-    ('{"experiment": "real_rank", "model": "m"}', "model must be an object, got str"),
+     "key 'summary' is missing"),
+    (_file(_ROW0.join("[]").replace('"R": 2', '"R": "2"')),
+     "summary[0].R must be an integer, got '2'"),
+    (_file(_ROW0.join("[]").replace('"R": 2', '"R": 1')), "summary[0].R must be >= 2, got 1"),
+    (_file(model='"m"'), "model must be an object, got 'm'"),
+    (_file(model='{"name": ""}'), "model.name is empty"),
+    (_file(model='{"name": "m", "num_parameters": 0}'), "model.num_parameters must be >= 1"),
+    (_file("[]"), "summary has no rows"),
+    (_file(f"[{_ROW0}, {_ROW0}]"), "summary holds R = [2, 2], some twice"),
+    (_file(_ROW0.join("[]").replace('"mixed_groups": 1', '"mixed_groups": 3')),
+     "summary[0].mixed_groups (3) exceeds summary[0].groups (2)"),
+    (_file(_ROW0.join("[]").replace('"effective_rank_mean": 1.5', '"effective_rank_mean": null')),
+     "summary[0] has 1 mixed groups but effective_rank_mean is null"),
+    (_file(_ROW0.join("[]").replace('"top1_mean": 0.7', '"top1_mean": "inf"')),
+     "summary[0].top1_mean must be finite, got inf"),
+    (_file().replace('"num_groups": 2', '"num_groups": true'),
+     "num_groups must be an integer, got True"),
 ])
 def test_a_bad_real_file_is_one_line_naming_it_and_nothing_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,
@@ -339,6 +361,16 @@ def test_a_bad_real_file_is_one_line_naming_it_and_nothing_is_written(
     assert not out.exists()
     with pytest.raises(RealRunError, match=re.escape(message)):
         read_real_rank(f)
+
+
+def test_the_real_file_reader_imports_only_grpo_io_of_real_model() -> None:
+    """``audit --real`` reads through ``real_model.run_io`` (the file's one schema) and stays
+    cheap: ``real_model`` is lazy and ``run_io`` needs nothing but ``grpo_io``."""
+    code = ("import sys, paper_checks.real_run; "
+            "bad = [m for m in ('numpy', 'torch', 'transformers', 'matplotlib') if m in "
+            "sys.modules] + [m for m in sys.modules if m.startswith('real_model.') and m != "
+            "'real_model.run_io']; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_real_run_is_refused_for_a_paper_without_real_checks(tmp_path: Path,
@@ -369,7 +401,7 @@ def test_a_real_rank_run_of_the_tiny_model_is_read_and_decided(tmp_path: Path) -
     assert verdict.evidence["R8_eff_rank_verdict"] == "inconclusive"  # R = 8 was not run
 
 
-# --- progress and the run's record --------------------------------------------------------------
+# --- progress -------------------------------------------------------------------------------------
 def test_progress_line_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
@@ -389,37 +421,3 @@ def test_progress_line_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> No
     text = tty.getvalue()
     assert "checking claim 1/77: eq15_grpo_gradient_is_unbiased_reinforce" in text
     assert "77/77 claims checked" in text and text.endswith("\n")
-
-
-def test_git_commit_is_read_from_the_checkout_files(tmp_path: Path) -> None:
-    from grpo_io.env import git_commit
-
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "repo"
-    (repo / ".git" / "refs" / "heads").mkdir(parents=True)
-    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (repo / ".git" / "refs" / "heads" / "main").write_text(sha + "\n")
-    assert git_commit(repo) == sha
-    packed = tmp_path / "packed"
-    (packed / ".git").mkdir(parents=True)
-    (packed / ".git" / "HEAD").write_text("ref: refs/heads/dev\n")
-    (packed / ".git" / "packed-refs").write_text(f"# pack-refs\n{sha} refs/heads/dev\n")
-    assert git_commit(packed) == sha
-    wt = tmp_path / "worktree"  # a worktree: .git is a file; refs live in the common dir
-    gitdir = repo / ".git" / "worktrees" / "wt"
-    gitdir.mkdir(parents=True)
-    (gitdir / "HEAD").write_text("ref: refs/heads/main\n")
-    (gitdir / "commondir").write_text("../..\n")
-    wt.mkdir()
-    (wt / ".git").write_text(f"gitdir: {gitdir}\n")
-    assert git_commit(wt) == sha
-    assert git_commit(tmp_path) is None  # not a checkout: None, no error
-    (repo / ".git" / "HEAD").write_text("garbage")
-    assert git_commit.__wrapped__(repo) is None
-
-
-def test_environment_records_grpo_audits_version_and_commit_without_torch() -> None:
-    code = ("import sys, grpo_io; e = grpo_io.environment(); "
-            "assert e['grpo_audit'] and 'grpo_audit_commit' in e, e; "
-            "assert 'torch' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True)

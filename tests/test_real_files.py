@@ -74,17 +74,23 @@ def test_a_bad_resumed_record_is_one_line_naming_file_line_and_key(
 
 
 # --- compare --real ----------------------------------------------------------------------------
-ROW = {"R": 2, "effective_rank_mean": 1.5, "effective_rank_sd": None, "top1_mean": 0.7,
-       "top1_sd": None, "mixed_groups": 3}
+ROW = {"R": 2, "groups": 4, "effective_rank_mean": 1.5, "effective_rank_sd": None,
+       "top1_mean": 0.7, "top1_sd": None, "mixed_groups": 3}
+TRL = {"experiment": "real_trl_train", "model": {"name": "smol"}}  # what compare needs of one
+RANK = {**TRL, "experiment": "real_rank", "main_estimator": "grpo", "num_groups": 4}
 
 
 @pytest.mark.parametrize(("content", "fault"), [
     ({"experiment": "real_rank"}, "key 'summary' is missing"),
-    ({"experiment": "real_rank", "summary": "rows"}, "summary must be a list"),
-    ({"experiment": "real_rank", "summary": ["row"]}, "summary[0] must be an object"),
-    ({"experiment": "real_rank", "summary": [{**ROW, "R": "2"}]}, "summary[0].R must be an int"),
-    ({"experiment": "real_rank", "summary": [ROW, ROW]}, "some twice"),
-    ({"experiment": "real_rank", "model": "smol", "summary": [ROW]}, "model must be an object"),
+    ({**RANK, "summary": "rows"}, "summary must be a list"),
+    ({**RANK, "summary": ["row"]}, "summary[0] must be an object"),
+    ({**RANK, "summary": [{**ROW, "R": "2"}]}, "summary[0].R must be an int"),
+    ({**RANK, "summary": [{**ROW, "groups": 2}]}, "summary[0].mixed_groups (3) exceeds"),
+    ({**RANK, "summary": [ROW, ROW]}, "some twice"),
+    ({**TRL, "summary": [ROW, ROW]}, "some twice"),
+    ({**RANK, "model": "smol", "summary": [ROW]}, "model must be an object"),
+    ({"experiment": "real_rank", "model": {"name": "smol"}, "summary": [ROW]},
+     "key 'main_estimator' is missing"),
     ({"experiment": "sims", "summary": [ROW]}, "is not a `real rank` or `real trl-train`"),
 ])
 def test_compare_real_file_faults_are_one_line_before_any_write(
