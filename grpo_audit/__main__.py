@@ -1,6 +1,6 @@
 """``python -m grpo_audit``: same as the ``grpo-audit`` console script."""
 
-from .cli import main
+from .cli import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

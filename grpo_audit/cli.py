@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-__all__ = ["Parser", "build_parser", "main", "check_common_options", "printable"]
+__all__ = ["Parser", "build_parser", "main", "entry", "check_common_options", "printable"]
 
 
 class _VersionAction(argparse.Action):
@@ -140,5 +140,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(code or 0)
 
 
+def entry() -> int:
+    """The ``grpo-audit`` console script and ``python -m grpo_audit``: :func:`main`, and after an
+    interrupt (status 130) SIGINT is ignored until the process exits, so that a second Ctrl-C
+    cannot turn the clean exit into a traceback or a death by signal."""
+    code = main()
+    if code == 130:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(entry())

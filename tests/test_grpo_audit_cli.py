@@ -149,3 +149,18 @@ def test_cli_reports_a_type_error_in_one_line():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("grpo-audit: error:") and "ddof" in proc.stderr
+
+
+def test_console_entry_ignores_sigint_after_an_interrupt_only(monkeypatch) -> None:
+    """``entry`` (the console script) ignores a second Ctrl-C once the first gave status 130,
+    and touches no signal handler otherwise."""
+    import signal
+
+    from grpo_audit import cli
+
+    calls: list[object] = []
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    assert cli.entry() == 0 and calls == []
+    monkeypatch.setattr(cli, "main", lambda: 130)
+    assert cli.entry() == 130 and calls == [(signal.SIGINT, signal.SIG_IGN)]

@@ -125,7 +125,7 @@ def test_help_via_console_script_is_cheap(tmp_path: Path) -> None:
     """The console script as pip writes it for pyproject's entry point (and the installed one,
     when it is on PATH and points at the same entry point)."""
     target = _declared_entry_point()
-    assert target == "grpo_audit.cli:main"
+    assert target == "grpo_audit.cli:entry"
     module, func = target.split(":")
     script = tmp_path / "grpo-audit"
     script.write_text(
