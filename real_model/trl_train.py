@@ -110,7 +110,7 @@ def cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
 
 
 def _validate(cfg: TRLTrainConfig) -> None:
-    from .trl_geometry import SUPPORTED_LOSS_TYPES
+    from .integrations.trl.weights import SUPPORTED_LOSS_TYPES
 
     RankConfig.validate(cfg)  # model, data and sampling options, before any model is loaded
     if cfg.steps < 1 or cfg.prompts_per_step < 1:
@@ -184,7 +184,7 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
 
 def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -> Any:
     """The run's :class:`~real_model.trl_geometry.GeometryGRPOConfig` (a ``trl.GRPOConfig``)."""
-    from .trl_geometry import GeometryGRPOConfig
+    from .integrations.trl import GeometryGRPOConfig
 
     on_gpu = str(loaded.device).startswith("cuda")
     bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
@@ -348,8 +348,8 @@ def run_trl_train(
         raise ValueError(
             "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
         ) from exc
+    from .integrations.trl import GeometryGRPOTrainer
     from .loading import load_model
-    from .trl_geometry import GeometryGRPOTrainer
 
     _validate(cfg)
     out = Path(out_dir)
@@ -376,7 +376,7 @@ def write_trl_train_results(
 ) -> dict[str, Any]:
     """``results.json``, ``table.md`` and ``train.png`` of a finished run, from its
     ``steps.jsonl`` and ``geometry.jsonl`` in ``out``; returns the ``results.json`` content."""
-    from .trl_geometry import TRL_LOSS_AGGREGATION
+    from .integrations.trl.weights import TRL_LOSS_AGGREGATION
 
     R = cfg.num_generations
     records = read_jsonl(out / "steps.jsonl")

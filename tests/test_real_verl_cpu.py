@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from real_model import verl_cpu as vc  # noqa: E402
+from real_model.integrations.verl import cpu as vc  # noqa: E402
 
 
 def test_save_tiny_llama_writes_a_loadable_model_once(tmp_path):
