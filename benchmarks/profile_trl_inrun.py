@@ -36,7 +36,7 @@ from typing import Any
 TAPS = {"auto": None, "on": True, "off": False}
 HOOKS = (("layers.linear", "add_linear"), ("layers.linear", "_rows_grad"),
          ("layers.embedding", "add_embedding"), ("layers.leaf", "add_leaf"),
-         ("fused_head", "_fused_backward"), ("layers.head", "_head_tile"))
+         ("layers.fused_head", "_fused_backward"), ("layers.head", "_head_tile"))
 """The engine's per-call work, timed (module under ``real_model.gram``, function)."""
 
 

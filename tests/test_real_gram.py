@@ -269,7 +269,7 @@ def _norm_cases():
 @pytest.mark.parametrize("idx", [0, 1, 2])
 def test_closed_form_norm_gradients_equal_per_sample_vjp(idx):
     from real_model.gram.layers.leaf import generic_per_sample_grads
-    from real_model.gram.layers.norm import fast_leaf_grads
+    from real_model.gram.norms import fast_leaf_grads
 
     norm = _norm_cases()[idx].double()
     g = torch.Generator().manual_seed(idx)
@@ -397,7 +397,7 @@ def test_embedding_rows_gram_tied_adds_the_cross_terms_of_head_and_embedding_row
 def test_scaled_norm_factor_reads_z_of_weight_times_z():
     """``out = weight * z`` with the module's own weight: the node's ``z``; any other product
     (a weight that is not the module's, or a sum): ``None``."""
-    from real_model.gram.layers.norm import scaled_norm_factor
+    from real_model.gram.norms import scaled_norm_factor
 
     norm = nn.Module()
     norm.weight = nn.Parameter(torch.tensor([2.0, 3.0]))

@@ -36,9 +36,9 @@ from real_model.gram import (  # noqa: E402
     token_logprobs,
     trajectory_gram,
 )
+from real_model.gram import norms as norm_forms  # noqa: E402
 from real_model.gram.layers import leaf  # noqa: E402
 from real_model.gram.layers import linear as linear_rule  # noqa: E402
-from real_model.gram.layers import norm as norm_forms  # noqa: E402
 from real_model.gram.packed import PackedRows  # noqa: E402
 from real_model.gram.state import validate_blocks  # noqa: E402
 

@@ -2,9 +2,9 @@
 
 One capture of a forward + backward hands each trainable module's call to the rule registered
 for its type (:mod:`.layers`); packed rows (:mod:`.packed`), small-call batching
-(:mod:`.small_calls`), the tiled head (:mod:`.head`), a host's fused head (:mod:`.fused_head`)
-and the Triton kernel (:mod:`.triton`) each have their own file. Docs:
-``docs/real_model_gram.md``.
+(:mod:`.small_calls`), the tiled head (:mod:`.head`), a host's fused head
+(:mod:`.layers.fused_head`) and the Triton kernel (:mod:`.triton`) each have their own file.
+Docs: ``docs/real_model_gram.md``.
 """
 
 from .api import rows_gram, trajectory_gram

@@ -32,7 +32,7 @@ Mechanism (checkpoint-proof, ``.grad``-neutral):
   counted twice (weight reuse) or never is reported by name (:meth:`GramCapture.problems`).
 * LM heads computed outside the ``lm_head`` module hand the head's logits gradient to the
   capture tile by tile: :func:`real_model.gram.head.head_logprobs` (``capture=``), and a host's
-  fused head through :meth:`GramCapture.fused_head_hook` (:mod:`real_model.gram.fused_head`).
+  fused head through :meth:`GramCapture.fused_head_hook` (:mod:`real_model.gram.layers.fused_head`).
 
 State: what the passes on one set of hooks share is an :class:`~real_model.gram.state.Engine`;
 each forward + backward is a :class:`~real_model.gram.state.Pass`; the rules, the small-call
@@ -51,17 +51,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import norms as norm_forms
 from . import small_calls
 from . import triton as gram_triton
-from .fused_head import watch_fused_head
 from .layers import embedding, leaf, linear  # noqa: F401 - registers the rules by type
-from .layers import norm as norm_forms
 from .layers.embedding import unpacked_ids
+from .layers.fused_head import watch_fused_head
 from .layers.head import HeadState, head_begin, head_end, head_tile
-from .layers.registry import rule_of_kind
 from .options import EngineOptions, product_dtype
 from .packed import PackedRows
 from .plan import checkpointing_enabled, plan_of
+from .registry import rule_of_kind
 from .state import (
     Call,
     Engine,
@@ -401,7 +401,7 @@ class GramCapture:
         head_end(self.p, st)
 
     def watch_fused_head(self, *args: Any) -> None:
-        """A host's fused head ran: :func:`real_model.gram.fused_head.watch_fused_head`."""
+        """A host's fused head ran: :func:`real_model.gram.layers.fused_head.watch_fused_head`."""
         watch_fused_head(self.p, *args)
 
     def fused_head_hook(self) -> Callable[..., None]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from .layers.registry import rule_for
+from .registry import rule_for
 
 __all__ = ["Plan", "plan_of", "checkpointing_enabled", "active_dropout_modules"]
 

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import norms as norm_forms
 from .kernels import flat_gram
-from .layers import norm as norm_forms
 from .packed import PackedRows
 from .small_terms import PassCalls, add_small_calls
 from .state import Pass, check_rows, fail, guard

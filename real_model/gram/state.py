@@ -109,7 +109,7 @@ class Engine:
     strict: bool
     input_taps: bool
     anchor: torch.Tensor  # the input taps' anchor (``GramCapture.grad_inputs``)
-    norm_ok: dict[type, bool]  # per norm class: its closed form checked (``layers.norm``)
+    norm_ok: dict[type, bool]  # per norm class: its closed form checked (``norms``)
     tied_embeddings: set[str] = field(default_factory=set)
     embedding_of_head: dict[str, str] = field(default_factory=dict)
     scratch: Scratch = field(default_factory=Scratch)

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from ..kernels import Scratch, flat_gram, id_equality, identity_kernel, token_gram
+from ..registry import register
 from ..small_calls import defer_embedding
 from ..state import Call, GramCaptureError, Pass, guarded_call
-from .registry import register
 
 __all__ = ["Embedding", "add_embedding", "unpacked_ids", "embedding_rows_gram",
            "embedding_token_kernel"]

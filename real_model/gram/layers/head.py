@@ -1,7 +1,7 @@
 """An LM head computed outside its module, in vocabulary tiles: its term added tile by tile.
 
 The tiled head (:func:`real_model.gram.head.head_logprobs`) and a host's fused head
-(:mod:`real_model.gram.fused_head`) never call the ``lm_head`` module; they hand the pass the
+(:mod:`.fused_head`) never call the ``lm_head`` module; they hand the pass the
 gradient ``dy`` of the raw projection one vocabulary tile at a time. :func:`head_begin` finds
 the head's trainable weight/bias (and a tied embedding), :func:`head_tile` adds one tile's
 ``<dW_i, dW_j>`` (and keeps the tied rows), :func:`head_end` counts the head once.

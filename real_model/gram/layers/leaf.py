@@ -2,7 +2,7 @@
 
 A leaf module with trainable parameters (no children, at most :data:`GENERIC_MAX_PARAMS`) has
 its per-row gradients formed from its captured inputs and output gradient: a norm's closed form
-(:mod:`.norm`, checked once per class against the generic path), else per-row vector-Jacobian
+(:mod:`..norms`, checked once per class against the generic path), else per-row vector-Jacobian
 products of the module (:func:`generic_per_sample_grads`). Their Gram is added per block, or
 with the pass's other small rows at its flush (:func:`real_model.gram.small_calls.add_rows_gram`).
 """
@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import norms as norm_forms
+from ..registry import register
 from ..small_calls import add_rows_gram, defer_norm
 from ..state import Call, Pass, fail, guard, guarded_call
-from . import norm as norm_forms
-from .registry import register
 
 __all__ = ["GENERIC_MAX_PARAMS", "Leaf", "add_leaf", "generic_per_sample_grads"]
 
@@ -107,7 +107,7 @@ def add_leaf(p: Pass, mod: nn.Module, names: list[str], args: tuple, delta: torc
     from the host's own autograd node of the call (``host_fn``: held inputs, no input taps)
     or, without it, from a re-run of the module's ``forward`` on the saved input; it is
     checked once per class and process against the generic path
-    (:data:`real_model.gram.layers.norm.NORM_CLOSED_FORM_CHECKED`)."""
+    (:data:`real_model.gram.norms.NORM_CLOSED_FORM_CHECKED`)."""
     assert p.acc is not None
     n, cls, ok = p.n, type(mod), p.engine.norm_ok
     grads = None

@@ -25,10 +25,10 @@ from ..linear_gram import (
     linear_weight_gram_identity_packed,
     linear_weight_rows,
 )
+from ..registry import register
 from ..rows import linear_weight_grad_and_gram, rows_allowed
 from ..small_calls import defer_linear, small_linear_tokens
 from ..state import Call, GramCaptureError, Pass, guard, guarded_call
-from .registry import register
 
 __all__ = ["Linear", "add_linear", "linear_on_packed", "rows_module", "rows_call",
            "LinearFromRows", "linear_forward", "weight_grad_from_rows"]

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-_BUILT: dict[str, Any] = {}
-
 
 def __getattr__(name: str) -> Any:
-    if name not in ("GeometryFSDPEngine", "GeometryFSDPEngineConfig"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _BUILT:
-        if name == "GeometryFSDPEngine":
-            from .engine import make_engine_class
+    if name == "GeometryFSDPEngine":
+        from .engine import engine_class
 
-            _BUILT[name] = make_engine_class(__name__)
-        else:
-            from .config import make_engine_config_class
+        return engine_class()
+    if name == "GeometryFSDPEngineConfig":
+        from .config import engine_config_class
 
-            _BUILT[name] = make_engine_config_class(__name__)
-    return _BUILT[name]
+        return engine_config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,9 @@ from typing import Any
 
 from ..config import from_mapping, host_fields
 
-__all__ = ["block_help", "make_engine_config_class"]
+__all__ = ["block_help", "engine_config_class"]
+
+_BUILT: list[type] = []
 
 
 def block_help() -> dict[str, tuple[Any, str]]:
@@ -24,8 +26,11 @@ def block_help() -> dict[str, tuple[Any, str]]:
     return out
 
 
-def make_engine_config_class(module: str) -> type:
-    """``GeometryFSDPEngineConfig``: verl's ``FSDPEngineConfig`` plus a ``geometry`` block."""
+def engine_config_class() -> type:
+    """``GeometryFSDPEngineConfig`` (built at the first call): verl's ``FSDPEngineConfig`` plus
+    a ``geometry`` block."""
+    if _BUILT:
+        return _BUILT[0]
     from dataclasses import dataclass, field
 
     from verl.workers.config import FSDPEngineConfig
@@ -49,6 +54,7 @@ def make_engine_config_class(module: str) -> type:
         "verl's driver and in its workers; in a worker process (``RANK`` and ``WORLD_SIZE`` set) "
         "it also registers ``GeometryFSDPEngine`` before the worker builds its engine.\n\n"
         "The block's keys:\n\n" + keys)
-    GeometryFSDPEngineConfig.__module__ = module
+    GeometryFSDPEngineConfig.__module__ = "real_model.integrations.verl"
     GeometryFSDPEngineConfig.__qualname__ = "GeometryFSDPEngineConfig"
+    _BUILT.append(GeometryFSDPEngineConfig)
     return GeometryFSDPEngineConfig

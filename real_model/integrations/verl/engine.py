@@ -1,6 +1,6 @@
 """verl's FSDP engine with the geometry: a thin subclass and its registry entry.
 
-:func:`make_engine_class` builds ``GeometryFSDPEngine`` (verl's ``FSDPEngineWithLMHead``) whose
+:func:`engine_class` builds ``GeometryFSDPEngine`` (verl's ``FSDPEngineWithLMHead``) whose
 ``forward_backward_batch`` runs inside :meth:`.step.VerlGeometry.run_step` and whose
 ``forward_step`` opens each micro-batch's capture; :func:`register_geometry_engine` makes
 verl's workers build it. verl is imported only inside these functions.
@@ -14,7 +14,11 @@ from typing import Any
 from ..config import GeometryConfig, from_mapping
 from .step import VerlGeometry
 
-__all__ = ["engine_geometry", "make_engine_class", "register_geometry_engine"]
+__all__ = ["engine_geometry", "engine_class", "register_geometry_engine"]
+
+PACKAGE = "real_model.integrations.verl"
+"""Where the built class lives (pickles and Hydra find it there)."""
+_BUILT: list[type] = []
 
 
 def engine_geometry(engine_config: Any, geometry: GeometryConfig | None) -> VerlGeometry | None:
@@ -25,9 +29,11 @@ def engine_geometry(engine_config: Any, geometry: GeometryConfig | None) -> Verl
     return None if geometry is None or geometry.every == 0 else VerlGeometry(geometry)
 
 
-def make_engine_class(module: str) -> type:
-    """``GeometryFSDPEngine``: verl's ``FSDPEngineWithLMHead`` measuring the exact per-group
-    gradient geometry of its own training step."""
+def engine_class() -> type:
+    """``GeometryFSDPEngine`` (built at the first call): verl's ``FSDPEngineWithLMHead``
+    measuring the exact per-group gradient geometry of its own training step."""
+    if _BUILT:
+        return _BUILT[0]
     from .cpu import register_cpu_platform
 
     register_cpu_platform()  # no-op with an accelerator; before verl caches its device name
@@ -58,8 +64,9 @@ def make_engine_class(module: str) -> type:
                 self.geometry.open_micro_batch(self.module, micro_batch)
             return super().forward_step(micro_batch, loss_function, forward_only)
 
-    GeometryFSDPEngine.__module__ = module
+    GeometryFSDPEngine.__module__ = PACKAGE
     GeometryFSDPEngine.__qualname__ = "GeometryFSDPEngine"
+    _BUILT.append(GeometryFSDPEngine)
     return GeometryFSDPEngine
 
 
@@ -75,9 +82,7 @@ def register_geometry_engine() -> type:
     from verl.utils.device import get_device_name, get_vendor
     from verl.workers.engine import EngineRegistry
 
-    from . import __getattr__ as built
-
-    cls = built("GeometryFSDPEngine")
+    cls = engine_class()
     key = (get_device_name(), get_vendor())
     reg = EngineRegistry._engines.setdefault("language_model", {})
     for backend in ("fsdp", "fsdp2"):

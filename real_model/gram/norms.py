@@ -5,7 +5,7 @@
 * ``nn.LayerNorm`` and subclasses (Nemotron's LayerNorm1P): ``g_i(weight) = sum_t delta_it *
   xhat_it``, ``g_i(bias) = sum_t delta_it``.
 
-The leaf rule (:mod:`.leaf`) tries these before the generic per-row VJP, checking each module
+The leaf rule (:mod:`.layers.leaf`) tries these before the generic per-row VJP, checking each module
 class once per process against it (:data:`NORM_CLOSED_FORM_CHECKED`). A new norm of either form
 needs nothing here; another form is one more branch of :func:`fast_leaf_grads`.
 """

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from .head import HeadTransform, default_vocab_tile, half_operand, logit_grad_tiles
-from .layers.head import head_begin, head_end, head_tile
-from .state import GramCaptureError, Pass, guard
+from ..head import HeadTransform, default_vocab_tile, half_operand, logit_grad_tiles
+from ..state import GramCaptureError, Pass, guard
+from .head import head_begin, head_end, head_tile
 
 __all__ = ["watch_fused_head"]
 
