@@ -403,3 +403,47 @@ def test_group_records_from_the_row_gram_hand_checked():
     assert rec["rank"] == 2 and rec["top1_fraction"] == pytest.approx(0.8)
     assert rec["norms"] == pytest.approx([np.sqrt(2.0), np.sqrt(3.0)])
     assert "weights" not in rec  # no row weights given: only the row Gram's metrics
+
+
+def test_every_private_trl_name_the_integration_uses_exists_in_the_pinned_trl():
+    """``integrations.trl.private`` lists each TRL-private name touched; each is in TRL 1.16."""
+    from real_model.integrations.trl import private
+
+    assert trl.__version__ == private.PINNED
+    found = private.checked_names(trl)
+    assert len(found) == len(private.TRAINER_PRIVATE) + len(private.MODULE_PRIVATE)
+    assert all(found.values()), sorted(k for k, ok in found.items() if not ok)
+
+
+def test_the_old_import_path_re_exports_the_trl_integration():
+    import real_model.trl_geometry as old
+
+    assert old.GeometryGRPOTrainer is itrl.GeometryGRPOTrainer
+    assert old.GeometryGRPOConfig is itrl.GeometryGRPOConfig
+    assert old.GeometryConfig is gconfig.GeometryConfig
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("geometry_every", "2", TypeError), ("geometry_every", 1.5, TypeError),
+    ("geometry_every", -1, ValueError), ("geometry_rtol", 2.0, ValueError),
+    ("geometry_mode", "inrun", ValueError), ("geometry_keep_groups", "yes", TypeError),
+    ("geometry_success_threshold", float("nan"), ValueError)])
+def test_geometry_grpo_config_refuses_a_bad_value_naming_its_field(tmp_path, field, value,
+                                                                   error):
+    with pytest.raises(error, match=f"^{field}: "):
+        itrl.GeometryGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                **{field: value})
+
+
+def test_trl_config_fields_are_views_of_the_one_geometry_config():
+    """One ``geometry_<name>`` field per option TRL reads, with that option's default and help."""
+    import dataclasses
+
+    trl_fields = {f.name: f for f in dataclasses.fields(itrl.GeometryGRPOConfig)
+                  if f.name.startswith("geometry_")}
+    options = gconfig.host_fields("trl")
+    assert sorted(trl_fields) == sorted(f"geometry_{f.name}" for f in options)
+    for f in options:
+        view = trl_fields[f"geometry_{f.name}"]
+        assert view.default == f.default and view.metadata["help"] == f.metadata["help"]
+    assert "geometry_second_pass_rows" not in trl_fields  # verl's option only

@@ -71,6 +71,7 @@ from .state import (
     fail,
     guard,
     in_backward,
+    problems,
     validate_blocks,
 )
 
@@ -322,31 +323,7 @@ class GramCapture:
 
     def problems(self) -> list[str]:
         """Recorded errors plus coverage problems (a module counted 0 or > 1 times)."""
-        self.flush()
-        p = self.p
-        if p.errors:  # later work was skipped: coverage would only echo the first failure
-            return list(p.errors)
-        if p.n is None:
-            return ["no trainable module was called with gradients enabled inside the capture"]
-        out: list[str] = []
-        for name, count in self.coverage().items():
-            mod, _, pnames = self.engine.plan.modules[name]
-            what = f"module {name!r} ({type(mod).__name__}) with trainable parameters {pnames}"
-            if count == 0 and not p.called.get(name):
-                out.append(f"{what} was never called in the forward inside the capture (with "
-                           "gradients enabled): its parameters may be used outside its forward, "
-                           "which the exact Gram cannot attribute (use method='naive', or set "
-                           "requires_grad=False on them)")
-            elif count == 0:
-                out.append(f"{what} was called but added no contribution: its output never "
-                           "received a gradient in the backward (not on the loss's path, or its "
-                           "hook was removed); set requires_grad=False on parameters the loss "
-                           "does not use")
-            elif count > 1:
-                out.append(f"{what} was counted {count} times: it was called {count} times in "
-                           "one forward (weight reuse, or one capture around several forwards); "
-                           "the exact Gram needs each trainable module once per row")
-        return out
+        return problems(self.p, self.coverage())
 
     @property
     def ok(self) -> bool:

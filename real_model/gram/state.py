@@ -22,7 +22,8 @@ from .options import EngineOptions
 from .packed import PackedRows
 
 __all__ = ["GramCaptureError", "Call", "Blocks", "select_rows", "validate_blocks", "Engine",
-           "SmallCalls", "Pass", "fail", "guard", "guarded_call", "check_rows", "in_backward"]
+           "SmallCalls", "Pass", "fail", "guard", "guarded_call", "check_rows", "in_backward",
+           "problems"]
 
 
 def in_backward() -> bool:
@@ -225,3 +226,31 @@ def guarded_call(p: Pass, name: str, mod: nn.Module, fn: Callable[[], Any]) -> N
         guard(p, f"module {name!r} ({type(mod).__name__})", fn)
     finally:
         p.busy = False
+
+
+def problems(p: Pass, coverage: dict[str, int]) -> list[str]:
+    """The pass's recorded errors, else its coverage problems: a trainable module counted 0 or
+    more than 1 times (``coverage``: module -> contributions), each named with its parameters."""
+    if p.errors:  # later work was skipped: coverage would only echo the first failure
+        return list(p.errors)
+    if p.n is None:
+        return ["no trainable module was called with gradients enabled inside the capture"]
+    out: list[str] = []
+    for name, count in coverage.items():
+        mod, _, pnames = p.engine.plan.modules[name]
+        what = f"module {name!r} ({type(mod).__name__}) with trainable parameters {pnames}"
+        if count == 0 and not p.called.get(name):
+            out.append(f"{what} was never called in the forward inside the capture (with "
+                       "gradients enabled): its parameters may be used outside its forward, "
+                       "which the exact Gram cannot attribute (use method='naive', or set "
+                       "requires_grad=False on them)")
+        elif count == 0:
+            out.append(f"{what} was called but added no contribution: its output never "
+                       "received a gradient in the backward (not on the loss's path, or its "
+                       "hook was removed); set requires_grad=False on parameters the loss "
+                       "does not use")
+        elif count > 1:
+            out.append(f"{what} was counted {count} times: it was called {count} times in "
+                       "one forward (weight reuse, or one capture around several forwards); "
+                       "the exact Gram needs each trainable module once per row")
+    return out
