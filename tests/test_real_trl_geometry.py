@@ -394,7 +394,7 @@ def test_trl_train_writes_real_train_outputs_and_compare_accepts_them(tmp_path):
 
 def test_group_records_from_the_row_gram_hand_checked():
     """Rows g = (1, 0), (0, 2): Kg = diag(1, 4), grad_norm = sqrt(5), rank 2, top-1 4/5."""
-    from real_model.geometry_metrics import group_records
+    from real_model.integrations.protocol import group_records
 
     K = np.array([[2.0, 0.0], [0.0, 3.0]])
     rec = group_records(K, [1.0, 0.0], [1.0, -1.0], None, [3, 4],

@@ -1,4 +1,5 @@
-"""``real_model.verl_cpu`` without verl: the savers that several processes call on one path."""
+"""``real_model.integrations.verl.cpu`` without verl: the savers that several processes call on one
+path."""
 
 from __future__ import annotations
 

@@ -427,11 +427,11 @@ def test_gradient_checkpointing_leaves_every_micro_batch_its_rows_path(tmp_path,
                                                                     score_every=0))
     td = vc.grpo_batch(H.REWARDS, seed=3, logp_noise=0.3, model_path=path)
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
-    from real_model.gram_capture import GramCapture
+    from real_model.gram.layers import leaf
 
-    leaves, add_leaf = [], GramCapture.add_leaf
-    monkeypatch.setattr(GramCapture, "add_leaf", lambda cap, mod, *a, **k: (
-        leaves.append(type(mod).__name__), add_leaf(cap, mod, *a, **k))[1])
+    leaves, add_leaf = [], leaf.add_leaf
+    monkeypatch.setattr(leaf, "add_leaf", lambda p, mod, *a, **k: (
+        leaves.append(type(mod).__name__), add_leaf(p, mod, *a, **k))[1])
     res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
     _assert_exact(res, "in_run")
     caps = [mb.capture for mb in engine.geometry.micro]

@@ -31,8 +31,8 @@ from ...gram import (
     GramCaptureError,
     TemperatureScaled,
     checkpointing_enabled,
+    reshard_fsdp,
 )
-from ...gram import reshard_fsdp as _reshard
 from .. import collectives
 from ..config import GeometryConfig
 from ..jsonl import StepLog, write_step
@@ -392,7 +392,7 @@ def _run_passes(engine: Any, plan: Plan, rank: int,
         except Exception as e:
             errors.append(f"second pass {i}: {type(e).__name__}: {e}")
     try:
-        _reshard(engine.module)  # every rank, whatever its passes did
+        reshard_fsdp(engine.module)  # every rank, whatever its passes did
     except Exception as e:
         errors.append(f"resharding after the second passes: {type(e).__name__}: {e}")
     return errors, grams
