@@ -5,14 +5,14 @@ On the SAME batch (seeded random token ids; the first quarter of each row is the
 
 * (a) ``plain``: one batched forward + ``loss.backward()`` of ``sum_i sum_t w_it log pi``;
 * (a') ``capture``: the same plain forward + ``loss.backward()`` inside
-  :class:`real_model.gram_capture.GramCapture` (the in-run Gram of the step's own backward; the
+  :class:`real_model.gram.GramCapture` (the in-run Gram of the step's own backward; the
   weight gradients are computed as usual);
 * (b) ``exact``: ``trajectory_gram(..., method="exact")`` (one forward + backward, per-layer
   Grams);
 * (c) ``naive``: ``trajectory_gram(..., method="naive")`` (R backward passes, stored gradients);
-* (b') ``exact-triton``: ``trajectory_gram(..., linear_method="triton")`` (every Linear weight by
-  the fused Triton kernel of ``real_model.gram_triton``); in the default ``--modes`` only when
-  triton is installed and ``--device`` is CUDA.
+* (b') ``exact-triton``: ``trajectory_gram(..., engine=EngineOptions(linear_method="triton"))``
+  (every Linear weight by the fused Triton kernel of ``real_model.gram.triton``); in the default
+  ``--modes`` only when triton is installed and ``--device`` is CUDA.
 
 It prints the ratios (b)/(a), (c)/(a) and the relative error ``max|K_b - K_c| / max|K_c|``, and
 where the exact mode's time goes (per-module Gram work vs. forward/backward). Peak memory is the
@@ -158,10 +158,15 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from real_model import gram_layers as gm
-    from real_model import gram_triton as gt
-    from real_model.gram import token_logprobs, trajectory_gram
-    from real_model.gram_capture import GramCapture
+    from real_model.gram import (
+        EngineOptions,
+        GramCapture,
+        linear_gram,
+        token_logprobs,
+        trajectory_gram,
+    )
+    from real_model.gram import triton as gt
+    from real_model.gram.layers import embedding, head, leaf, linear
 
     cuda = args.device.startswith("cuda")
     t0 = time.perf_counter()
@@ -172,11 +177,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     # where the exact mode's time goes: wrap the per-module Gram helpers with timers
     spent: dict[str, float] = {}
-    for mod, name in [(gm, n) for n in ("linear_weight_gram_identity",
-                                        "linear_weight_gram_per_sample", "linear_weight_rows",
-                                        "bias_gram", "embedding_rows_gram",
-                                        "generic_per_sample_grads")] + [
-                          (gt, "linear_weight_gram_triton")]:
+    # (patched where the engine looks each name up)
+    for mod, name in [(linear_gram, "linear_weight_gram_identity"),
+                      (linear_gram, "linear_weight_gram_per_sample"),
+                      (linear, "linear_weight_rows"), (head, "linear_weight_rows"),
+                      (linear, "bias_gram"), (head, "bias_gram"),
+                      (embedding, "embedding_rows_gram"), (leaf, "generic_per_sample_grads"),
+                      (gt, "linear_weight_gram_triton")]:
         fn = getattr(mod, name)
 
         def timed(*a, _fn=fn, _name=name, **k):
@@ -189,6 +196,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
         setattr(mod, name, timed)
     linear_method = "triton" if args.mode == "exact-triton" else args.linear_method
+    engine = EngineOptions(linear_method=linear_method, gram_precision=args.gram_precision,
+                           chunk_size=args.chunk_size or None)
 
     def run() -> Any:
         if args.mode == "plain":
@@ -198,17 +207,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             return None
         if args.mode == "capture":
             model.zero_grad(set_to_none=True)
-            with GramCapture(model, linear_method=linear_method,
-                             gram_precision=args.gram_precision,
-                             chunk_size=args.chunk_size or None) as cap:
+            with GramCapture(model, engine=engine) as cap:
                 loss = (token_logprobs(model, ids, am) * cm.to(torch.float32)).sum()
                 loss.backward()
             return cap.result()
         return trajectory_gram(model, ids, am, cm,
                                method="exact" if args.mode in EXACT_MODES else args.mode,
-                               linear_method=linear_method,
-                               gram_precision=args.gram_precision, naive_stored=stored,
-                               chunk_size=args.chunk_size or None)
+                               naive_stored=stored, engine=engine)
 
     stored = args.naive_stored if args.naive_stored > 0 else None
     if args.mode == "naive" and stored is None and cuda:
@@ -222,7 +227,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     warm_rows = args.R if linear_method == "triton" else min(2, args.R)
     small = argparse.Namespace(**{**vars(args), "R": warm_rows, "tokens": 16})
     w_ids, w_am, w_cm = make_batch(model.config.vocab_size, small)
-    trajectory_gram(model, w_ids, w_am, w_cm, method="exact", linear_method=linear_method)
+    trajectory_gram(model, w_ids, w_am, w_cm, method="exact",
+                    engine=EngineOptions(linear_method=linear_method))
     model.zero_grad(set_to_none=True)
     spent.clear()
     rss_after_load = _rss_mib()
@@ -405,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad := [m for m in modes if m not in MODES]:
         raise SystemExit(f"unknown modes {bad}; choose from {MODES}")
     if "exact-triton" in modes or args.linear_method == "triton":
-        from real_model import gram_triton
+        from real_model.gram import triton as gram_triton
 
         try:
             gram_triton.require(__import__("torch").device(args.device))

@@ -6,11 +6,11 @@ in blocks (groups) of ``--block`` rows, random float32 inputs ``a`` and output g
 ``delta``. Timed interleaved (one call of each per round, ``--rounds``), medians:
 
 * ``host``: ``delta^T a``, the product autograd forms for ``dW``;
-* ``rows``: ``gram_layers.linear_weight_grad_and_gram``: the per-row products, their sum
+* ``rows``: ``gram.rows.linear_weight_grad_and_gram``: the per-row products, their sum
   (``dW``) and each block's Gram. The in-run capture with ``weight_grads="rows"`` runs this
   *instead of* the host's product: its extra cost is ``rows - host``;
 * ``identity f64`` / ``identity f32``: each block's identity from its token kernels
-  (``gram_layers.linear_weight_gram_identity``, float64 or float32 kernels). The host still
+  (``gram.linear_gram.linear_weight_gram_identity``, float64 or float32 kernels). The host still
   forms ``dW``: its extra cost is the whole time.
 
 ``--packed`` lays the rows out as one packed sequence (verl's remove-padding micro-batches):
@@ -36,7 +36,8 @@ from collections.abc import Callable
 
 import torch
 
-from real_model import gram_layers as gm
+from real_model.gram import kernels, linear_gram
+from real_model.gram import rows as gram_rows
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -54,7 +55,7 @@ def methods(a: torch.Tensor, delta: torch.Tensor, *, R: int, T: int, block: int,
             chunk: int) -> dict[str, Callable[[], object]]:
     """The timed calls for one Linear: ``a`` ``[R T, d_in]``, ``delta`` ``[R T, d_out]``."""
     starts = [(b0, min(R, b0 + block)) for b0 in range(0, R, block)]
-    scratch = gm.Scratch()
+    scratch = kernels.Scratch()
     segments = [(i * T, (i + 1) * T) for i in range(R)] if packed else None
     a3, g3 = a.view(R, T, -1), delta.view(R, T, -1)
 
@@ -64,7 +65,7 @@ def methods(a: torch.Tensor, delta: torch.Tensor, *, R: int, T: int, block: int,
     def rows() -> object:
         blocks = [(torch.zeros(b1 - b0, b1 - b0, dtype=torch.float64), slice(b0, b1))
                   for b0, b1 in starts]
-        dW = gm.linear_weight_grad_and_gram(
+        dW = gram_rows.linear_weight_grad_and_gram(
             blocks, a if packed else a3, delta if packed else g3, chunk_size=chunk,
             scratch=scratch, product_dtype=torch.float32, segments=segments)
         return dW, [K for K, _ in blocks]
@@ -75,11 +76,11 @@ def methods(a: torch.Tensor, delta: torch.Tensor, *, R: int, T: int, block: int,
             for b0, b1 in starts:
                 if packed:
                     S = torch.repeat_interleave(torch.eye(b1 - b0, dtype=torch.float64), T, dim=1)
-                    out.append(gm.linear_weight_gram_identity_packed(
+                    out.append(linear_gram.linear_weight_gram_identity_packed(
                         a[b0 * T: b1 * T], delta[b0 * T: b1 * T], S, product_dtype=dtype))
                 else:
                     out.append(torch.zeros(b1 - b0, b1 - b0, dtype=torch.float64))
-                    gm.linear_weight_gram_identity(out[-1], a3[b0:b1], g3[b0:b1],
+                    linear_gram.linear_weight_gram_identity(out[-1], a3[b0:b1], g3[b0:b1],
                                                    chunk_size=chunk, product_dtype=dtype)
             return out
         return run
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for d_in, d_out in a.shape:
         x, g = torch.randn(R * T, d_in), torch.randn(R * T, d_out)
         calls.append(methods(x, g, R=R, T=T, block=a.block, packed=a.packed,
-                             chunk=gm.CPU_CHUNK_SIZE))
+                             chunk=kernels.CPU_CHUNK_SIZE))
     for c in calls:  # every method computes the same thing (else its time means nothing)
         dW, K_rows = c["rows"]()
         assert torch.allclose(dW, c["host"](), rtol=1e-4, atol=1e-3), "rows: dW != host's"

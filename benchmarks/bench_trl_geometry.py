@@ -98,9 +98,9 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from real_model.data import load_problems
+    from real_model.integrations.trl import GeometryGRPOConfig, GeometryGRPOTrainer
     from real_model.loading import load_model
     from real_model.rollouts import build_prompt
-    from real_model.trl_geometry import GeometryGRPOConfig, GeometryGRPOTrainer
     from real_model.trl_train import TRLTrainConfig, lora_config
 
     plan = schedule(a.rounds, warmup=a.warmup)
@@ -122,10 +122,10 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
 
         def on_step_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
             cond = plan[len(steps)]
-            meter = tr.geometry_meter
-            base = state.setdefault("config", meter.config)
-            meter.config = (dataclasses.replace(base, geometry_every=0) if cond == "off"
-                            else dataclasses.replace(base, geometry_every=1, mode=cond))
+            run = tr.geometry_run
+            base = state.setdefault("config", run.config)
+            run.config = (dataclasses.replace(base, every=0) if cond == "off"
+                          else dataclasses.replace(base, every=1, mode=cond))
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
             _peak_rss_reset()

@@ -35,14 +35,14 @@ the LM head, unpacking packed micro-batches, and the rest (hooks, input taps, th
 nodes, building the captures, the per-step protocol) as the difference.
 
 ``--grouped-rows`` adds a mode, in-run with the packed rows' per-row weight-gradient products as
-one grouped product (``gram_layers.GROUPED_DEVICE_TYPES``; off by default). ``--bf16-rows``
+one grouped product (``gram.rows.GROUPED_DEVICE_TYPES``; off by default). ``--bf16-rows``
 adds a mode, in-run with bf16 Linears on the ``rows`` path on every device (float32 rows; by
-default on CPU only, ``gram_layers.ROWS_LOW_PRECISION_DEVICE_TYPES``). ``--small-calls
+default on CPU only, ``gram.rows.ROWS_LOW_PRECISION_DEVICE_TYPES``). ``--small-calls
 TOKENS ELEMENTS`` adds a mode, in-run with larger small-call limits (the defaults, 512 tokens and
 65536 entries, were set on CPU): calls up to those sizes take the batched token kernels, a few
 operators per distinct input instead of a dozen per call, at up to ``N^2 (d_in + d_out)``
 multiply-adds a call. ``--kernel-ratio R`` adds a mode, in-run with
-``gram_capture.SMALL_CALL_KERNEL_RATIO`` set to ``R`` (default 40; 0: Linear calls are small by
+``gram.small_calls.SMALL_CALL_KERNEL_RATIO`` set to ``R`` (default 40; 0: Linear calls are small by
 their size alone, as before that bound). ``--logprobs
 one-pass`` replaces verl's log-prob fallback (without the ``flash_attn`` package it runs one
 log-softmax per packed token, which on a GPU makes the plain step several times slower) with
@@ -111,22 +111,22 @@ def main() -> None:
                          "over all tokens), standing in for flash_attn's fused cross-entropy")
     ap.add_argument("--grouped-rows", action="store_true",
                     help="add a mode: in-run with the packed rows' per-row products as one "
-                         "grouped product (torch._grouped_mm; gram_layers.GROUPED_DEVICE_TYPES)")
+                         "grouped product (torch._grouped_mm; gram.rows.GROUPED_DEVICE_TYPES)")
     ap.add_argument("--profile", action="store_true",
                     help="after the rounds, profile one plain and one in-run step "
                          "(torch.profiler): top operators by self CPU and device time, and the "
                          "operator calls the geometry adds")
     ap.add_argument("--bf16-rows", action="store_true",
                     help="add a mode: in-run with bf16/fp16 Linears on weight_grads='rows' on "
-                         "every device (gram_layers.ROWS_LOW_PRECISION_DEVICE_TYPES; CPU only "
+                         "every device (gram.rows.ROWS_LOW_PRECISION_DEVICE_TYPES; CPU only "
                          "by default): float32 rows, verl's dW from them")
     ap.add_argument("--small-calls", type=int, nargs=2, metavar=("TOKENS", "ELEMENTS"),
                     help="add a mode: in-run with other small-call limits "
-                         "(gram_capture.SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS; defaults 512, "
+                         "(gram.small_calls.SMALL_CALL_TOKENS, SMALL_CALL_ELEMENTS; defaults 512, "
                          "65536, set for CPU): calls up to these sizes take the batched token "
                          "kernels, a few operators per distinct input")
     ap.add_argument("--kernel-ratio", type=int, metavar="R",
-                    help="add a mode: in-run with gram_capture.SMALL_CALL_KERNEL_RATIO = R "
+                    help="add a mode: in-run with gram.small_calls.SMALL_CALL_KERNEL_RATIO = R "
                          "(default 40: a Linear call is also small when N^2 (d_in + d_out) <= R "
                          "n d_in d_out; 0: by its size alone)")
     ap.add_argument("--op-sites", action="store_true",
@@ -140,11 +140,13 @@ def main() -> None:
         ap.error(f"--kernel-ratio must be >= 0 (got {args.kernel_ratio})")
     load0 = os.getloadavg()
 
-    from real_model import verl_cpu as vc
+    from real_model.integrations.verl import cpu as vc
 
     rank, world = vc.init_process_group()
     vc.register_cpu_platform()
-    from real_model import verl_geometry as vg
+    from real_model.integrations import verl as iverl
+    from real_model.integrations.config import GeometryConfig
+    from real_model.integrations.verl.step import VerlGeometry
 
     if args.logprobs == "one-pass":
         from verl.workers.engine.fsdp import transformer_impl
@@ -154,7 +156,7 @@ def main() -> None:
         f"bench_verl_llama_{args.hidden}_{args.layers}_{args.vocab}")
     path = vc.save_tiny_llama(tmp, hidden=args.hidden, layers=args.layers, vocab=args.vocab)
     engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
-                            engine_cls=vg.GeometryFSDPEngine, compute_dtype=args.dtype,
+                            engine_cls=iverl.GeometryFSDPEngine, compute_dtype=args.dtype,
                             lora_rank=args.lora_rank, gradient_checkpointing=args.checkpointing)
     import torch
 
@@ -166,41 +168,42 @@ def main() -> None:
     # one geometry per mode for the whole run, as an engine keeps its own
     modes: dict[str, Any] = {
         "off": None,
-        "in-run": vg.VerlGeometry(vg.GeometryConfig(score_every=0)),
-        "in-run, per call": vg.VerlGeometry(vg.GeometryConfig(score_every=0,
+        "in-run": VerlGeometry(GeometryConfig(score_every=0)),
+        "in-run, per call": VerlGeometry(GeometryConfig(score_every=0,
                                                               batch_small_calls=False)),
-        "in-run + score": vg.VerlGeometry(vg.GeometryConfig()),
-        "every 10": vg.VerlGeometry(vg.GeometryConfig(every=10)),
+        "in-run + score": VerlGeometry(GeometryConfig(score_every=1)),
+        "every 10": VerlGeometry(GeometryConfig(every=10, score_every=1)),
     }
     if args.floors:
         for name, hooks in (("protocol only", False), ("protocol + empty hooks", True)):
-            modes[name] = vg.VerlGeometry(vg.GeometryConfig(score_every=0),
+            modes[name] = VerlGeometry(GeometryConfig(score_every=0),
                                           capture_factory=EmptyCapture.factory(hooks))
-    from real_model import gram_capture, gram_layers
+    from real_model.gram import rows as gram_rows
+    from real_model.gram import small_calls
 
     settings: dict[str, ModuleSettings] = {}  # module constants a mode's steps run with
     if args.grouped_rows:
-        modes["in-run, grouped rows"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        modes["in-run, grouped rows"] = VerlGeometry(GeometryConfig(score_every=0))
         settings["in-run, grouped rows"] = ModuleSettings(
-            {(gram_layers, "GROUPED_DEVICE_TYPES"): ("cpu", "cuda")})
+            {(gram_rows, "GROUPED_DEVICE_TYPES"): ("cpu", "cuda")})
     if args.bf16_rows:
-        modes["in-run, bf16 rows"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        modes["in-run, bf16 rows"] = VerlGeometry(GeometryConfig(score_every=0))
         settings["in-run, bf16 rows"] = ModuleSettings(
-            {(gram_layers, "ROWS_LOW_PRECISION_DEVICE_TYPES"): ("cpu", "cuda")})
+            {(gram_rows, "ROWS_LOW_PRECISION_DEVICE_TYPES"): ("cpu", "cuda")})
     if args.small_calls:
         tokens, elements = args.small_calls
         small = f"in-run, small {tokens}"
-        modes[small] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
-        settings[small] = ModuleSettings({(gram_capture, "SMALL_CALL_TOKENS"): tokens,
-                                          (gram_capture, "SMALL_CALL_ELEMENTS"): elements})
+        modes[small] = VerlGeometry(GeometryConfig(score_every=0))
+        settings[small] = ModuleSettings({(small_calls, "SMALL_CALL_TOKENS"): tokens,
+                                          (small_calls, "SMALL_CALL_ELEMENTS"): elements})
     if args.kernel_ratio is not None:
         ratio = f"in-run, kernel ratio {args.kernel_ratio}"
-        modes[ratio] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        modes[ratio] = VerlGeometry(GeometryConfig(score_every=0))
         settings[ratio] = ModuleSettings(
-            {(gram_capture, "SMALL_CALL_KERNEL_RATIO"): args.kernel_ratio})
+            {(small_calls, "SMALL_CALL_KERNEL_RATIO"): args.kernel_ratio})
     timers = KindTimers() if args.kinds else None
     if timers is not None:
-        modes["in-run (timed)"] = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+        modes["in-run (timed)"] = VerlGeometry(GeometryConfig(score_every=0))
     times: dict[str, list[float]] = {m: [] for m in modes}
     measured = [0, 0]  # in-run: groups with a nonzero gradient, groups
     names = list(modes)
@@ -271,7 +274,7 @@ def on_policy(engine: Any, geometry: Any, batch: Any, rank: int, world: int,
               micro_batch: int) -> Any:
     """This rank's slice of ``batch`` with its old log-probs from the engine's current weights
     (verl's ``compute_log_prob``; untimed), the engine set to ``geometry``."""
-    from real_model import verl_cpu as vc
+    from real_model.integrations.verl import cpu as vc
 
     engine.geometry = geometry
     data = vc.rank_slice(batch, rank, world, micro_batch_size=micro_batch)
@@ -411,7 +414,7 @@ class EmptyCapture:
     hook per trainable module that registers a no-op gradient hook on the output."""
 
     def __init__(self, module: Any, *, blocks: list[list[int]], hooks: bool, **_: Any) -> None:
-        from real_model.gram_plan import plan_of
+        from real_model.gram.plan import plan_of
 
         self.modules = [m for m, _, _ in plan_of(module).modules.values()] if hooks else []
         self.blocks, self.handles, self.ok, self.input_taps = blocks, [], True, False
@@ -450,29 +453,31 @@ class KindTimers:
     """Wall time of the core's per-module contributions, by kind, while ``active``."""
 
     def __init__(self) -> None:
-        from real_model import gram_capture as gc
-        from real_model import gram_layers as gm
-        from real_model import gram_small_calls as gs
+        from real_model.gram import GramCapture, linear_gram, small_calls
+        from real_model.gram.layers import linear as linear_rule
+        from real_model.gram.packed import PackedRows
 
         self.active = False
         self.seconds: dict[str, float] = {}
-        self._wrap(gc.GramCapture, "_contribute", self._kind_of_call)
-        self._wrap(gc.PackedRows, "unpack", lambda *a, **k: "  of which unpacking (all)")
-        for name in ("linear_weight_gram_identity", "linear_weight_gram_identity_packed"):
-            self._wrap(gm, name, lambda *a, **k: "  of which Linear identity")
-        self._wrap(gm, "linear_weight_gram_per_sample",
+        self._wrap(GramCapture, "_contribute", self._kind_of_call)
+        self._wrap(PackedRows, "unpack", lambda *a, **k: "  of which unpacking (all)")
+        self._wrap(linear_gram, "linear_weight_gram_identity",
+                   lambda *a, **k: "  of which Linear identity")
+        self._wrap(linear_rule, "linear_weight_gram_identity_packed",
+                   lambda *a, **k: "  of which Linear identity")
+        self._wrap(linear_gram, "linear_weight_gram_per_sample",
                    lambda *a, **k: "  of which Linear per-sample")
         # weight_grads="rows": the Linear's dW and Grams from its per-row gradients (the
         # batched products replace verl's own dW product, so this is not all overhead)
-        self._wrap(gc.GramCapture, "_rows_grad", lambda *a, **k: "linear layers (rows, dW)")
+        self._wrap(linear_rule, "_rows_grad", lambda *a, **k: "linear layers (rows, dW)")
         # batch_small_calls: the small calls' terms, added after the backward, batched
-        self._wrap(gs, "add_small_calls", lambda *a, **k: "small calls (batched)")
+        self._wrap(small_calls, "add_small_calls", lambda *a, **k: "small calls (batched)")
 
     @staticmethod
     def _kind_of_call(cap: Any, call: Any, *args: Any, **kwargs: Any) -> str:
         kind = cap.plan.modules[call.name][1]
         if kind == "linear":
-            return "LM head" if call.name in cap.embedding_of_head or call.name.endswith(
+            return "LM head" if call.name in cap.engine.embedding_of_head or call.name.endswith(
                 "lm_head") else "linear layers"
         return {"embedding": "embedding", "generic": "norms"}.get(kind, kind)
 

@@ -4,7 +4,7 @@ The offline SmolLM2 (float32, CPU) with TRL's ``add_fused_lm_head``; ``--rows`` 
 ``--tokens`` tokens (random ids, the last ``--completion`` scored), loss
 ``sum u * log p + 0.01 * entropy`` with random ``u`` (any upstream gradient), two row blocks
 (two groups). Plain forward + backward and the same inside a
-:class:`real_model.gram_capture.GramCapture` are interleaved ``--repeat`` times (after one warm-up
+:class:`real_model.gram.GramCapture` are interleaved ``--repeat`` times (after one warm-up
 of each); printed: the medians, their ratio, the medians of the forward and of the backward
 alone and of TRL's fused-head kernel in each (the host's own work, in both modes), the seconds
 of the last captured step spent in each of the capture's per-layer methods (Linear Grams,
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import resource
 import statistics
 import subprocess
@@ -33,8 +34,10 @@ from collections import defaultdict
 from typing import Any
 
 TAPS = {"auto": None, "on": True, "off": False}
-HOOKS = ("add_linear", "_rows_grad", "add_embedding", "add_leaf", "_fused_backward",
-         "_head_tile")
+HOOKS = (("layers.linear", "add_linear"), ("layers.linear", "_rows_grad"),
+         ("layers.embedding", "add_embedding"), ("layers.leaf", "add_leaf"),
+         ("layers.fused_head", "_fused_backward"), ("layers.head", "_head_tile"))
+"""The engine's per-call work, timed (module under ``real_model.gram``, function)."""
 
 
 def _timed(spent: dict[str, float], name: str, fn: Any) -> Any:
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     import trl.trainer.utils as trl_utils
     from trl.trainer.utils import add_fused_lm_head
 
-    from real_model.gram_capture import GramCapture
+    from real_model.gram import EngineOptions, GramCapture
+    from real_model.integrations.trl.private import fused_head
     from real_model.loading import load_model
 
     torch.manual_seed(0)
@@ -90,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     labels[:, : T - a.completion] = -100
     u = torch.randn(R, T - 1)
     spent: dict[str, float] = defaultdict(float)
-    for name in HOOKS:
-        setattr(GramCapture, name, _timed(spent, name, getattr(GramCapture, name)))
+    for mod, name in HOOKS:
+        module = importlib.import_module(f"real_model.gram.{mod}")
+        setattr(module, name, _timed(spent, name, getattr(module, name)))
     # TRL's own fused-head kernel, timed in both modes: does the capture slow the host's work?
     fn = trl_utils._ChunkedLogProbFunction
     host: dict[str, float] = defaultdict(float)
@@ -107,9 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         model.zero_grad(set_to_none=True)
         half = R // 2
         cap = GramCapture(model, blocks=[list(range(half)), list(range(half, R))],
-                          weight_grads=a.weight_grads, input_taps=TAPS[a.input_taps])
+                          engine=EngineOptions(weight_grads=a.weight_grads),
+                          input_taps=TAPS[a.input_taps])
+        head = fused_head(cap)  # TRL's fused head reports to the capture
         t0 = time.perf_counter()
         if capture:
+            head.__enter__()
             cap.__enter__()
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
                     fused_lm_head=True)
@@ -117,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ((out.log_probs * u).sum() + 0.01 * out.entropy.sum()).backward()
         if capture:
             cap.__exit__(None, None, None)
+            head.__exit__(None, None, None)
             cap.result()
         t2 = time.perf_counter()
         parts[capture].append((t1 - t0, t2 - t1, host["forward"], host["backward"]))

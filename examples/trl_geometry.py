@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
     a = ap.parse_args(argv)
 
-    from real_model.trl_geometry import GeometryGRPOConfig, GeometryGRPOTrainer
+    from real_model.integrations.trl import GeometryGRPOConfig, GeometryGRPOTrainer
 
     model, tokenizer = load(a.model)
     prompts_per_step = 2

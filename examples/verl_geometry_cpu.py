@@ -46,18 +46,20 @@ def main() -> None:
 
     import numpy as np
 
-    from real_model import verl_cpu as vc
+    from real_model.integrations.verl import cpu as vc
 
     rank, world = vc.init_process_group()
     vc.register_cpu_platform()  # verl's CPU platform (only when this machine has no GPU)
-    from real_model import verl_geometry as vg
+    from real_model.integrations.config import GeometryConfig
+    from real_model.integrations.verl import GeometryFSDPEngine
 
     path = vc.save_tiny_llama(args.model_dir)
     if rank == 0:  # this run's records only (the engine appends)
         Path(args.jsonl).unlink(missing_ok=True)
-    geometry = vg.GeometryConfig(every=args.every, jsonl_path=args.jsonl)
+    # score_every=1: the score Gram (a second pass) at every measured step, beside the rows'
+    geometry = GeometryConfig(every=args.every, score_every=1, jsonl_path=args.jsonl)
     engine = vc.make_engine(path, micro_batch_size=args.micro_batch,
-                            engine_cls=vg.GeometryFSDPEngine, geometry=geometry,
+                            engine_cls=GeometryFSDPEngine, geometry=geometry,
                             lora_rank=args.lora_rank)
     loss_fn = vc.make_loss_fn(rollout_n=args.rollouts, micro_batch_size=args.micro_batch,
                               loss_agg_mode=args.loss_agg_mode, loss_mode=args.policy_loss)

@@ -42,9 +42,9 @@ _EXPORTS: dict[str, str] = {
     # gram
     "trajectory_gram": "gram",
     "rows_gram": "gram",
-    "GramCapture": "gram_capture",
-    "active_dropout_modules": "gram_capture",
-    "head_logprobs": "gram_head",
+    "GramCapture": "gram",
+    "active_dropout_modules": "gram",
+    "head_logprobs": "gram",
     # geometry
     "group_gram": "geometry",
     "rollout_weights": "geometry",

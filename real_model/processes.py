@@ -18,7 +18,7 @@ backwards, ``barrier`` and ``destroy_process_group`` under ``torchrun --nproc_pe
 A CI run of ``tests/test_real_trl_ddp.py`` (the failure test) aborted this way.
 
 :func:`end_process` is the scripts' way out: the harness's counterpart of
-:func:`real_model.verl_cpu.init_process_group`.
+:func:`real_model.integrations.verl.cpu.init_process_group`.
 """
 
 from __future__ import annotations

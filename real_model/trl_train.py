@@ -131,7 +131,7 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
 
 def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -> Any:
     """The run's :class:`~real_model.trl_geometry.GeometryGRPOConfig` (a ``trl.GRPOConfig``)."""
-    from .trl_geometry import GeometryGRPOConfig
+    from .integrations.trl import GeometryGRPOConfig
 
     on_gpu = str(loaded.device).startswith("cuda")
     bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
@@ -359,8 +359,8 @@ def run_trl_train(
     """
     import trl
 
+    from .integrations.trl import GeometryGRPOTrainer
     from .loading import load_model, quiet_loading
-    from .trl_geometry import GeometryGRPOTrainer
 
     problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
@@ -389,7 +389,7 @@ def write_trl_train_results(
 ) -> dict[str, Any]:
     """``results.json``, ``table.md`` and ``train.png`` of a finished run, from its
     ``steps.jsonl`` and ``geometry.jsonl`` in ``out``; returns the ``results.json`` content."""
-    from .trl_geometry import TRL_LOSS_AGGREGATION
+    from .integrations.trl.weights import TRL_LOSS_AGGREGATION
 
     R = cfg.num_generations
     records = read_jsonl(out / "steps.jsonl")

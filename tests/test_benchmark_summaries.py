@@ -101,12 +101,12 @@ def test_module_settings_set_constants_for_a_block_and_restore_them_after_an_err
 def test_op_sites_name_the_library_function_that_dispatched_each_operator() -> None:
     import torch
 
-    from real_model import gram_layers
+    from real_model.gram import kernels
 
     K = torch.zeros(2, 2, dtype=torch.float64)
     flat = torch.ones(2, 3, dtype=torch.float64)
     with VERL.OpSites() as ops:
-        gram_layers.flat_gram(K, flat)  # float64 rows: one addmm_ and the transpose
+        kernels.flat_gram(K, flat)  # float64 rows: one addmm_ and the transpose
         torch.ones(3) + 1  # the caller's own: two operators
     assert K.tolist() == [[3.0, 3.0], [3.0, 3.0]]
-    assert ops.sites == {"gram_layers.py:flat_gram": 2, VERL.OpSites.HOST: 2}
+    assert ops.sites == {"kernels.py:flat_gram": 2, VERL.OpSites.HOST: 2}

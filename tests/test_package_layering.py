@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -228,3 +229,130 @@ def test_grpo_theory_has_no_import_cycle() -> None:
         if m not in state:
             visit(m, ())
     assert "registry" in mods and not mods["registry"], "the registry imports nothing of ours"
+
+
+# ------------------------------------------------------------------ real_model: engine and hosts
+REAL = ROOT / "real_model"
+HOSTS = ("trl", "verl")
+#: Modules outside ``real_model/integrations/`` allowed to import a host or an integration:
+#: the old import paths kept as re-exports, and the ``real trl-train`` command (TRL's run).
+HOST_FACING = {"real_model/trl_geometry.py", "real_model/verl_geometry.py",
+               "real_model/trl_train.py"}
+
+
+def _real_files(under: str = "") -> list[Path]:
+    return sorted((REAL / under).rglob("*.py"))
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT)).replace(os.sep, "/")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Dotted names a module imports, relative imports resolved (``real_model.x.y``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    pkg = list(path.relative_to(ROOT).with_suffix("").parts)
+    if pkg[-1] != "__init__":
+        pkg = pkg[:-1]
+    else:
+        pkg = pkg[:-1]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_real_model_outside_integrations_imports_no_host_and_no_integration() -> None:
+    bad = []
+    for f in _real_files():
+        rel = _rel(f)
+        if rel.startswith("real_model/integrations/") or rel in HOST_FACING:
+            continue
+        mods = _imported_modules(f)
+        bad += [f"{rel} imports {m}" for m in sorted(mods)
+                if m.split(".")[0] in HOSTS or m.startswith("real_model.integrations")]
+    assert not bad, bad
+
+
+def test_host_integrations_never_import_each_other() -> None:
+    bad = []
+    for host in HOSTS:
+        other = next(h for h in HOSTS if h != host)
+        for f in _real_files(f"integrations/{host}"):
+            mods = _imported_modules(f)
+            bad += [f"{_rel(f)} imports {m}" for m in sorted(mods)
+                    if m.split(".")[0] == other
+                    or m.startswith(f"real_model.integrations.{other}")]
+    assert not bad, bad
+
+
+_HOST_WORD = re.compile(r"\b(trl|TRL|verl)\b")
+
+
+def test_the_gram_engine_names_no_host() -> None:
+    bad = [f"{_rel(f)}:{n}" for f in _real_files("gram")
+           for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+           if _HOST_WORD.search(line) or "_getframe" in line]
+    assert not bad, bad
+
+
+def test_frame_inspection_and_host_private_names_only_under_integrations() -> None:
+    from real_model.integrations.trl.private import MODULE_PRIVATE, TRAINER_PRIVATE
+
+    words = ["_getframe", "FSDPEngineWithLMHead", *(m.rsplit(".", 1)[1] for m in MODULE_PRIVATE)]
+    found = [re.compile(rf"\b{w}\b") for w in words]
+    found += [re.compile(rf"\.{n}\b") for n in TRAINER_PRIVATE]  # an attribute of the trainer
+    bad = [f"{_rel(f)}: {r.pattern}" for f in _real_files()
+           if not _rel(f).startswith("real_model/integrations/")
+           for r in found if r.search(f.read_text(encoding="utf-8"))]
+    assert not bad, bad
+
+
+#: Size limits of ``real_model``: a module a reader can hold, a class that does one job.
+MAX_MODULE_LINES, MAX_CLASS_LINES = 800, 500
+
+
+def test_real_model_modules_and_classes_stay_small() -> None:
+    bad = []
+    for f in _real_files():
+        text = f.read_text(encoding="utf-8")
+        if (n := len(text.splitlines())) > MAX_MODULE_LINES:
+            bad.append(f"{_rel(f)}: {n} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and (
+                    n := node.end_lineno - node.lineno + 1) > MAX_CLASS_LINES:
+                bad.append(f"{_rel(f)}: class {node.name} {n} lines")
+    assert not bad, bad
+
+
+def test_real_model_has_no_import_cycle() -> None:
+    """Between modules (a package's ``__init__`` re-exports are followed like any import)."""
+    files = {".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): f
+             for f in _real_files()}
+    graph = {m: {d for d in _imported_modules(f) if d in files and d != m}
+             for m, f in files.items()}
+    # a package imported for its submodule is not an edge to the package's __init__ imports
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if files[n].name == "__init__.py" and m.startswith(n + "."):
+                continue  # a module of the package: Python runs the package first, no cycle
+            assert state.get(n) != 1, f"import cycle: {' -> '.join((*path, m, n))}"
+            if n not in state:
+                visit(n, (*path, m))
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, ())

@@ -17,7 +17,7 @@ from torch import nn
 pytest.importorskip("transformers")
 from real_gram_helpers import batch, llama, nemotron, qwen2, rel_err  # noqa: E402
 
-from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
+from real_model.gram import EngineOptions, token_logprobs, trajectory_gram  # noqa: E402
 
 RTOL = 1e-9
 
@@ -38,7 +38,7 @@ def models() -> dict[str, nn.Module]:
 def test_exact_gram_equals_naive_reference(models, name, linear_method):
     model = models[name]
     ids, am, cm = batch(R=4, T=9, side="left")
-    K = trajectory_gram(model, ids, am, cm, linear_method=linear_method)
+    K = trajectory_gram(model, ids, am, cm, engine=EngineOptions(linear_method=linear_method))
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
     assert K.dtype == torch.float64 and K.shape == (4, 4)
     assert rel_err(K, K_ref) <= RTOL
@@ -114,7 +114,8 @@ def test_tiny_chunk_size_gives_the_same_gram(models):
     ids, am, cm = batch(R=3)
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
     for lm in ("identity", "per_sample"):
-        K = trajectory_gram(model, ids, am, cm, chunk_size=7, linear_method=lm)
+        K = trajectory_gram(model, ids, am, cm, engine=EngineOptions(chunk_size=7,
+                                                                     linear_method=lm))
         assert rel_err(K, K_ref) <= RTOL
 
 
@@ -233,9 +234,9 @@ def test_bad_options_raise(models):
     with pytest.raises(ValueError, match="method"):
         trajectory_gram(m, *batch(R=2), method="fast")
     with pytest.raises(ValueError, match="linear_method"):
-        trajectory_gram(m, *batch(R=2), linear_method="magic")
+        trajectory_gram(m, *batch(R=2), engine=EngineOptions(linear_method="magic"))
     with pytest.raises(ValueError, match="gram_precision"):
-        trajectory_gram(m, *batch(R=2), gram_precision="half")
+        trajectory_gram(m, *batch(R=2), engine=EngineOptions(gram_precision="half"))
     frozen = llama(tied=False, seed=15).requires_grad_(False)
     with pytest.raises(ValueError, match="no parameter with requires_grad"):
         trajectory_gram(frozen, *batch(R=2))
@@ -247,7 +248,8 @@ def test_float32_products_and_low_precision_models_stay_close_to_reference(model
     ids, am, cm = batch(R=4)
     model = models["llama_tied_bias_gqa_pad"]
     K_ref = trajectory_gram(model, ids, am, cm, method="naive")
-    assert rel_err(trajectory_gram(model, ids, am, cm, gram_precision="float32"), K_ref) <= 1e-6
+    assert rel_err(trajectory_gram(model, ids, am, cm,
+                                   engine=EngineOptions(gram_precision="float32")), K_ref) <= 1e-6
     m32 = llama(tied=True, bias=True, kv_heads=2, pad=0).float()
     K32 = trajectory_gram(m32, ids, am, cm)
     assert rel_err(K32, trajectory_gram(m32, ids, am, cm, method="naive")) <= 1e-5
@@ -266,7 +268,8 @@ def _norm_cases():
 
 @pytest.mark.parametrize("idx", [0, 1, 2])
 def test_closed_form_norm_gradients_equal_per_sample_vjp(idx):
-    from real_model.gram_layers import fast_leaf_grads, generic_per_sample_grads
+    from real_model.gram.layers.leaf import generic_per_sample_grads
+    from real_model.gram.norms import fast_leaf_grads
 
     norm = _norm_cases()[idx].double()
     g = torch.Generator().manual_seed(idx)
@@ -318,7 +321,7 @@ def test_linear_token_kernel_of_two_tokens_by_hand():
     """``(a a^T) * (delta delta^T)``: tokens a = (1, 0), (1, 2); delta = (3), (-1):
     a a^T = [[1, 1], [1, 5]], delta delta^T = [[9, -3], [-3, 1]] -> [[9, -3], [-3, 5]]; batched
     over a leading axis; summed over all pairs it is ||dW||^2 of the one row holding both."""
-    from real_model.gram_layers import linear_token_kernel
+    from real_model.gram.linear_gram import linear_token_kernel
 
     a = torch.tensor([[1.0, 0.0], [1.0, 2.0]])
     d = torch.tensor([[3.0], [-1.0]])
@@ -334,7 +337,7 @@ def test_embedding_token_kernel_by_hand():
     """ids (5, 7, 5), delta (1, 2, 3): equal ids at (0, 2): kernel [[1, 0, 3], [0, 4, 0],
     [3, 0, 9]]; with token 2 left out (padding) its row and column vanish; the sum is the
     squared norm of the one row's embedding gradient (id 5: 1 + 3 = 4, id 7: 2 -> 16 + 4)."""
-    from real_model.gram_layers import embedding_token_kernel
+    from real_model.gram.layers.embedding import embedding_token_kernel
 
     ids = torch.tensor([5, 7, 5])
     d = torch.tensor([[1.0], [2.0], [3.0]])
@@ -350,7 +353,7 @@ def test_embedding_rows_gram_of_two_rows_by_hand():
     """Row 0 ids (1, 1), delta (1, 2): E_0 = {1: 3}; row 1 ids (1, 2), delta (4, 5):
     E_1 = {1: 4, 2: 5}: K = [[9, 12], [12, 41]]; with id 2 as padding E_1 = {1: 4}:
     [[9, 12], [12, 16]]. The same in float32 products and with one id per chunk."""
-    from real_model.gram_layers import embedding_rows_gram
+    from real_model.gram.layers.embedding import embedding_rows_gram
 
     ids = torch.tensor([[1, 1], [1, 2]])
     d = torch.tensor([[[1.0], [2.0]], [[4.0], [5.0]]])
@@ -367,7 +370,7 @@ def test_embedding_rows_gram_tied_adds_the_cross_terms_of_head_and_embedding_row
     """Tied head rows H_i on the batch's ids: the added Gram is <H+E, H+E> - <H, H> (float64,
     from the explicit rows), in float64 and within float32 rounding in float32 products;
     ids missing from the tied rows are refused."""
-    from real_model.gram_layers import embedding_rows_gram
+    from real_model.gram.layers.embedding import embedding_rows_gram
 
     gen = torch.Generator().manual_seed(0)
     R, T, d = 3, 5, 4
@@ -394,7 +397,7 @@ def test_embedding_rows_gram_tied_adds_the_cross_terms_of_head_and_embedding_row
 def test_scaled_norm_factor_reads_z_of_weight_times_z():
     """``out = weight * z`` with the module's own weight: the node's ``z``; any other product
     (a weight that is not the module's, or a sum): ``None``."""
-    from real_model.gram_layers import scaled_norm_factor
+    from real_model.gram.norms import scaled_norm_factor
 
     norm = nn.Module()
     norm.weight = nn.Parameter(torch.tensor([2.0, 3.0]))

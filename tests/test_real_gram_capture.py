@@ -1,4 +1,4 @@
-"""The in-run Gram capture (:class:`real_model.gram_capture.GramCapture`) on tiny float64 models.
+"""The in-run Gram capture (:class:`real_model.gram.GramCapture`) on tiny float64 models.
 
 Reference throughout: explicit per-row autograd of the SAME batched forward (``g_i`` =
 ``autograd.grad(L_i, params)`` for each row's term ``L_i`` of the host's loss), ``K = G G^T`` in
@@ -24,15 +24,23 @@ pytest.importorskip("transformers")
 
 from real_gram_helpers import V, batch, llama, nemotron, per_row_gram, qwen2, rel_err  # noqa: E402
 
-from real_model import gram_layers as gm  # noqa: E402
-from real_model import gram_small_calls  # noqa: E402
-from real_model.gram import token_logprobs, trajectory_gram  # noqa: E402
-from real_model.gram_capture import (  # noqa: E402
+from real_model.gram import (  # noqa: E402
+    EngineOptions,
     GramCapture,
     GramCaptureError,
     active_dropout_modules,
-    validate_blocks,
+    kernels,
+    linear_gram,
+    rows,
+    small_calls,
+    token_logprobs,
+    trajectory_gram,
 )
+from real_model.gram import norms as norm_forms  # noqa: E402
+from real_model.gram.layers import leaf  # noqa: E402
+from real_model.gram.layers import linear as linear_rule  # noqa: E402
+from real_model.gram.packed import PackedRows  # noqa: E402
+from real_model.gram.state import validate_blocks  # noqa: E402
 
 RTOL = 1e-10
 
@@ -180,7 +188,7 @@ def test_backward_done_removes_the_hooks_of_a_graph_still_referenced():
         return sum("forward" in vars(m) for m in model.modules())
 
     before = forward_hooks(model)
-    cap = GramCapture(model, weight_grads="rows", batch_small_calls=False)
+    cap = GramCapture(model, engine=EngineOptions(weight_grads="rows", batch_small_calls=False))
     with cap:
         loss = (token_logprobs(model, ids, am) * cm).sum()
         cap.backward_done()  # inside the context: nothing
@@ -191,7 +199,8 @@ def test_backward_done_removes_the_hooks_of_a_graph_still_referenced():
     assert forward_hooks(model) == before and forwards() == 0
     cap.backward_done()  # idempotent
     assert cap.ok and rel_err(cap.result(), K_ref) <= RTOL
-    with GramCapture(model, weight_grads="rows", batch_small_calls=False) as nxt:
+    with GramCapture(model, engine=EngineOptions(weight_grads="rows",
+                                                 batch_small_calls=False)) as nxt:
         n_forwards = forwards()
         del loss  # the first graph's release now: the next capture keeps its own
         import gc
@@ -215,12 +224,10 @@ def test_calls_without_gradients_inside_the_capture_are_ignored(untied):
 def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
     """Each RMSNorm's per-row gradient comes from the closed form; the generic per-row VJP runs
     only once per module class and process (the check of that closed form), not per capture."""
-    from real_model import gram_capture
-
-    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {})  # a fresh process
+    monkeypatch.setattr(norm_forms, "NORM_CLOSED_FORM_CHECKED", {})  # a fresh process
     model = llama(tied=True, bias=True, kv_heads=2, pad=0)
     calls = {"fast": 0, "generic": 0}
-    fast, generic = gm.fast_leaf_grads, gm.generic_per_sample_grads
+    fast, generic = norm_forms.fast_leaf_grads, leaf.generic_per_sample_grads
 
     def counted_fast(*a, **k):
         out = fast(*a, **k)
@@ -231,8 +238,8 @@ def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
         calls["generic"] += 1
         return generic(*a, **k)
 
-    monkeypatch.setattr(gm, "fast_leaf_grads", counted_fast)
-    monkeypatch.setattr(gm, "generic_per_sample_grads", counted_generic)
+    monkeypatch.setattr(norm_forms, "fast_leaf_grads", counted_fast)
+    monkeypatch.setattr(leaf, "generic_per_sample_grads", counted_generic)
     ids, am, cm = batch(R=3)
     with GramCapture(model) as cap:
         (token_logprobs(model, ids, am) * cm).sum().backward()
@@ -241,7 +248,7 @@ def test_norms_use_the_closed_form_checked_once_per_class(monkeypatch):
     with GramCapture(model) as cap:  # the next capture (micro-batch) trusts the verdict
         (token_logprobs(model, ids, am) * cm).sum().backward()
     assert cap.ok and calls == {"fast": 10, "generic": 1}
-    assert gram_capture.NORM_CLOSED_FORM_CHECKED == {type(model.model.norm): True}
+    assert norm_forms.NORM_CLOSED_FORM_CHECKED == {type(model.model.norm): True}
 
 
 # ----------------------------------------------------------------------------- coverage
@@ -291,10 +298,10 @@ def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied, batc
         raise RuntimeError("injected failure")
 
     if batched:  # the small calls' contributions fail when they are added, after the backward
-        monkeypatch.setattr(gram_small_calls, "add_small_calls", broken)
+        monkeypatch.setattr(small_calls, "add_small_calls", broken)
     else:
-        monkeypatch.setattr(gm, "linear_weight_gram", broken)
-    with GramCapture(untied, batch_small_calls=batched) as cap:
+        monkeypatch.setattr(linear_rule, "linear_weight_gram", broken)
+    with GramCapture(untied, engine=EngineOptions(batch_small_calls=batched)) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()  # does not raise
     assert bool(cap.batched) is batched
     cap.flush()
@@ -304,7 +311,7 @@ def test_errors_inside_the_capture_never_stop_the_host(monkeypatch, untied, batc
     with pytest.raises(GramCaptureError, match="injected failure"):
         cap.result()
     untied.zero_grad(set_to_none=True)
-    strict = GramCapture(untied, strict=True, batch_small_calls=batched)
+    strict = GramCapture(untied, strict=True, engine=EngineOptions(batch_small_calls=batched))
     with pytest.raises(GramCaptureError, match="injected"):
         with strict:  # per call: raised inside the backward; batched: when they are added
             (token_logprobs(untied, ids, am) * cm).sum().backward()
@@ -329,7 +336,7 @@ def test_bad_blocks_and_options_raise():
         validate_blocks([[0, 3]], 3)
     model = llama(tied=False, seed=15)
     with pytest.raises(ValueError, match="linear_method"):
-        GramCapture(model, linear_method="magic")
+        GramCapture(model, engine=EngineOptions(linear_method="magic"))
     with pytest.raises(ValueError, match="requires_grad"):
         GramCapture(model.requires_grad_(False))
 
@@ -421,7 +428,6 @@ def test_packed_rows_with_trailing_padding_and_full_gram(untied):
 
 
 def test_packed_rows_unpack_by_hand():
-    from real_model.gram_capture import PackedRows
 
     p = PackedRows([0, 2, 3], torch.device("cpu"))
     assert (p.n, p.tokens, p.T) == (2, 3, 2)
@@ -449,8 +455,8 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
         raise RuntimeError("boom in a Linear")
 
     monkeypatch.setattr(GramCapture, "_on_delta", on_delta)
-    monkeypatch.setattr(GramCapture, "add_linear", boom)
-    monkeypatch.setattr(gram_small_calls, "add_small_calls", boom)  # small calls, batched
+    monkeypatch.setattr(linear_rule, "add_linear", boom)
+    monkeypatch.setattr(small_calls, "add_small_calls", boom)  # small calls, batched
     ids, am, cm = batch(R=2, T=6)
     with pytest.raises(GramCaptureError, match="boom in a Linear"):
         trajectory_gram(untied, ids, am, cm)
@@ -458,7 +464,7 @@ def test_a_failure_in_a_pass_is_raised_after_its_backward_ran_to_the_end(monkeyp
 
 
 def test_the_module_plan_is_reused_until_the_parameters_change():
-    from real_model.gram_plan import plan_of
+    from real_model.gram.plan import plan_of
 
     model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2))
     assert plan_of(model) is plan_of(model)
@@ -498,10 +504,8 @@ def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatc
     norm's ``forward`` runs only in the host's forward (5 calls), never again in the backward;
     packed rows are summed per segment on the packed tokens (no unpacking); the Gram still
     equals the per-row reference."""
-    from real_model import gram_capture
-
     cls = type(tied.model.norm)
-    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {cls: True})
+    monkeypatch.setattr(norm_forms, "NORM_CLOSED_FORM_CHECKED", {cls: True})
     forward, calls = cls.forward, []
 
     def counted(self, *a, **k):
@@ -509,19 +513,20 @@ def test_without_input_taps_norms_read_the_hosts_own_node_not_a_rerun(monkeypatc
         return forward(self, *a, **k)
 
     monkeypatch.setattr(cls, "forward", counted)
-    row_sums, summed = gram_capture.PackedRows.row_sums, []
+    row_sums, summed = PackedRows.row_sums, []
 
     def counted_sums(self, t):
         summed.append(tuple(t.shape))
         return row_sums(self, t)
 
-    monkeypatch.setattr(gram_capture.PackedRows, "row_sums", counted_sums)
+    monkeypatch.setattr(PackedRows, "row_sums", counted_sums)
     if packed:
         cu, ids, pos, u = packed_batch([4, 6, 3], seed=2)
         terms = packed_terms(tied, ids, pos, u, cu)
         K_ref = per_row_gram(tied, terms)
         calls.clear()
-        with GramCapture(tied, segments=cu, input_taps=False, batch_small_calls=False) as cap:
+        with GramCapture(tied, segments=cu, input_taps=False,
+                         engine=EngineOptions(batch_small_calls=False)) as cap:
             terms().sum().backward()
         K = cap.result()
     else:
@@ -542,30 +547,29 @@ def test_packed_identity_runs_on_the_packed_tokens(monkeypatch, request, which, 
     """``linear_method="identity"`` on packed rows: every Linear but a tied head takes its Gram
     from the packed tokens (``S (A * G) S^T``, no padded copy of its input); biases included,
     blocks of non-consecutive rows; equal to the per-row reference."""
-    from real_model import gram_capture
-
     model = request.getfixturevalue(which)
-    monkeypatch.setattr(gram_capture, "NORM_CLOSED_FORM_CHECKED", {type(model.model.norm): True})
-    shared, seen = gram_capture.PackedRows.unpack_shared, []
+    monkeypatch.setattr(norm_forms, "NORM_CLOSED_FORM_CHECKED", {type(model.model.norm): True})
+    shared, seen = PackedRows.unpack_shared, []
 
     def counted(self, t):
         seen.append(tuple(t.shape))
         return shared(self, t)
 
-    monkeypatch.setattr(gram_capture.PackedRows, "unpack_shared", counted)
-    identity, tokens = gm.linear_weight_gram_identity_packed, []
+    monkeypatch.setattr(PackedRows, "unpack_shared", counted)
+    identity, tokens = linear_gram.linear_weight_gram_identity_packed, []
 
     def counted_identity(a, delta, S, **kw):
         tokens.append(a.shape[0])
         return identity(a, delta, S, **kw)
 
-    monkeypatch.setattr(gm, "linear_weight_gram_identity_packed", counted_identity)
+    monkeypatch.setattr(linear_rule, "linear_weight_gram_identity_packed", counted_identity)
     cu, ids, pos, u = packed_batch([5, 3, 7, 4], seed=4)
     terms = packed_terms(model, ids, pos, u, cu)
     K_ref = per_row_gram(model, terms)
     blocks = [[0, 2], [1, 3]]
     with GramCapture(model, segments=cu, blocks=blocks, input_taps=False,
-                     linear_method="identity", batch_small_calls=False) as cap:
+                     engine=EngineOptions(linear_method="identity",
+                                          batch_small_calls=False)) as cap:
         terms().sum().backward()
     model.zero_grad(set_to_none=True)
     assert cap.ok, cap.problems()
@@ -581,7 +585,7 @@ def test_packed_identity_by_hand():
     a = torch.tensor([[1.0], [2.0], [3.0]])
     delta = torch.tensor([[1.0], [-1.0], [2.0]])
     S = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
-    K = gm.linear_weight_gram_identity_packed(a, delta, S)
+    K = linear_gram.linear_weight_gram_identity_packed(a, delta, S)
     dW = torch.tensor([1.0 * 1 - 1.0 * 2, 2.0 * 3], dtype=torch.float64)  # -1, 6
     assert torch.equal(K, torch.outer(dW, dW))
 
@@ -589,7 +593,6 @@ def test_packed_identity_by_hand():
 def test_packed_rows_block_by_hand():
     """Rows of lengths 2, 1, 3 (tokens 0-1 | 2 | 3-5): a slice of rows gives one token range,
     indices give their tokens in that order; ``S_b`` marks each row's tokens."""
-    from real_model.gram_capture import PackedRows
 
     p = PackedRows([0, 2, 3, 6], torch.device("cpu"))
     tok, S = p.block(slice(1, 3), torch.device("cpu"))
@@ -612,12 +615,13 @@ def test_identity_float32_products_within_1e_6_of_float64(packed):
     delta = 1e-3 * torch.randn(R * T, d_out, generator=g)
     if packed:
         S = torch.repeat_interleave(torch.eye(R, dtype=torch.float64), T, dim=1)
-        K64 = gm.linear_weight_gram_identity_packed(a, delta, S)
-        K32 = gm.linear_weight_gram_identity_packed(a, delta, S, product_dtype=torch.float32)
+        K64 = linear_gram.linear_weight_gram_identity_packed(a, delta, S)
+        K32 = linear_gram.linear_weight_gram_identity_packed(a, delta, S,
+                                                             product_dtype=torch.float32)
     else:
         K64, K32 = (torch.zeros(R, R, dtype=torch.float64) for _ in range(2))
         for K, dt in ((K64, torch.float64), (K32, torch.float32)):
-            gm.linear_weight_gram_identity(K, a.reshape(R, T, -1), delta.reshape(R, T, -1),
+            linear_gram.linear_weight_gram_identity(K, a.reshape(R, T, -1), delta.reshape(R, T, -1),
                                            chunk_size=1 << 12, product_dtype=dt)
     assert K32.dtype == torch.float64
     assert 0 < ((K32 - K64).abs().max() / K64.abs().max()).item() <= 1e-6
@@ -627,7 +631,7 @@ def test_add_to_blocks_by_hand():
     """Blocks of consecutive rows (a slice) and of scattered rows (indices) of a full Gram."""
     full = torch.arange(9.0, dtype=torch.float64).reshape(3, 3)
     K_slice, K_index = torch.ones(2, 2, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)
-    gm.add_to_blocks([(K_slice, slice(1, 3)), (K_index, torch.tensor([0, 2]))], full)
+    kernels.add_to_blocks([(K_slice, slice(1, 3)), (K_index, torch.tensor([0, 2]))], full)
     assert K_slice.tolist() == [[5.0, 6.0], [8.0, 9.0]]  # 1 + [[4, 5], [7, 8]]
     assert K_index.tolist() == [[0.0, 2.0], [6.0, 8.0]]
 
@@ -653,7 +657,7 @@ def test_without_input_taps_float32_host_grads_are_bit_identical():
 
 
 def test_input_taps_none_follows_gradient_checkpointing():
-    from real_model.gram_capture import checkpointing_enabled
+    from real_model.gram import checkpointing_enabled
 
     model = llama(tied=False, seed=8)
     assert not checkpointing_enabled(model)
@@ -672,7 +676,9 @@ def rows_step(model, ids, am, cm, **capture):
     plain = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     capture.setdefault("batch_small_calls", False)  # these tiny calls would all be batched
-    with GramCapture(model, **capture) as cap:
+    engine = EngineOptions(**{k: capture.pop(k) for k in list(capture)
+                              if k in EngineOptions.__dataclass_fields__})
+    with GramCapture(model, engine=engine, **capture) as cap:
         (token_logprobs(model, ids, am) * cm.to(model.dtype)).sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
@@ -746,8 +752,10 @@ def test_rows_weight_grads_of_packed_rows_equal_the_per_row_reference(request, w
     terms().sum().backward()
     plain = [p.grad.clone() for p in untied.parameters()]
     untied.zero_grad(set_to_none=True)
-    with GramCapture(untied, segments=cu, weight_grads="rows", linear_method="per_sample",
-                     blocks=[[0, 3], [1, 2]], batch_small_calls=False) as cap:
+    with GramCapture(untied, segments=cu,
+                     blocks=[[0, 3], [1, 2]],
+                     engine=EngineOptions(weight_grads="rows", linear_method="per_sample",
+                                          batch_small_calls=False)) as cap:
         terms().sum().backward()
     assert cap.from_rows == linear_names(untied) - ({"lm_head"} if which == "tied" else set())
     for b, K in zip([[0, 3], [1, 2]], cap.result(), strict=True):
@@ -763,7 +771,7 @@ def test_rows_weight_grads_fall_back_to_the_host_product_on_failure(monkeypatch,
     def broken(*args, **kwargs):
         raise RuntimeError("injected rows failure")
 
-    monkeypatch.setattr(gm, "linear_weight_grad_and_gram", broken)
+    monkeypatch.setattr(linear_rule, "linear_weight_grad_and_gram", broken)
     plain, cap, grads = rows_step(untied, ids, am, cm, weight_grads="rows",
                                   linear_method="per_sample")
     assert any("injected rows failure" in e for e in cap.errors) and not cap.from_rows
@@ -782,7 +790,7 @@ def test_rows_weight_grads_leave_autocast_and_other_methods_to_the_host():
     _, cap, _ = rows_step(model, ids, am, cm, weight_grads="rows", linear_method="identity")
     assert cap.ok and not cap.from_rows
     with pytest.raises(ValueError, match="weight_grads"):
-        GramCapture(model, weight_grads="fast")
+        GramCapture(model, engine=EngineOptions(weight_grads="fast"))
 
 
 def test_linear_weight_grad_and_gram_by_hand():
@@ -790,16 +798,16 @@ def test_linear_weight_grad_and_gram_by_hand():
     a = torch.tensor([[[1.0, 2.0]], [[0.0, 1.0]]], dtype=torch.float64)  # [2, 1, 2]
     d = torch.tensor([[[3.0]], [[-1.0]]], dtype=torch.float64)  # [2, 1, 1]
     K = torch.zeros(2, 2, dtype=torch.float64)
-    dW = gm.linear_weight_grad_and_gram([(K, slice(0, 2))], a, d, chunk_size=1)
+    dW = rows.linear_weight_grad_and_gram([(K, slice(0, 2))], a, d, chunk_size=1)
     assert dW.tolist() == [[3.0, 5.0]]  # [3, 6] + [0, -1]
     assert K.tolist() == [[45.0, -6.0], [-6.0, 1.0]]  # <[3,6],[3,6]>, <[3,6],[0,-1]>, ...
     # rows given by index (not consecutive): the entries of the full Gram, in the block's order
     K10 = torch.zeros(2, 2, dtype=torch.float64)
-    gm.linear_weight_grad_and_gram([(K10, torch.tensor([1, 0]))], a, d, chunk_size=1)
+    rows.linear_weight_grad_and_gram([(K10, torch.tensor([1, 0]))], a, d, chunk_size=1)
     assert K10.tolist() == [[1.0, -6.0], [-6.0, 45.0]]
     # one block of consecutive rows beside one by index: both from the full Gram
     K0, K1 = (torch.zeros(1, 1, dtype=torch.float64) for _ in range(2))
-    gm.linear_weight_grad_and_gram([(K0, slice(0, 1)), (K1, torch.tensor([1]))], a, d,
+    rows.linear_weight_grad_and_gram([(K0, slice(0, 1)), (K1, torch.tensor([1]))], a, d,
                                    chunk_size=1)
     assert (K0.item(), K1.item()) == (45.0, 1.0)
 
@@ -809,7 +817,7 @@ def test_packed_row_products_by_hand():
     gt = torch.tensor([[1.0, 2.0, 3.0]])  # [c=1, N=3]
     a = torch.tensor([[1.0], [10.0], [100.0]])  # [N=3, d_in=1]
     out = torch.empty(2, 1, 1)
-    P = gm.packed_row_products(gt, a, [(0, 1), (1, 3)], out=out, offsets=None)
+    P = rows.packed_row_products(gt, a, [(0, 1), (1, 3)], out=out, offsets=None)
     assert P.flatten().tolist() == [1.0, 320.0]  # 1*1; 2*10 + 3*100
 
 
@@ -824,13 +832,13 @@ def test_packed_row_products_split_views_equal_one_product_per_row(segments):
     g = torch.Generator().manual_seed(1)
     delta, a = torch.randn(19, 8, generator=g), torch.randn(19, 6, generator=g)
     out = torch.full((len(segments), 8, 6), float("nan"))
-    P = gm.packed_row_products(delta.T, a, segments, out=out, offsets=None)
+    P = rows.packed_row_products(delta.T, a, segments, out=out, offsets=None)
     assert P.data_ptr() == out.data_ptr()
     for i, (t0, t1) in enumerate(segments):
         assert torch.equal(P[i], delta.T[:, t0:t1] @ a[t0:t1])
-    assert gm.consecutive_lengths(segments, 19) == (
+    assert rows.consecutive_lengths(segments, 19) == (
         [5, 0, 7, 4, 3] if segments[1] == (5, 5) else None)
-    assert gm.consecutive_lengths([(0, 5), (5, 21)], 19) is None  # past the tokens
+    assert rows.consecutive_lengths([(0, 5), (5, 21)], 19) is None  # past the tokens
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "batch_first"])
@@ -850,11 +858,11 @@ def test_bf16_rows_are_float32_so_cancelling_rows_keep_dw_to_bf16_rounding(packe
     K = torch.zeros(R, R, dtype=torch.float64)
     if packed:
         segments = [(r * T, (r + 1) * T) for r in range(R)]
-        dW = gm.linear_weight_grad_and_gram([(K, slice(0, R))], a.reshape(R * T, d_in),
+        dW = rows.linear_weight_grad_and_gram([(K, slice(0, R))], a.reshape(R * T, d_in),
                                             delta.reshape(R * T, d_out), chunk_size=1 << 10,
                                             segments=segments)
     else:
-        dW = gm.linear_weight_grad_and_gram([(K, slice(0, R))], a, delta, chunk_size=1 << 10)
+        dW = rows.linear_weight_grad_and_gram([(K, slice(0, R))], a, delta, chunk_size=1 << 10)
     assert dW.dtype == torch.bfloat16
     ulp = 2.0 ** -7 * exact.abs()  # rounding to bf16 (8 significant bits) moves x by <= 2^-8 |x|
     assert bool(((dW.double() - exact).abs() <= ulp + 1e-12).all())
@@ -874,21 +882,21 @@ def test_packed_row_products_grouped_equal_one_product_per_row(monkeypatch, d_in
     g = torch.Generator().manual_seed(0)
     delta, a = torch.randn(19, 8, generator=g), torch.randn(19, d_in, generator=g)
     gt = delta.T
-    assert gm.grouped_offsets(segments, a) is None  # no device takes it by default
-    monkeypatch.setattr(gm, "GROUPED_DEVICE_TYPES", ("cpu",))
-    offsets = gm.grouped_offsets(segments, a)
+    assert rows.grouped_offsets(segments, a) is None  # no device takes it by default
+    monkeypatch.setattr(rows, "GROUPED_DEVICE_TYPES", ("cpu",))
+    offsets = rows.grouped_offsets(segments, a)
     assert offsets is not None and offsets.tolist() == [5, 5, 12, 16]
     calls = []
     grouped = torch._grouped_mm
     monkeypatch.setattr(torch, "_grouped_mm", lambda *x, **k: calls.append(1) or grouped(*x, **k))
-    P = gm.packed_row_products(gt, a, segments, out=torch.empty(4, 8, d_in), offsets=offsets)
+    P = rows.packed_row_products(gt, a, segments, out=torch.empty(4, 8, d_in), offsets=offsets)
     assert len(calls) == (1 if d_in == 12 else 0)
     for i, (t0, t1) in enumerate(segments):
         assert torch.equal(P[i], gt[:, t0:t1] @ a[t0:t1])
-    assert gm.grouped_offsets(segments, a.double()) is None  # float64 goes row by row
-    assert gm.grouped_offsets([(1, 5), (5, 16)], a) is None  # rows not from token 0
-    monkeypatch.setattr(gm, "GROUPED_DEVICE_TYPES", ())
-    assert gm.grouped_offsets(segments, a) is None  # a device not listed goes row by row
+    assert rows.grouped_offsets(segments, a.double()) is None  # float64 goes row by row
+    assert rows.grouped_offsets([(1, 5), (5, 16)], a) is None  # rows not from token 0
+    monkeypatch.setattr(rows, "GROUPED_DEVICE_TYPES", ())
+    assert rows.grouped_offsets(segments, a) is None  # a device not listed goes row by row
 
 
 # ------------------------------------------------------------------ small calls, batched
@@ -932,7 +940,8 @@ def test_small_calls_batched_give_the_per_call_gram_and_the_reference(request, w
     results = {}
     for batched in (False, True):
         model.zero_grad(set_to_none=True)
-        with GramCapture(model, blocks=blocks, batch_small_calls=batched, weight_grads="rows",
+        with GramCapture(model, blocks=blocks, engine=EngineOptions(batch_small_calls=batched,
+                                                                    weight_grads="rows"),
                          **opts) as cap:
             terms().sum().backward()
         results[batched] = cap.result()
@@ -953,12 +962,10 @@ def test_calls_above_the_small_bound_are_not_batched(monkeypatch, untied):
     """A Linear call holding more than ``SMALL_CALL_ELEMENTS`` entries adds its own term in the
     backward (the kernel-cost bound off), so does a call of more than ``SMALL_CALL_TOKENS``
     tokens; a flush with nothing kept does nothing."""
-    from real_model import gram_capture
-
     ids, am, cm = batch(R=4, T=9)
     small = 4 * 9 * (16 + 16)  # the q projection's call: N (d_in + d_out)
-    monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", small)
-    monkeypatch.setattr(gram_capture, "SMALL_CALL_KERNEL_RATIO", 0)
+    monkeypatch.setattr(small_calls, "SMALL_CALL_ELEMENTS", small)
+    monkeypatch.setattr(small_calls, "SMALL_CALL_KERNEL_RATIO", 0)
     with GramCapture(untied) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()
     wide = {n for n, m in untied.named_modules()
@@ -967,7 +974,7 @@ def test_calls_above_the_small_bound_are_not_batched(monkeypatch, untied):
     K = cap.result()
     cap.flush()
     assert torch.equal(cap.result(), K)
-    monkeypatch.setattr(gram_capture, "SMALL_CALL_TOKENS", 4 * 9 - 1)
+    monkeypatch.setattr(small_calls, "SMALL_CALL_TOKENS", 4 * 9 - 1)
     with GramCapture(untied) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()
     assert not any(n in cap.batched for n in linear_names(untied))
@@ -981,18 +988,16 @@ def test_linear_calls_whose_token_kernels_cost_less_than_their_rows_are_batched(
     d_out) <= SMALL_CALL_KERNEL_RATIO n d_in d_out`` (here ``N = 36`` tokens over ``n = 4``
     rows), unless it keeps more than ``SMALL_CALL_KEPT`` entries; the Gram is the per-call
     one either way."""
-    from real_model import gram_capture
-
     ids, am, cm = batch(R=4, T=9)
     N, n = 4 * 9, 4
-    with GramCapture(untied, batch_small_calls=False) as cap:
+    with GramCapture(untied, engine=EngineOptions(batch_small_calls=False)) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()
     K_per_call = cap.result()
     dims = {name: (m.in_features, m.out_features) for name, m in untied.named_modules()
             if type(m) is nn.Linear and m.bias is None}
-    monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", 1)  # by size: nothing is small
+    monkeypatch.setattr(small_calls, "SMALL_CALL_ELEMENTS", 1)  # by size: nothing is small
     for ratio in (0, 20, 40, 1000):
-        monkeypatch.setattr(gram_capture, "SMALL_CALL_KERNEL_RATIO", ratio)
+        monkeypatch.setattr(small_calls, "SMALL_CALL_KERNEL_RATIO", ratio)
         want = {name for name, (i, o) in dims.items() if N * N * (i + o) <= ratio * n * i * o}
         with GramCapture(untied) as cap:
             (token_logprobs(untied, ids, am) * cm).sum().backward()
@@ -1000,7 +1005,7 @@ def test_linear_calls_whose_token_kernels_cost_less_than_their_rows_are_batched(
         assert rel_err(cap.result(), K_per_call) <= RTOL
     assert set() < {name for name, (i, o) in dims.items()
                     if N * N * (i + o) <= 40 * n * i * o} < set(dims)  # the cases differ
-    monkeypatch.setattr(gram_capture, "SMALL_CALL_KEPT", N * 32 - 1)  # below q's N (16 + 16)
+    monkeypatch.setattr(small_calls, "SMALL_CALL_KEPT", N * 32 - 1)  # below q's N (16 + 16)
     with GramCapture(untied) as cap:
         (token_logprobs(untied, ids, am) * cm).sum().backward()
     assert not cap.batched & set(dims)
@@ -1013,19 +1018,18 @@ def test_packed_linear_calls_cheaper_as_token_kernels_are_batched_beside_the_row
     """Packed rows (as verl runs them, ``weight_grads="rows"``, no input taps): the Linears
     batched by the kernel-cost bound are those the formula names for ``N = 19`` tokens over
     ``n = 4`` rows; the others take the rows path; the Gram is the per-row reference's."""
-    from real_model import gram_capture
-
     cu, ids, pos, u = packed_batch([5, 3, 7, 4])
     terms = packed_terms(untied, ids, pos, u, cu)
     K_ref = per_row_gram(untied, terms)
     N, n = int(cu[-1]), 4
     dims = {name: (m.in_features, m.out_features) for name, m in untied.named_modules()
             if type(m) is nn.Linear and m.bias is None}
-    monkeypatch.setattr(gram_capture, "SMALL_CALL_ELEMENTS", 1)
+    monkeypatch.setattr(small_calls, "SMALL_CALL_ELEMENTS", 1)
     for ratio in (0, 10, 1000):
-        monkeypatch.setattr(gram_capture, "SMALL_CALL_KERNEL_RATIO", ratio)
+        monkeypatch.setattr(small_calls, "SMALL_CALL_KERNEL_RATIO", ratio)
         want = {name for name, (i, o) in dims.items() if N * N * (i + o) <= ratio * n * i * o}
-        with GramCapture(untied, segments=cu, input_taps=False, weight_grads="rows") as cap:
+        with GramCapture(untied, segments=cu, input_taps=False,
+                         engine=EngineOptions(weight_grads="rows")) as cap:
             terms().sum().backward()
         untied.zero_grad(set_to_none=True)
         assert cap.ok, cap.problems()
@@ -1047,7 +1051,8 @@ def test_handover_gives_each_pass_its_own_gram_with_one_set_of_hooks(untied, wei
     """``handover`` after a backward: the next pass (other rows, other blocks) gets the Gram a
     fresh capture gives, the first keeps its own, the hooks (and the rows path's ``forward``)
     are those installed once, all gone after the last exit; with input taps it refuses."""
-    opts = {"input_taps": False, "weight_grads": weight_grads, "batch_small_calls": batched}
+    opts = {"input_taps": False,
+            "engine": EngineOptions(weight_grads=weight_grads, batch_small_calls=batched)}
     first, second = packed_batch([5, 3, 7, 4], seed=6), packed_batch([2, 6, 4], seed=7)
     bare = hook_counts(untied)
     fresh = []
@@ -1062,7 +1067,7 @@ def test_handover_gives_each_pass_its_own_gram_with_one_set_of_hooks(untied, wei
         assert any(patched for _, _, patched in installed) == (weight_grads == "rows")
         packed_terms(untied, *first[1:], first[0])().sum().backward()
         nxt = cap.handover(segments=second[0], blocks=[[0, 1, 2]])
-        assert hook_counts(untied) == installed and cap._exited and not nxt._exited
+        assert hook_counts(untied) == installed and cap.exited and not nxt.exited
         assert (cap.pass_index, nxt.pass_index) == (0, 1)
         cap.__exit__(None, None, None)  # the first's exit leaves the hooks to the second
         assert hook_counts(untied) == installed
@@ -1104,7 +1109,8 @@ def test_a_recorded_output_changed_in_place_is_a_named_problem_and_per_call_work
 
     G = row_grads()
     for batched in (True, False):
-        with GramCapture(model, segments=cu, input_taps=False, batch_small_calls=batched) as cap:
+        with GramCapture(model, segments=cu, input_taps=False,
+                         engine=EngineOptions(batch_small_calls=batched)) as cap:
             model(x.clone()).sum().backward()
         if batched:
             assert any("'0'" in p and "modified in place" in p for p in cap.problems())
@@ -1124,13 +1130,13 @@ def test_handover_adds_each_pass_small_calls_before_the_next_pass(monkeypatch, u
             packed_terms(untied, ids, pos, u, cu)().sum().backward()
         fresh.append(cap.result())
     added: list[int] = []
-    real_add = gram_small_calls.add_small_calls
+    real_add = small_calls.add_small_calls
 
     def add(passes, **kw):
         added.append(len(passes))
         return real_add(passes, **kw)
 
-    monkeypatch.setattr(gram_small_calls, "add_small_calls", add)
+    monkeypatch.setattr(small_calls, "add_small_calls", add)
     caps = [GramCapture(untied, segments=batches[0][0], **opts).__enter__()]
     for k, (cu, ids, pos, u) in enumerate(batches):
         if k:

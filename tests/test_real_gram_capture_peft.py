@@ -24,8 +24,13 @@ from real_gram_helpers import (  # noqa: E402
     rel_err,
 )
 
-from real_model.gram import rows_gram, token_logprobs, trajectory_gram  # noqa: E402
-from real_model.gram_capture import GramCapture, active_dropout_modules  # noqa: E402
+from real_model.gram import (  # noqa: E402
+    GramCapture,
+    active_dropout_modules,
+    rows_gram,
+    token_logprobs,
+    trajectory_gram,
+)
 
 RTOL = 1e-10
 TARGETS = ["q_proj", "v_proj", "down_proj"]

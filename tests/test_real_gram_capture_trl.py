@@ -2,8 +2,9 @@
 
 ``add_fused_lm_head`` makes ``model(..., labels=..., fused_lm_head=True)`` compute per-token
 log-probs (and entropies) in vocabulary tiles through ``_ChunkedLogProbFunction``, never calling
-the ``lm_head`` module. Inside a capture that function is intercepted and the head's Gram
-contribution (weight, tied-embedding cross terms) is added tile by tile.
+the ``lm_head`` module. Inside a capture and the TRL integration's ``fused_head`` block that
+function is intercepted and the head's Gram contribution (weight, tied-embedding cross terms) is
+added tile by tile.
 
 Reference: explicit per-row autograd of the same batched fused forward. Tolerance, stated: TRL
 computes that head's statistics and gradient GEMMs in float32 even for a float64 model
@@ -29,7 +30,8 @@ from real_gram_helpers import (  # noqa: E402
     rel_err,
 )
 
-from real_model.gram_capture import GramCapture  # noqa: E402
+from real_model.gram import GramCapture  # noqa: E402
+from real_model.integrations.trl.private import fused_head  # noqa: E402
 
 TRL_RTOL = 1e-6
 
@@ -67,7 +69,7 @@ def test_capture_around_trl_fused_head_equals_per_row_reference(monkeypatch, tie
     terms().sum().backward()
     plain = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    with GramCapture(model) as cap:
+    with GramCapture(model) as cap, fused_head(cap):
         terms().sum().backward()
     assert set(cap.coverage().values()) == {1}  # lm_head counted once, though never called
     assert rel_err(cap.result(), K_ref) <= TRL_RTOL
@@ -90,6 +92,7 @@ def test_handover_passes_trls_fused_head_on_to_the_next_capture():
         refs.append((terms, per_row_gram(model, terms)))
     model.zero_grad(set_to_none=True)
     first = GramCapture(model, input_taps=False).__enter__()
+    head = fused_head(first).__enter__()
     second = first
     try:
         refs[0][0]().sum().backward()
@@ -99,6 +102,7 @@ def test_handover_passes_trls_fused_head_on_to_the_next_capture():
     finally:
         second.__exit__(None, None, None)
         first.__exit__(None, None, None)
+        head.__exit__(None, None, None)
     model.zero_grad(set_to_none=True)
     assert type(trl_utils._ChunkedLogProbFunction).__name__ != "_TrlFusedHead"  # restored
     for cap, (_, K_ref) in zip((first, second), refs, strict=True):
@@ -111,7 +115,7 @@ def test_trl_head_contribution_matters():
     model = fused(tied=False)
     ids, am, labels, u = _inputs()
     original = trl_utils._ChunkedLogProbFunction
-    with GramCapture(model) as cap:
+    with GramCapture(model) as cap, fused_head(cap):
         trl_utils._ChunkedLogProbFunction = original  # undo the intercept
         out = model(input_ids=ids, attention_mask=am, labels=labels, fused_lm_head=True)
         (out.log_probs * u).sum().backward()
@@ -133,7 +137,7 @@ def test_trl_fused_head_with_peft_adapters():
         return (out.log_probs * u).sum(1)
 
     K_ref = per_row_gram(model, terms)
-    with GramCapture(model) as cap:
+    with GramCapture(model) as cap, fused_head(cap):
         terms().sum().backward()
     # the head is frozen: TRL's float32 head only shapes the adapters' delta, which the capture
     # takes from the host's own backward, so here the rows agree to float64 rounding
@@ -157,7 +161,7 @@ def test_capture_around_trl_fused_head_creates_no_rows_by_tokens_by_vocab_tensor
     ids = torch.randint(0, V, (R, T), generator=torch.Generator().manual_seed(1))
     labels = ids.clone()
     labels[:, :4] = -100
-    with TensorSizeRecorder() as mode, GramCapture(model) as cap:
+    with TensorSizeRecorder() as mode, GramCapture(model) as cap, fused_head(cap):
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels,
                     fused_lm_head=True)
         out.log_probs.sum().backward()

@@ -30,8 +30,7 @@ from real_gram_helpers import (  # noqa: E402
     rel_err,
 )
 
-from real_model import gram_layers as gm  # noqa: E402
-from real_model.gram import trajectory_gram  # noqa: E402
+from real_model.gram import EngineOptions, kernels, linear_gram, rows, trajectory_gram  # noqa: E402
 
 DEV = torch.device("cuda")
 CROSS_DEVICE_RTOL = 1e-6  # float64 Grams, CPU vs CUDA: the model's float32 rotary embedding
@@ -49,11 +48,11 @@ def _on(dev: torch.device, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def test_gram_f32_of_bf16_rows_uses_float32_output_on_cuda():
     x = torch.randn(6, 5000, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
-    out = gm.gram_f32(x.to(DEV))
+    out = kernels.gram_f32(x.to(DEV))
     assert out.dtype == torch.float32
     assert rel_err(out.double().cpu(), x.double() @ x.double().T) <= 1e-5
     # the fast path (no float32 copy of the rows) is the one that ran
-    assert gm._OUT_DTYPE_OK[("cuda", torch.bfloat16)] is True
+    assert kernels._OUT_DTYPE_OK[("cuda", torch.bfloat16)] is True
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -61,17 +60,17 @@ def test_packed_row_products_grouped_on_cuda_equal_one_product_per_row(monkeypat
     """``bench_verl_geometry.py --grouped-rows``: the grouped product on CUDA (torch's grouped
     kernel for bf16 on Hopper, its fallback otherwise) against one ``torch.mm`` per row, each row
     of ~227 tokens at SmolLM2's width; a row of no tokens and trailing padding included."""
-    monkeypatch.setattr(gm, "GROUPED_DEVICE_TYPES", ("cpu", "cuda"))
+    monkeypatch.setattr(rows, "GROUPED_DEVICE_TYPES", ("cpu", "cuda"))
     lengths = [230, 0, 180, 301, 227, 199, 250, 210]
     ends = torch.tensor(lengths).cumsum(0).tolist()
     segments = list(zip([0, *ends[:-1]], ends, strict=True))
     g = torch.Generator().manual_seed(0)
     delta = torch.randn(ends[-1] + 5, 1152, generator=g).to(DEV, dtype)
     a = torch.randn(ends[-1] + 5, 576, generator=g).to(DEV, dtype)
-    offsets = gm.grouped_offsets(segments, a)
+    offsets = rows.grouped_offsets(segments, a)
     assert offsets is not None and offsets.device.type == "cuda"
     out = torch.empty(len(segments), 1152, 576, device=DEV, dtype=dtype)
-    P = gm.packed_row_products(delta.T, a, segments, out=out, offsets=offsets)
+    P = rows.packed_row_products(delta.T, a, segments, out=out, offsets=offsets)
     for i, (t0, t1) in enumerate(segments):
         ref = delta[t0:t1].double().T @ a[t0:t1].double()
         tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16 outputs: 2^-8 relative rounding
@@ -84,15 +83,16 @@ def test_per_sample_layouts_on_cuda(contiguous, dtype):
     a, d = random_layer(4, 33, 64, 48, dtype, seed=1)
     K = torch.zeros(4, 4, dtype=torch.float64, device=DEV)
     prod = torch.float32 if dtype == torch.bfloat16 else torch.float64
-    gm.linear_weight_gram_per_sample(K, *_on(DEV, a, d), chunk_size=1000, contiguous=contiguous,
+    linear_gram.linear_weight_gram_per_sample(K, *_on(DEV, a, d), chunk_size=1000,
+                                              contiguous=contiguous,
                                      product_dtype=prod)
     tol = BF16_LAYER_RTOL if dtype == torch.bfloat16 else 1e-6
     assert rel_err(K.cpu(), layer_gram_truth(a, d)) <= tol
 
 
 def test_default_chunk_size_on_cuda_is_within_its_bounds():
-    c = gm.default_chunk_size(DEV)
-    assert gm._GPU_CHUNK_MIN <= c <= gm._GPU_CHUNK_MAX
+    c = kernels.default_chunk_size(DEV)
+    assert kernels._GPU_CHUNK_MIN <= c <= kernels._GPU_CHUNK_MAX
 
 
 @pytest.mark.parametrize("name", sorted(_MODELS))
@@ -130,7 +130,8 @@ def test_cuda_float32_exact_is_as_close_to_float64_truth_as_naive(name, linear_m
     m = _MODELS[name]().float().to(DEV)
     ids, am, cm = _on(DEV, *batch(R=4, T=16))
     truth = trajectory_gram(m64, ids, am, cm)
-    err_exact = rel_err(trajectory_gram(m, ids, am, cm, linear_method=linear_method), truth)
+    err_exact = rel_err(trajectory_gram(m, ids, am, cm,
+                                        engine=EngineOptions(linear_method=linear_method)), truth)
     err_naive = rel_err(trajectory_gram(m, ids, am, cm, method="naive"), truth)
     assert err_exact <= max(F32_FACTOR * err_naive, 1e-6), (err_exact, err_naive)
 

@@ -1,4 +1,4 @@
-"""The LM head in vocabulary tiles (:mod:`real_model.gram_head`) and the bounded-memory second
+"""The LM head in vocabulary tiles (:mod:`real_model.gram.head`) and the bounded-memory second
 pass (:func:`real_model.gram.rows_gram`), on tiny float64 models.
 
 Tiers: equivalence (tiled log-probs, entropies and their gradients == the full-logits autograd
@@ -18,16 +18,20 @@ pytest.importorskip("transformers")
 
 from real_gram_helpers import TensorSizeRecorder, batch, llama, per_row_gram, rel_err  # noqa: E402
 
-from real_model import gram as gram_mod  # noqa: E402
 from real_model.gram import (  # noqa: E402
+    EngineOptions,
+    GramCapture,
+    HeadTransform,
+    head_logprobs,
+    head_transform,
     pass_bytes_per_row,
+    pass_fixed_bytes,
     plan_passes,
     rows_gram,
     token_logprobs,
     trajectory_gram,
 )
-from real_model.gram_capture import GramCapture  # noqa: E402
-from real_model.gram_head import HeadTransform, head_logprobs, head_transform  # noqa: E402
+from real_model.gram import api as gram_api  # noqa: E402
 
 RTOL = 1e-10
 
@@ -70,7 +74,7 @@ def test_bf16_head_projects_its_own_values_with_a_float32_result(bias):
     (``half_operand``; on CUDA ``mm(out_dtype=float32)``), so the log-probs, entropies and
     gradients are the float32 computation on the float32 upcast of the same values (1e-6: float32
     summation order; on CPU the upcast itself)."""
-    from real_model.gram_head import half_operand
+    from real_model.gram.head import half_operand
 
     g = torch.Generator().manual_seed(1)
     R, T, d, V = 2, 4, 8, 40
@@ -135,7 +139,7 @@ def test_rows_gram_equals_per_row_reference(tied, temperature):
     g = torch.Generator().manual_seed(3)
     u = torch.randn(cm.shape, generator=g, dtype=torch.float64) * (cm != 0)
     K_ref = per_row_gram(model, _terms_at(model, ids, am, u, temperature))
-    K = rows_gram(model, ids, am, u, temperature=temperature, vocab_tile=7)
+    K = rows_gram(model, ids, am, u, temperature=temperature, engine=EngineOptions(vocab_tile=7))
     assert rel_err(K, K_ref) <= RTOL
 
 
@@ -154,7 +158,7 @@ def test_rows_gram_with_logit_scale_and_softcap_equals_per_row_reference():
         lp = torch.log_softmax(z, -1).gather(-1, ids[:, 1:, None])[..., 0]
         return (lp * cm[:, 1:]).sum(1)
 
-    K = rows_gram(model, ids, am, cm, temperature=0.9, vocab_tile=11)
+    K = rows_gram(model, ids, am, cm, temperature=0.9, engine=EngineOptions(vocab_tile=11))
     assert rel_err(K, per_row_gram(model, terms)) <= RTOL
 
 
@@ -170,9 +174,9 @@ def test_rows_gram_blocks_and_passes_under_a_small_budget_equal_one_pass(monkeyp
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(gram_mod, "GramCapture", Recorded)
+    monkeypatch.setattr(gram_api, "GramCapture", Recorded)
     per_row = pass_bytes_per_row(model, 9)
-    fixed = gram_mod.pass_fixed_bytes(None, ids.device)
+    fixed = pass_fixed_bytes(None, ids.device)
     Ks, lp = rows_gram(model, ids, am, cm, blocks=blocks, return_logprobs=True,
                        memory_budget_bytes=fixed + 2 * per_row)
     assert [c.n for c in made] == [2, 2, 2]  # [0,1] | [2,5] | [3]+[4]
@@ -222,7 +226,7 @@ def test_no_rows_by_tokens_by_vocab_tensor_in_a_pass():
     cm = torch.zeros(R, T, dtype=torch.float64)
     cm[:, 4:] = 1.0
     with TensorSizeRecorder() as mode:
-        K = rows_gram(model, ids, am, cm, vocab_tile=256, chunk_size=1 << 12)
+        K = rows_gram(model, ids, am, cm, engine=EngineOptions(vocab_tile=256, chunk_size=1 << 12))
     assert mode.largest < R * (T - 1) * V  # the full logits would be R (T - 1) V entries
     with TensorSizeRecorder() as full:
         token_logprobs(model, ids, am)

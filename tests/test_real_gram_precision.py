@@ -31,14 +31,13 @@ from real_gram_helpers import (  # noqa: E402
     rel_err,
 )
 
-from real_model import gram_layers as gm  # noqa: E402
-from real_model.gram import trajectory_gram  # noqa: E402
+from real_model.gram import EngineOptions, kernels, linear_gram, trajectory_gram  # noqa: E402
 
 
 def test_gram_f32_of_bf16_rows_matches_float64_products_to_float32_rounding():
     x = torch.randn(5, 3000, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     ref = x.double() @ x.double().T
-    out = gm.gram_f32(x)
+    out = kernels.gram_f32(x)
     assert out.dtype == torch.float32
     # products of bf16 numbers are exact in float32; 3000-term float32 sums: ~sqrt(n) 2^-24 ~ 3e-6
     assert rel_err(out.double(), ref) <= 1e-5
@@ -47,10 +46,10 @@ def test_gram_f32_of_bf16_rows_matches_float64_products_to_float32_rounding():
 def test_gram_f32_falls_back_when_out_dtype_is_unsupported(monkeypatch):
     """Force the ``torch.mm(..., out_dtype=float32)`` attempt on CPU: it is not implemented there,
     so the helper must fall back to a float32 copy, remember the verdict, and stay correct."""
-    monkeypatch.setattr(gm, "_OUT_DTYPE_OK", {("cpu", torch.bfloat16): True})
+    monkeypatch.setattr(kernels, "_OUT_DTYPE_OK", {("cpu", torch.bfloat16): True})
     x = torch.randn(3, 70, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
-    out = gm.gram_f32(x, gm.Scratch())
-    assert gm._OUT_DTYPE_OK[("cpu", torch.bfloat16)] is False
+    out = kernels.gram_f32(x, kernels.Scratch())
+    assert kernels._OUT_DTYPE_OK[("cpu", torch.bfloat16)] is False
     assert rel_err(out.double(), x.double() @ x.double().T) <= 1e-5
 
 
@@ -58,7 +57,7 @@ def test_gram_f32_falls_back_when_out_dtype_is_unsupported(monkeypatch):
 def test_bf16_layer_gram_is_within_bf16_rounding_of_float64(method):
     a, d = random_layer(4, 12, 48, 40, torch.bfloat16)
     K = torch.zeros(4, 4, dtype=torch.float64)
-    gm.linear_weight_gram(K, a, d, method=method, chunk_size=1 << 12,
+    linear_gram.linear_weight_gram(K, a, d, method=method, chunk_size=1 << 12,
                           product_dtype=torch.float32)
     assert rel_err(K, layer_gram_truth(a, d)) <= BF16_LAYER_RTOL
 
@@ -69,40 +68,41 @@ def test_per_sample_layouts_give_the_same_gram(contiguous, dtype):
     """The CUDA layout (``delta`` transposed once, contiguous) equals the strided one."""
     a, d = random_layer(3, 7, 10, 9, dtype, seed=3)
     K = torch.zeros(3, 3, dtype=torch.float64)
-    gm.linear_weight_gram_per_sample(K, a, d, chunk_size=25, contiguous=contiguous)
+    linear_gram.linear_weight_gram_per_sample(K, a, d, chunk_size=25, contiguous=contiguous)
     assert rel_err(K, layer_gram_truth(a, d)) <= (1e-13 if dtype == torch.float64 else 1e-6)
 
 
 def test_measured_linear_choice_is_cached_and_exact(monkeypatch):
     """In the ambiguous band the first layer of a shape times both methods, keeps the faster one's
     result and caches the verdict; later layers of that shape reuse it without timing."""
-    monkeypatch.setattr(gm, "_CALIBRATED", {})
-    monkeypatch.setattr(gm, "CALIBRATION_BAND", float("inf"))  # every shape is "ambiguous"
+    monkeypatch.setattr(linear_gram, "_CALIBRATED", {})
+    monkeypatch.setattr(linear_gram, "CALIBRATION_BAND", float("inf"))  # every shape is "ambiguous"
     a, d = random_layer(3, 5, 6, 7, torch.float64, seed=4)
     K = torch.zeros(3, 3, dtype=torch.float64)
-    used = gm.linear_weight_gram(K, a, d, method="measured", chunk_size=1 << 10)
+    used = linear_gram.linear_weight_gram(K, a, d, method="measured", chunk_size=1 << 10)
     assert used in ("identity", "per_sample")
-    assert list(gm._CALIBRATED.values()) == [used]
+    assert list(linear_gram._CALIBRATED.values()) == [used]
     assert rel_err(K, layer_gram_truth(a, d)) <= 1e-13
     calls: list[str] = []
-    monkeypatch.setattr(gm.time, "perf_counter", lambda: calls.append("t") or 0.0)
+    monkeypatch.setattr(linear_gram.time, "perf_counter", lambda: calls.append("t") or 0.0)
     K2 = torch.zeros(3, 3, dtype=torch.float64)
-    assert gm.linear_weight_gram(K2, a, d, method="measured", chunk_size=1 << 10) == used
+    assert linear_gram.linear_weight_gram(K2, a, d, method="measured", chunk_size=1 << 10) == used
     assert calls == []  # cached: no timing
     assert torch.equal(K, K2)
 
 
 def test_linear_choice_by_count_outside_the_band_and_for_auto(monkeypatch):
-    monkeypatch.setattr(gm, "_CALIBRATED", {})
-    assert gm.choose_linear_method(R=8, T=256, d_in=576, d_out=1536, key=("k",)) == "per_sample"
-    assert gm.choose_linear_method(R=4, T=2, d_in=512, d_out=512, key=("k",)) == "identity"
+    monkeypatch.setattr(linear_gram, "_CALIBRATED", {})
+    assert linear_gram.choose_linear_method(R=8, T=256, d_in=576, d_out=1536,
+                                            key=("k",)) == "per_sample"
+    assert linear_gram.choose_linear_method(R=4, T=2, d_in=512, d_out=512, key=("k",)) == "identity"
     # inside the band: "measured" (a key) has no verdict yet, "auto" (no key) counts
-    assert gm.choose_linear_method(R=8, T=100, d_in=576, d_out=1536, key=("k",)) is None
-    assert gm.choose_linear_method(R=8, T=100, d_in=576, d_out=1536) == "per_sample"
+    assert linear_gram.choose_linear_method(R=8, T=100, d_in=576, d_out=1536, key=("k",)) is None
+    assert linear_gram.choose_linear_method(R=8, T=100, d_in=576, d_out=1536) == "per_sample"
 
 
 def test_default_chunk_size_on_cpu_is_the_documented_bound():
-    assert gm.default_chunk_size(torch.device("cpu")) == gm.CPU_CHUNK_SIZE == 1 << 23
+    assert kernels.default_chunk_size(torch.device("cpu")) == kernels.CPU_CHUNK_SIZE == 1 << 23
 
 
 _MODELS = {
@@ -117,7 +117,7 @@ _MODELS = {
 def test_float32_model_exact_equals_naive(name, linear_method):
     m = _MODELS[name]().float()
     ids, am, cm = batch(R=4, T=16)
-    K = trajectory_gram(m, ids, am, cm, linear_method=linear_method)
+    K = trajectory_gram(m, ids, am, cm, engine=EngineOptions(linear_method=linear_method))
     assert rel_err(K, trajectory_gram(m, ids, am, cm, method="naive")) <= 1e-6
 
 
@@ -142,12 +142,12 @@ def test_flat_gram_slabs_and_single_block_agree(monkeypatch):
     out = {}
     try:
         for slab_bytes in (8 * 3 * 4096, 1 << 30):
-            monkeypatch.setattr(gm, "CPU_SLAB_BYTES", slab_bytes)
-            monkeypatch.setattr(gm, "CPU_SLAB_BYTES_THREADED", slab_bytes)
+            monkeypatch.setattr(kernels, "CPU_SLAB_BYTES", slab_bytes)
+            monkeypatch.setattr(kernels, "CPU_SLAB_BYTES_THREADED", slab_bytes)
             for n in (1, 2):
                 torch.set_num_threads(n)
                 K = torch.zeros(3, 3, dtype=torch.float64)
-                gm.flat_gram(K, x, gm.Scratch())
+                kernels.flat_gram(K, x, kernels.Scratch())
                 out[slab_bytes, n] = K
     finally:
         torch.set_num_threads(threads)

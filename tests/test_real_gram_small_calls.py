@@ -1,4 +1,4 @@
-"""``real_model.gram_small_calls``: the batched terms of small calls equal each pass's per-row Gram.
+"""``real_model.gram.small_terms``: the batched terms of small calls equal each pass's per-row Gram.
 
 Tier: exact (float64; the reference forms every row's gradient explicitly)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from real_model.gram_capture import PackedRows
-from real_model.gram_small_calls import PassCalls, add_small_calls
+from real_model.gram.packed import PackedRows
+from real_model.gram.small_terms import PassCalls, add_small_calls
 
 F64 = torch.float64
 

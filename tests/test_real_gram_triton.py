@@ -1,4 +1,4 @@
-"""The fused Triton kernel for Linear weight Grams (``real_model.gram_triton``,
+"""The fused Triton kernel for Linear weight Grams (``real_model.gram.triton``,
 ``linear_method="triton"``).
 
 Tiers: exact (the kernel against the float64 Gram of explicit per-sample gradients of the same,
@@ -32,7 +32,7 @@ import pytest
 import torch
 from real_gram_helpers import layer_gram_truth, random_layer
 
-from real_model import gram_triton as gt
+from real_model.gram import triton as gt
 
 HAS_TRITON = gt.available()
 needs_triton = pytest.mark.skipif(
@@ -118,14 +118,14 @@ def test_trajectory_gram_triton_equals_naive_on_a_tiny_llama(interpret):
     pytest.importorskip("transformers")
     from real_gram_helpers import batch, llama
 
-    from real_model.gram import trajectory_gram
+    from real_model.gram import EngineOptions, trajectory_gram
 
     m = llama(tied=True, bias=True, kv_heads=2, pad=0)  # float64, tied head, biases, GQA
     ids, am, cm = batch(R=3, T=9)
-    K = trajectory_gram(m, ids, am, cm, linear_method="triton")
+    K = trajectory_gram(m, ids, am, cm, engine=EngineOptions(linear_method="triton"))
     assert _rel(K, trajectory_gram(m, ids, am, cm, method="naive")) <= 1e-9
     m32 = m.float()
-    K32 = trajectory_gram(m32, ids, am, cm, linear_method="triton")
+    K32 = trajectory_gram(m32, ids, am, cm, engine=EngineOptions(linear_method="triton"))
     assert _rel(K32, trajectory_gram(m32, ids, am, cm, method="naive")) <= 1e-6
 
 
@@ -184,13 +184,14 @@ def test_triton_missing_gives_the_install_command(monkeypatch):
     pytest.importorskip("transformers")
     from real_gram_helpers import batch, llama
 
-    from real_model.gram import trajectory_gram
+    from real_model.gram import EngineOptions, trajectory_gram
 
     monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
     assert gt.available() is False
     ids, am, cm = batch(R=2, T=6)
     with pytest.raises(ImportError, match="pip install triton"):
-        trajectory_gram(llama(tied=False), ids, am, cm, linear_method="triton")
+        trajectory_gram(llama(tied=False), ids, am, cm,
+                        engine=EngineOptions(linear_method="triton"))
     # the default path does not need triton
     assert trajectory_gram(llama(tied=False), ids, am, cm).shape == (2, 2)
 
@@ -241,7 +242,7 @@ def test_trajectory_gram_triton_equals_naive_on_cuda(monkeypatch):
     pytest.importorskip("transformers")
     from real_gram_helpers import batch, llama, nemotron
 
-    from real_model.gram import trajectory_gram
+    from real_model.gram import EngineOptions, trajectory_gram
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     dev = torch.device("cuda")
@@ -252,6 +253,7 @@ def test_trajectory_gram_triton_equals_naive_on_cuda(monkeypatch):
         # exceeded on an H200 for nemotron: 1.6e-6, 2026-11-28)
         truth = trajectory_gram(make().to(dev), ids, am, cm)
         m = make().float().to(dev)
-        err = _rel(trajectory_gram(m, ids, am, cm, linear_method="triton"), truth)
+        err = _rel(trajectory_gram(m, ids, am, cm, engine=EngineOptions(linear_method="triton")),
+                   truth)
         err_naive = _rel(trajectory_gram(m, ids, am, cm, method="naive"), truth)
         assert err <= max(2.0 * err_naive, 1e-6), (err, err_naive)

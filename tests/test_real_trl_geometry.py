@@ -39,7 +39,14 @@ from trl_geometry_helpers import (  # noqa: E402
     tiny_tokenizer,
 )
 
-from real_model import trl_geometry as tg  # noqa: E402
+from real_model.integrations import config as gconfig  # noqa: E402
+from real_model.integrations import protocol  # noqa: E402
+from real_model.integrations import trl as itrl  # noqa: E402
+from real_model.integrations.trl import meter as trl_meter  # noqa: E402
+from real_model.integrations.trl import rows as trl_rows  # noqa: E402
+from real_model.integrations.trl import step as trl_step  # noqa: E402
+from real_model.integrations.trl import trainer as trl_trainer  # noqa: E402
+from real_model.integrations.trl import weights as trl_weights  # noqa: E402
 
 RTOL = 1e-5
 
@@ -152,13 +159,13 @@ def test_dropout_is_named_in_the_record_and_strict_refuses(tmp_path):
     assert not rec["exact"] and any("config.attention_dropout=0.1" in i for i in rec["issues"])
     strict = make_trainer(tmp_path / "s", model=tiny_model(len(tok), dropout=0.1),
                           geometry_strict=True)
-    with pytest.raises(tg.GeometryStrictError, match="attention_dropout"):
+    with pytest.raises(trl_step.GeometryStrictError, match="attention_dropout"):
         strict.train()
 
 
 def test_failure_skips_the_step_logs_the_reason_and_training_goes_on(tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = tg.measure_rows
+    real = trl_rows.measure_rows
 
     def flaky(*a, **k):
         calls["n"] += 1
@@ -166,7 +173,7 @@ def test_failure_skips_the_step_logs_the_reason_and_training_goes_on(tmp_path, m
             raise torch.cuda.OutOfMemoryError("simulated out of memory")
         return real(*a, **k)
 
-    monkeypatch.setattr(tg, "measure_rows", flaky)
+    monkeypatch.setattr(trl_meter, "measure_rows", flaky)
     tr = make_trainer(tmp_path, max_steps=2, gradient_accumulation_steps=1,
                       per_device_train_batch_size=8)
     with pytest.warns(UserWarning, match="not measured"):
@@ -181,7 +188,7 @@ def test_failure_skips_the_step_logs_the_reason_and_training_goes_on(tmp_path, m
     assert logs[0]["geometry/skipped"] == 1.0 and "geometry/skipped_reason" not in logs[1]
     calls["n"] = 0
     strict = make_trainer(tmp_path / "s", geometry_strict=True)
-    with pytest.raises(tg.GeometryStrictError, match="simulated out of memory"):
+    with pytest.raises(trl_step.GeometryStrictError, match="simulated out of memory"):
         strict.train()
 
 
@@ -207,13 +214,13 @@ def test_geometry_grpo_config_through_trlparser_yaml_cli_and_checkpoints(tmp_pat
     yaml = tmp_path / "cfg.yaml"
     yaml.write_text(f"output_dir: {tmp_path / 'o'}\ngeometry_every: 5\ngeometry_strict: true\n"
                     "geometry_memory_budget_mb: 256\nuse_cpu: true\nreport_to: []\n")
-    (args,) = trl.TrlParser((tg.GeometryGRPOConfig,)).parse_args_and_config(
+    (args,) = trl.TrlParser((itrl.GeometryGRPOConfig,)).parse_args_and_config(
         ["--config", str(yaml), "--geometry_grad_norm", "false"])
     cfg = args.geometry_config()
-    assert (cfg.geometry_every, cfg.strict, cfg.memory_budget_mb, cfg.grad_norm) == (
+    assert (cfg.every, cfg.strict, cfg.memory_budget_mb, cfg.grad_norm) == (
         5, True, 256.0, False)
     with pytest.raises(ValueError, match="geometry_every"):
-        tg.GeometryGRPOConfig(output_dir=str(tmp_path / "o"), geometry_every=-1, use_cpu=True)
+        itrl.GeometryGRPOConfig(output_dir=str(tmp_path / "o"), geometry_every=-1, use_cpu=True)
     # checkpoints save the fields (training_args.bin) and the record of the run
     tr = make_trainer(tmp_path, max_steps=1, save_strategy="steps", save_steps=1,
                       geometry_every=1, geometry_rtol=1e-7)
@@ -232,7 +239,7 @@ def test_mixin_composes_with_a_user_grpo_subclass(tmp_path):
             seen.append(int(self.state.global_step))
             return out
 
-    class Measured(tg.GeometryMixin, UserTrainer):
+    class Measured(trl_trainer.GeometryMixin, UserTrainer):
         pass
 
     tok = tiny_tokenizer()
@@ -266,13 +273,13 @@ def test_measure_rows_without_trl_matches_per_row_gradients():
     lm = torch.zeros(n, T, dtype=torch.float64)
     lm[:, P:] = am[:, P:].double()
     u = lm * torch.randn(n, T, generator=g, dtype=torch.float64)
-    rows = tg.GeometryRows(
+    rows = trl_rows.GeometryRows(
         input_ids=ids, attention_mask=am, position_ids=torch.arange(T).expand(n, -1),
         loss_mask=lm, weights=u, rewards=np.array([1.0, 0, 0, 1, 1, 0]),
         advantages=np.ones(n), group=np.array([0, 0, 0, 1, 1, 1]),
         local=np.ones(n, dtype=bool), row=np.arange(n))
     model.eval()
-    out = tg.measure_rows(model, rows, config=tg.GeometryConfig(), group_size=3)
+    out = trl_rows.measure_rows(model, rows, config=gconfig.GeometryConfig(), group_size=3)
     params = [p for p in model.parameters() if p.requires_grad]
 
     def grads(w):
@@ -295,7 +302,7 @@ def test_measure_rows_without_trl_matches_per_row_gradients():
     assert out.local_grad_sq == pytest.approx(float(tot @ tot), rel=1e-9)
     assert [r["mixed"] for r in out.groups] == [True, True]
     # blocks only, one group per pass (tiny budget): the same blocks, no cross-group norm
-    blk = tg.measure_rows(model, rows, config=tg.GeometryConfig(grad_norm=False,
+    blk = trl_rows.measure_rows(model, rows, config=gconfig.GeometryConfig(grad_norm=False,
                                                                 memory_budget_mb=1e-3),
                           group_size=3)
     assert blk.local_grad_sq is None
@@ -306,21 +313,21 @@ def test_measure_rows_without_trl_matches_per_row_gradients():
 
 def test_active_dropout_names_modules_and_config_fields():
     tok = tiny_tokenizer()
-    assert tg.active_dropout(tiny_model(len(tok))) == []
+    assert trl_weights.active_dropout(tiny_model(len(tok))) == []
     m = tiny_model(len(tok), dropout=0.2)
     m.model.layers[0].mlp.extra = torch.nn.Dropout(0.3)
-    names = tg.active_dropout(m)
+    names = trl_weights.active_dropout(m)
     assert "model.layers.0.mlp.extra (p=0.3)" in names and "config.attention_dropout=0.2" in names
 
 
 def test_structure_issues_name_terms_outside_the_log_probs():
     args = trl.GRPOConfig(output_dir="/tmp/x", entropy_coef=0.01, use_cpu=True, report_to=[])
-    assert "entropy bonus" in " ".join(tg.structure_issues(args))
+    assert "entropy bonus" in " ".join(trl_weights.structure_issues(args))
     ok = trl.GRPOConfig(output_dir="/tmp/x", use_cpu=True, report_to=[], beta=0.1,
                         num_iterations=2, top_entropy_quantile=0.5)
-    assert tg.structure_issues(ok) == []
-    assert "every inner step" in " ".join(tg.structure_notes(ok))
-    assert "auxiliary" in " ".join(tg.structure_issues(ok, aux_loss=True))
+    assert trl_weights.structure_issues(ok) == []
+    assert "every inner step" in " ".join(trl_weights.structure_notes(ok))
+    assert "auxiliary" in " ".join(trl_weights.structure_issues(ok, aux_loss=True))
 
 
 def test_every_trl_loss_type_is_known():
@@ -332,31 +339,31 @@ def test_every_trl_loss_type_is_known():
     names = set()
     for m in re.finditer(r'loss_type (?:==|in) (\[[^\]]*\]|"[a-z_]+")', src):
         names |= set(re.findall(r'"([a-z_]+)"', m.group(1)))
-    assert names == set(tg.SUPPORTED_LOSS_TYPES)
+    assert names == set(trl_weights.SUPPORTED_LOSS_TYPES)
 
 
 def test_trl_row_weights_hand_checked():
     # grpo: two micro-batches of 2 rows, GA=2, W=1: c = 1/(2*2*L)
-    c = tg.trl_row_weights([1, 2, 4, 4], [0, 1, 0, 1], loss_type="grpo", num_chunks=2,
+    c = trl_weights.trl_row_weights([1, 2, 4, 4], [0, 1, 0, 1], loss_type="grpo", num_chunks=2,
                            gradient_accumulation_steps=2, num_processes=1)
     assert c.tolist() == [1 / 4, 1 / 8, 1 / 16, 1 / 16]
     # bnpo: tokens per micro-batch 5 and 6
-    c = tg.trl_row_weights([1, 2, 4, 4], [0, 1, 0, 1], loss_type="bnpo", num_chunks=2,
+    c = trl_weights.trl_row_weights([1, 2, 4, 4], [0, 1, 0, 1], loss_type="bnpo", num_chunks=2,
                            gradient_accumulation_steps=2, num_processes=1)
     assert c.tolist() == [1 / 10, 1 / 12, 1 / 10, 1 / 12]
     # dapo over 2 processes: S/(GA N) regardless of W
-    c = tg.trl_row_weights([1, 3], [0, 0], loss_type="dapo", num_chunks=1,
+    c = trl_weights.trl_row_weights([1, 3], [0, 0], loss_type="dapo", num_chunks=1,
                            gradient_accumulation_steps=1, num_processes=2, num_items_in_batch=8)
     assert c.tolist() == [1 / 8, 1 / 8]
     with pytest.raises(ValueError, match="not supported"):
-        tg.trl_row_weights([1], [0], loss_type="ppo", num_chunks=1,
+        trl_weights.trl_row_weights([1], [0], loss_type="ppo", num_chunks=1,
                            gradient_accumulation_steps=1, num_processes=1)
 
 
 def test_cos_success_failure_hand_checked():
     K = np.array([[1.0, 0.5], [0.5, 1.0]])
-    assert tg.cos_success_failure(K, [True, False]) == pytest.approx(0.5)
-    assert tg.cos_success_failure(K, [True, True]) is None
+    assert protocol.cos_success_failure(K, [True, False]) == pytest.approx(0.5)
+    assert protocol.cos_success_failure(K, [True, True]) is None
 
 
 def test_trl_train_writes_real_train_outputs_and_compare_accepts_them(tmp_path):
@@ -387,7 +394,7 @@ def test_trl_train_writes_real_train_outputs_and_compare_accepts_them(tmp_path):
 
 def test_group_records_from_the_row_gram_hand_checked():
     """Rows g = (1, 0), (0, 2): Kg = diag(1, 4), grad_norm = sqrt(5), rank 2, top-1 4/5."""
-    from real_model.geometry_metrics import group_records
+    from real_model.integrations.protocol import group_records
 
     K = np.array([[2.0, 0.0], [0.0, 3.0]])
     rec = group_records(K, [1.0, 0.0], [1.0, -1.0], None, [3, 4],
@@ -396,3 +403,47 @@ def test_group_records_from_the_row_gram_hand_checked():
     assert rec["rank"] == 2 and rec["top1_fraction"] == pytest.approx(0.8)
     assert rec["norms"] == pytest.approx([np.sqrt(2.0), np.sqrt(3.0)])
     assert "weights" not in rec  # no row weights given: only the row Gram's metrics
+
+
+def test_every_private_trl_name_the_integration_uses_exists_in_the_pinned_trl():
+    """``integrations.trl.private`` lists each TRL-private name touched; each is in TRL 1.16."""
+    from real_model.integrations.trl import private
+
+    assert trl.__version__ == private.PINNED
+    found = private.checked_names(trl)
+    assert len(found) == len(private.TRAINER_PRIVATE) + len(private.MODULE_PRIVATE)
+    assert all(found.values()), sorted(k for k, ok in found.items() if not ok)
+
+
+def test_the_old_import_path_re_exports_the_trl_integration():
+    import real_model.trl_geometry as old
+
+    assert old.GeometryGRPOTrainer is itrl.GeometryGRPOTrainer
+    assert old.GeometryGRPOConfig is itrl.GeometryGRPOConfig
+    assert old.GeometryConfig is gconfig.GeometryConfig
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("geometry_every", "2", TypeError), ("geometry_every", 1.5, TypeError),
+    ("geometry_every", -1, ValueError), ("geometry_rtol", 2.0, ValueError),
+    ("geometry_mode", "inrun", ValueError), ("geometry_keep_groups", "yes", TypeError),
+    ("geometry_success_threshold", float("nan"), ValueError)])
+def test_geometry_grpo_config_refuses_a_bad_value_naming_its_field(tmp_path, field, value,
+                                                                   error):
+    with pytest.raises(error, match=f"^{field}: "):
+        itrl.GeometryGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                **{field: value})
+
+
+def test_trl_config_fields_are_views_of_the_one_geometry_config():
+    """One ``geometry_<name>`` field per option TRL reads, with that option's default and help."""
+    import dataclasses
+
+    trl_fields = {f.name: f for f in dataclasses.fields(itrl.GeometryGRPOConfig)
+                  if f.name.startswith("geometry_")}
+    options = gconfig.host_fields("trl")
+    assert sorted(trl_fields) == sorted(f"geometry_{f.name}" for f in options)
+    for f in options:
+        view = trl_fields[f"geometry_{f.name}"]
+        assert view.default == f.default and view.metadata["help"] == f.metadata["help"]
+    assert "geometry_second_pass_rows" not in trl_fields  # verl's option only

@@ -43,7 +43,9 @@ from trl_geometry_helpers import (  # noqa: E402
     tiny_tokenizer,
 )
 
-from real_model import trl_geometry as tg  # noqa: E402
+from real_model.integrations import config as gconfig  # noqa: E402
+from real_model.integrations import trl as itrl  # noqa: E402
+from real_model.integrations.trl import rows as trl_rows  # noqa: E402
 
 INRUN_RTOL = 1e-6
 # weight_grads="rows": dW summed over rows in another order than TRL's product (float64 model)
@@ -117,22 +119,22 @@ def _assert_in_run_equals_second_pass(tmp_path, *, steps=1, score=True, rtol=INR
 
 def test_whole_groups_in_chunk_hand_checked():
     # rows 0..7 of process 1 (first row 8) in a shuffled micro-batch, groups of 4
-    assert tg.whole_groups_in_chunk([3, 1, 0, 2, 7], first_row=8, group_size=4) == {
+    assert trl_rows.whole_groups_in_chunk([3, 1, 0, 2, 7], first_row=8, group_size=4) == {
         2: [0, 1, 2, 3]}
     # a group's rows on two processes (first row 6): never whole
-    assert tg.whole_groups_in_chunk([0, 1, 2, 3], first_row=6, group_size=4) == {}
+    assert trl_rows.whole_groups_in_chunk([0, 1, 2, 3], first_row=6, group_size=4) == {}
 
 
 def test_geometry_mode_is_a_validated_grpo_config_field(tmp_path):
-    args = tg.GeometryGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+    args = itrl.GeometryGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                  geometry_mode="auto", geometry_score_every=5)
     cfg = args.geometry_config()
     assert (cfg.mode, cfg.score_every) == ("auto", 5)
-    assert tg.GeometryConfig().mode == "second_pass"
-    with pytest.raises(ValueError, match="geometry mode must be one of"):
-        tg.GeometryConfig(mode="inrun")
+    assert gconfig.GeometryConfig().mode == "second_pass"
+    with pytest.raises(ValueError, match="mode: must be one of"):
+        gconfig.GeometryConfig(mode="inrun")
     with pytest.raises(ValueError, match="score_every"):
-        tg.GeometryConfig(score_every=-1)
+        gconfig.GeometryConfig(score_every=-1)
 
 
 @pytest.mark.parametrize(("weight_grads", "batched"),
@@ -281,7 +283,7 @@ def test_group_order_keeps_every_group_in_one_micro_batch(tmp_path):
         loss_type="dapo", geometry_group_order=True)
     rec = run.geometry_records[0]
     assert rec["in_run_groups"] == rec["groups"] == 2
-    perm = tg.group_permutation(10, first_row=2, group_size=4,
+    perm = trl_rows.group_permutation(10, first_row=2, group_size=4,
                                 rng=torch.Generator().manual_seed(0))
     labels = ((2 + perm) // 4).tolist()  # rows of a group stay together, groups permuted
     assert sorted(perm.tolist()) == list(range(10))

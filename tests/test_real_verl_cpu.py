@@ -1,4 +1,5 @@
-"""``real_model.verl_cpu`` without verl: the savers that several processes call on one path."""
+"""``real_model.integrations.verl.cpu`` without verl: the savers that several processes call on one
+path."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from real_model import verl_cpu as vc  # noqa: E402
+from real_model.integrations.verl import cpu as vc  # noqa: E402
 
 
 def test_save_tiny_llama_writes_a_loadable_model_once(tmp_path):

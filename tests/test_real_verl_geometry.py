@@ -1,4 +1,5 @@
-"""verl adapter (real_model/verl_geometry.py) in one process: verl 0.9.1's own FSDP2 engine on CPU.
+"""verl integration (real_model/integrations/verl) in one process: verl 0.9.1's own FSDP2
+engine on CPU.
 
 Needs the ``verl`` extra (its own environment: ``.ci/run`` builds it); skipped without verl. The
 two-process tests are in ``tests/test_real_verl_distributed.py``.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,8 +19,12 @@ pytest.importorskip("verl")
 import torch  # noqa: E402
 import verl_harness as H  # noqa: E402
 
-from real_model import verl_cpu as vc  # noqa: E402
-from real_model import verl_geometry as vg  # noqa: E402
+from real_model.integrations import config as gconfig  # noqa: E402
+from real_model.integrations import verl as iverl  # noqa: E402
+from real_model.integrations.verl import cpu as vc  # noqa: E402
+from real_model.integrations.verl import plan as verl_plan  # noqa: E402
+from real_model.integrations.verl import step as verl_step  # noqa: E402
+from real_model.integrations.verl import tap as verl_tap  # noqa: E402
 
 TOL = 1e-5  # relative (max-abs over max-abs), float32 engine vs float64 reference
 ROWS_GRAD_RTOL = 1e-6  # weight_grads="rows": dW summed over rows in float32, another order
@@ -29,8 +35,8 @@ def env(tmp_path_factory):
     vc.init_process_group()
     vc.register_cpu_platform()
     path = vc.save_tiny_llama(tmp_path_factory.mktemp("verl") / "tiny")
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig())
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig())
     batch = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
     return {"path": path, "engine": engine, "batch": batch}
 
@@ -43,7 +49,7 @@ def _data(env, micro_batch_size=4, order=None):
 
 
 def _fresh(env, **cfg):
-    env["engine"].geometry = vg.VerlGeometry(vg.GeometryConfig(**cfg))
+    env["engine"].geometry = verl_step.VerlGeometry(gconfig.GeometryConfig(**cfg))
     return env["engine"]
 
 
@@ -85,7 +91,7 @@ def test_norms_take_the_checked_closed_form(env):
     engine = _fresh(env)
     H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
     for mb in engine.geometry.micro:
-        verdicts = mb.capture.norm_closed_form_ok
+        verdicts = mb.capture.engine.norm_ok
         assert verdicts and all(verdicts.values()), verdicts
 
 
@@ -121,8 +127,8 @@ def test_padded_micro_batches_are_exact(tmp_path):
     """``use_remove_padding=False``: verl's padded (batch-first) forward."""
     vc.init_process_group()
     path = vc.save_tiny_llama(tmp_path / "tiny")
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig(), use_remove_padding=False)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig(), use_remove_padding=False)
     td = vc.grpo_batch(H.REWARDS, seed=2, logp_noise=0.3, model_path=path)
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4, use_remove_padding=False)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_agg_mode="seq-mean-token-mean")
@@ -189,7 +195,7 @@ def test_sum_of_gram_is_squared_gradient_norm_with_entropy_bonus(env):
 def test_entropy_bonus_with_spread_groups_is_reported_unsupported(env):
     from verl.utils import tensordict_utils as tu
 
-    engine = _fresh(env)
+    engine = _fresh(env, score_every=1)
     data = _data(env, micro_batch_size=2)
     tu.assign_non_tensor(data, calculate_entropy=True)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, entropy_coeff=0.1)
@@ -210,7 +216,7 @@ def test_metrics_reach_verl_trainer_through_its_worker(env):
     from verl.utils.profiler import DistProfiler
     from verl.workers.engine_workers import TrainingWorker
 
-    engine = _fresh(env)
+    engine = _fresh(env, score_every=1)
     worker = object.__new__(TrainingWorker)  # the worker without Ray: its methods as verl runs them
     worker.engine, worker.engine_config = engine, engine.engine_config
     worker.model_config, worker.device_name = engine.model_config, "cpu"
@@ -230,7 +236,7 @@ def test_metrics_reach_verl_trainer_through_its_worker(env):
 
 def test_jsonl_has_one_record_per_measured_step(env, tmp_path):
     out = tmp_path / "geometry.jsonl"
-    engine = _fresh(env, every=2, score_every=4, jsonl_path=str(out))
+    engine = _fresh(env, every=2, score_every=2, jsonl_path=str(out))
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
     for _ in range(5):
         H.measured_step(engine, _data(env), loss_fn)
@@ -244,17 +250,17 @@ def test_jsonl_has_one_record_per_measured_step(env, tmp_path):
 
 
 def test_failure_in_the_geometry_does_not_stop_verl_step(env, monkeypatch, caplog):
-    engine = vc.make_engine(env["path"], micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig())  # its own: the optimizer steps
+    engine = vc.make_engine(env["path"], micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig())  # its own: the optimizer steps
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
     before = H.full_params(engine)
 
     def broken(*a, **k):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(vg, "_row_meta", broken)
+    monkeypatch.setattr(verl_step, "row_meta", broken)
     data = _data(env)
-    with caplog.at_level(logging.WARNING, logger="real_model.verl_geometry"):
+    with caplog.at_level(logging.WARNING, logger="real_model.integrations.verl.step"):
         with engine.train_mode():
             out = engine.train_batch(data, loss_fn)  # verl's full step: backward + optimizer
     assert out["metrics"]["geometry/failed"] == [1.0]
@@ -265,7 +271,7 @@ def test_failure_in_the_geometry_does_not_stop_verl_step(env, monkeypatch, caplo
 
 def test_strict_raises_on_failure(env, monkeypatch):
     engine = _fresh(env, strict=True)
-    monkeypatch.setattr(vg, "_row_meta", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(verl_step, "row_meta", lambda *a, **k: 1 / 0)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
 
@@ -335,7 +341,7 @@ def test_wiring_through_verl_trainer_config(env):
 
     overrides = [
         "actor_rollout_ref.actor.fsdp_config._target_="
-        "real_model.verl_geometry.GeometryFSDPEngineConfig",
+        "real_model.integrations.verl.GeometryFSDPEngineConfig",
         "+actor_rollout_ref.actor.fsdp_config.geometry={every:5,jsonl_path:/tmp/g.jsonl}",
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
@@ -345,27 +351,30 @@ def test_wiring_through_verl_trainer_config(env):
         cfg = compose("ppo_trainer", overrides=overrides)
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # as verl's worker does
     assert type(actor.engine).__name__ == "GeometryFSDPEngineConfig"
-    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is vg.GeometryFSDPEngine
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is iverl.GeometryFSDPEngine
     engine = EngineRegistry.new(
         model_type="language_model", backend="fsdp2", engine_config=actor.engine,
         model_config=HFModelConfig(path=str(env["path"]), load_tokenizer=False),
         optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
-    assert engine.geometry.config == vg.GeometryConfig(every=5, jsonl_path="/tmp/g.jsonl")
-    plain = vg.GeometryFSDPEngine(  # e.g. the reference model's engine: no geometry block
+    assert engine.geometry.config == gconfig.GeometryConfig(every=5, jsonl_path="/tmp/g.jsonl")
+    plain = iverl.GeometryFSDPEngine(  # e.g. the reference model's engine: no geometry block
         model_config=engine.model_config, engine_config=env["engine"].engine_config,
         optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
     assert plain.geometry is None
 
 
 def test_config_from_verl_mapping():
-    assert vg.GeometryConfig.from_mapping(None) is None
-    assert vg.GeometryConfig.from_mapping({"enable": False, "every": 3}) is None
-    cfg = vg.GeometryConfig.from_mapping({"every": 5, "jsonl_path": "g.jsonl"})
+    assert gconfig.from_mapping(None, host="verl") is None
+    assert gconfig.from_mapping({"enable": False, "every": 3}, host="verl") is None
+    cfg = gconfig.from_mapping({"every": 5, "score_every": 1, "jsonl_path": "g.jsonl"},
+                               host="verl")
     assert cfg.every == 5 and cfg.measures(10) and not cfg.measures(11) and cfg.scores(5)
     with pytest.raises(ValueError, match="unknown geometry option"):
-        vg.GeometryConfig.from_mapping({"evry": 5})
+        gconfig.from_mapping({"evry": 5}, host="verl")
+    with pytest.raises(ValueError, match="unknown geometry option"):
+        gconfig.from_mapping({"mode": "auto"}, host="verl")  # TRL's option, not verl's
     with pytest.raises(ValueError, match="every"):
-        vg.GeometryConfig(every=0)
+        gconfig.GeometryConfig(every=-1)
 
 
 def test_tied_head_and_embedding_are_exact_packed_in_run_and_second_pass(tmp_path):
@@ -376,12 +385,12 @@ def test_tied_head_and_embedding_are_exact_packed_in_run_and_second_pass(tmp_pat
 
     vc.init_process_group()
     path = vc.save_tiny_llama(tmp_path / "tied", tie_word_embeddings=True)
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig())
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig())
     assert engine.module.lm_head.weight is engine.module.model.embed_tokens.weight
     td = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
     for mb, order, path_kind in ((4, None, "in_run"), (2, H.INTERLEAVED, "second_pass")):
-        engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+        engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig())
         batch = td if order is None else tu.index_select_tensor_dict(td, order)
         data = vc.rank_slice(batch, 0, 1, micro_batch_size=mb)
         loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=mb)
@@ -393,8 +402,8 @@ def test_gradient_checkpointing_takes_input_taps_and_stays_exact(tmp_path):
     (checkpoint-proof; ``input_taps=None`` follows the checkpointing) and the rows stay exact."""
     vc.init_process_group()
     path = vc.save_tiny_llama(tmp_path / "tiny")
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig(), gradient_checkpointing=True)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig(), gradient_checkpointing=True)
     td = vc.grpo_batch(H.REWARDS, seed=3, logp_noise=0.3, model_path=path)
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
     res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
@@ -411,17 +420,18 @@ def test_gradient_checkpointing_leaves_every_micro_batch_its_rows_path(tmp_path,
     closed form on the packed tokens (before: unpacked, re-run per row block)."""
     vc.init_process_group()
     path = vc.save_tiny_llama(tmp_path / "tiny")
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig(), gradient_checkpointing=True)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig(), gradient_checkpointing=True)
     # in-run only (score_every=0: no second pass, whose padded rows take add_leaf anyway)
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(batch_small_calls=False, score_every=0))
+    engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig(batch_small_calls=False,
+                                                                    score_every=0))
     td = vc.grpo_batch(H.REWARDS, seed=3, logp_noise=0.3, model_path=path)
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
-    from real_model.gram_capture import GramCapture
+    from real_model.gram.layers import leaf
 
-    leaves, add_leaf = [], GramCapture.add_leaf
-    monkeypatch.setattr(GramCapture, "add_leaf", lambda cap, mod, *a, **k: (
-        leaves.append(type(mod).__name__), add_leaf(cap, mod, *a, **k))[1])
+    leaves, add_leaf = [], leaf.add_leaf
+    monkeypatch.setattr(leaf, "add_leaf", lambda p, mod, *a, **k: (
+        leaves.append(type(mod).__name__), add_leaf(p, mod, *a, **k))[1])
     res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
     _assert_exact(res, "in_run")
     caps = [mb.capture for mb in engine.geometry.micro]
@@ -444,9 +454,9 @@ def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing)
     vc.init_process_group()
     path = vc.save_tiny_llama(tmp_path / "tiny")
     adapter = vc.save_lora_adapter(path, tmp_path / "lora", rank=4)
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig(), lora_rank=4, lora_adapter_path=adapter,
-                            gradient_checkpointing=checkpointing)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig(), lora_rank=4,
+                            lora_adapter_path=adapter, gradient_checkpointing=checkpointing)
     trainable = [n for n, p in engine.module.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     td = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
@@ -454,7 +464,7 @@ def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing)
     # adapters' calls of a long micro-batch: their rows form dW, weight_grads="rows")
     for mb, order, path_kind, batched in ((4, None, "in_run", True), (4, None, "in_run", False),
                                           (2, H.INTERLEAVED, "second_pass", True)):
-        engine.geometry = vg.VerlGeometry(vg.GeometryConfig(batch_small_calls=batched))
+        engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig(batch_small_calls=batched))
         batch = td if order is None else tu.index_select_tensor_dict(td, order)
         data = vc.rank_slice(batch, 0, 1, micro_batch_size=mb)
         res = H.check_step(engine, path, data, vc.make_loss_fn(rollout_n=4, micro_batch_size=mb),
@@ -473,7 +483,7 @@ def test_lora_adapters_are_exact_in_run_and_second_pass(tmp_path, checkpointing)
             assert all(bool(c.from_rows) is not batched for c in caps)
     # verl's adapter gradients with and without the geometry (step 0 measured, step 1 not):
     # bit for bit with weight_grads="host" and no input taps; to float32 rounding with the taps
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(every=2, weight_grads="host"))
+    engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig(every=2, weight_grads="host"))
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
     g_on, out_on = H.measured_step(engine, data, loss_fn)
@@ -502,13 +512,13 @@ def test_rows_are_matched_by_position_or_by_key_with_dynamic_micro_batches(env, 
     no column is added, the rows are matched by position, in-run."""
     from verl.utils import tensordict_utils as tu
 
-    keyed, opened = [], vg.VerlGeometry._open
+    keyed, opened = [], verl_step._open
 
-    def spy(self, module, micro_batch):
-        keyed.append(vg.ROW_KEY in micro_batch.keys())
-        return opened(self, module, micro_batch)
+    def spy(st, geo, module, micro_batch):
+        keyed.append(verl_plan.ROW_KEY in micro_batch.keys())
+        return opened(st, geo, module, micro_batch)
 
-    monkeypatch.setattr(vg.VerlGeometry, "_open", spy)
+    monkeypatch.setattr(verl_step, "_open", spy)
     engine = _fresh(env)
     data = _data(env)
     if dynamic:
@@ -516,7 +526,7 @@ def test_rows_are_matched_by_position_or_by_key_with_dynamic_micro_batches(env, 
     res = H.check_step(engine, env["path"], data, vc.make_loss_fn(rollout_n=4,
                                                                    micro_batch_size=4))
     _assert_exact(res, "second_pass" if dynamic else "in_run")
-    assert keyed and set(keyed) == {dynamic} and vg.ROW_KEY not in data.keys()
+    assert keyed and set(keyed) == {dynamic} and verl_plan.ROW_KEY not in data.keys()
     order = [k for mb in engine.geometry.micro for k in mb.keys]
     assert (order != sorted(order)) == dynamic  # rearranged only by the dynamic batches
 
@@ -525,8 +535,8 @@ def test_rows_out_of_order_without_dynamic_batches_fail_the_step_not_verl(env, m
     """Matched by position, a micro-batch whose row lengths are not the next rows' (here: the
     geometry reads the rows in reverse) is reported, the step's geometry skipped, verl's step
     done."""
-    rows_of_batch = vg._rows_of_batch
-    monkeypatch.setattr(vg, "_rows_of_batch", lambda *a: rows_of_batch(*a)[::-1])
+    rows_of_batch = verl_plan.rows_of_batch
+    monkeypatch.setattr(verl_step, "rows_of_batch", lambda *a: rows_of_batch(*a)[::-1])
     engine = _fresh(env)
     with engine.train_mode():
         out = engine.train_batch(_data(env), vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
@@ -551,11 +561,15 @@ def test_bf16_mixed_precision_linears_take_the_rows_path_with_float32_rows(tmp_p
     vc.init_process_group()
     vc.register_cpu_platform()
     path = vc.save_tiny_llama(tmp_path / "tiny")
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
                             compute_dtype="bf16", use_remove_padding=remove_padding)
     # per-sample for every Linear (by count, "auto" gives the tiny shape's wide ones the identity)
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0, batch_small_calls=False,
-                                                        linear_method="per_sample"))
+    def per_sample(module, *, engine, **kw):
+        return verl_step.new_capture(module, engine=replace(engine, linear_method="per_sample"),
+                                     **kw)
+
+    engine.geometry = verl_step.VerlGeometry(
+        gconfig.GeometryConfig(score_every=0, batch_small_calls=False), capture_factory=per_sample)
     td = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
     data = vc.rank_slice(td, 0, 1, micro_batch_size=4, use_remove_padding=remove_padding)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
@@ -564,7 +578,7 @@ def test_bf16_mixed_precision_linears_take_the_rows_path_with_float32_rows(tmp_p
     assert set(res["paths"].values()) == {"in_run"}
     caps = [mb.capture for mb in engine.geometry.micro]
     linears = {n for n, (_, kind, _) in caps[0].plan.modules.items() if kind == "linear"
-               and n not in caps[0].embedding_of_head}
+               and n not in caps[0].engine.embedding_of_head}
     assert all(c.from_rows == linears for c in caps), [sorted(linears - c.from_rows) for c in caps]
     # every Linear but a tied head, in each micro-batch
     engine.geometry = None
@@ -587,7 +601,7 @@ def _jagged_log_probs():
 def test_tap_log_probs_keeps_dloss_dlogp_per_packed_token_of_a_jagged_view():
     v, lp = _jagged_log_probs()
     sink = []
-    vg.tap_log_probs({"log_probs": lp}, sink)
+    verl_tap.tap_log_probs({"log_probs": lp}, sink)
     w = torch.tensor([1.0, -1.0, 0.5, 0.0, 2.0])
     (lp.values() * w).sum().backward()  # dL/dlogp = w, hand-checked
     assert len(sink) == 1 and torch.equal(sink[0], w)
@@ -598,7 +612,7 @@ def test_tap_log_probs_on_a_plain_tensor_keeps_its_flat_gradient():
     x = torch.zeros(2, 3, requires_grad=True)
     lp = x + 1
     sink = []
-    vg.tap_log_probs({"log_probs": lp}, sink)
+    verl_tap.tap_log_probs({"log_probs": lp}, sink)
     (lp * torch.arange(6.0).reshape(2, 3)).sum().backward()
     assert torch.equal(sink[0], torch.arange(6.0))
 
@@ -606,4 +620,4 @@ def test_tap_log_probs_on_a_plain_tensor_keeps_its_flat_gradient():
 def test_tap_log_probs_refuses_log_probs_without_gradient():
     lp = torch.nested.nested_tensor_from_jagged(torch.zeros(5), offsets=torch.tensor([0, 2, 5]))
     with pytest.raises(ValueError, match="need no gradient"):
-        vg.tap_log_probs({"log_probs": lp}, [])
+        verl_tap.tap_log_probs({"log_probs": lp}, [])

@@ -41,8 +41,10 @@ pytest.importorskip("verl")
 
 import verl_harness as H  # noqa: E402
 
-from real_model import verl_cpu as vc  # noqa: E402
-from real_model import verl_geometry as vg  # noqa: E402
+from real_model.integrations import config as gconfig  # noqa: E402
+from real_model.integrations import verl as iverl  # noqa: E402
+from real_model.integrations.verl import cpu as vc  # noqa: E402
+from real_model.integrations.verl import step as verl_step  # noqa: E402
 
 FP32_TOL = 1e-5
 FP32_ROWS_GRAD_RTOL = 1e-6  # weight_grads="rows": dW summed over rows, another float32 order
@@ -69,8 +71,8 @@ def _engine(engines: dict, dtype: str, attention: str) -> Any:
     if key not in engines["built"]:
         case = CASES[key]
         engines["built"][key] = vc.make_engine(
-            engines["path"], micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-            geometry=vg.GeometryConfig(), use_remove_padding=case["remove_padding"],
+            engines["path"], micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+            geometry=gconfig.GeometryConfig(), use_remove_padding=case["remove_padding"],
             compute_dtype=dtype)
     return engines["built"][key]
 
@@ -96,7 +98,8 @@ def test_rows_and_gram_on_gpu_are_as_exact_as_verl_own_gradient(engines, dtype, 
     engine = _engine(engines, dtype, attention)
     # the flash case measures the in-run Gram only: the score Gram's second pass packs rows
     # (a block mask, which the flash kernel does not take); the sdpa cases run it every step
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0 if case["flash"] else 1))
+    engine.geometry = verl_step.VerlGeometry(
+        gconfig.GeometryConfig(score_every=0 if case["flash"] else 1))
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=loss_mode,
                               loss_agg_mode=agg)
     data = _data(engines["path"], case)
@@ -142,17 +145,24 @@ def test_flash_case_runs_only_the_flash_kernel(engines):
 @pytest.mark.parametrize(("loss_mode", "agg"), LOSSES[:1])
 def test_bf16_rows_path_on_gpu_is_as_exact_as_verl_own_gradient(engines, monkeypatch, loss_mode,
                                                                agg):
-    """bf16 Linears on ``weight_grads="rows"`` on CUDA (``gram_layers.ROWS_LOW_PRECISION_DEVICE_
+    """bf16 Linears on ``weight_grads="rows"`` on CUDA (``gram.rows.ROWS_LOW_PRECISION_DEVICE_
     TYPES``, CPU only by default until measured): float32 rows straight from the bf16 operands
     (``out_dtype``), verl's ``dW`` their sum rounded once; as exact as the tap path."""
-    from real_model import gram_layers as gm
+    from dataclasses import replace
 
-    monkeypatch.setattr(gm, "ROWS_LOW_PRECISION_DEVICE_TYPES", ("cpu", "cuda"))
-    assert gm.float32_products(torch.zeros(1, device="cuda", dtype=torch.bfloat16))
+    from real_model.gram import rows
+
+    monkeypatch.setattr(rows, "ROWS_LOW_PRECISION_DEVICE_TYPES", ("cpu", "cuda"))
+    assert rows.float32_products(torch.zeros(1, device="cuda", dtype=torch.bfloat16))
     case = CASES[("bf16", "sdpa")]
     engine = _engine(engines, "bf16", "sdpa")
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0, batch_small_calls=False,
-                                                        linear_method="per_sample"))
+
+    def per_sample(module, *, engine, **kw):  # every Linear on the per-sample (rows) path
+        return verl_step.new_capture(module, engine=replace(engine, linear_method="per_sample"),
+                                     **kw)
+
+    engine.geometry = verl_step.VerlGeometry(
+        gconfig.GeometryConfig(score_every=0, batch_small_calls=False), capture_factory=per_sample)
     loss_fn = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=loss_mode,
                               loss_agg_mode=agg)
     data = _data(engines["path"], case)

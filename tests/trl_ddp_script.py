@@ -146,7 +146,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from trl_geometry_helpers import make_trainer
 
-    from real_model import trl_geometry as tg
+    from real_model.integrations.trl import meter as trl_meter
     from real_model.processes import end_process
 
     out, mode = Path(sys.argv[1]), sys.argv[2]
@@ -156,14 +156,14 @@ def main() -> None:
     chk = Checker() if mode in ("check", "fsdp") else None
     model = _fsdp_model(out) if mode == "fsdp" else None
     if mode == "fail":
-        real = tg.measure_rows
+        real = trl_meter.measure_rows
 
         def flaky(model, rows, **kw):
             if trainer.state.global_step == 0 and trainer.accelerator.process_index == 1:
                 raise RuntimeError("injected failure on process 1")
             return real(model, rows, **kw)
 
-        tg.measure_rows = flaky
+        trl_meter.measure_rows = flaky  # where the meter looks it up
     trainer = make_trainer(
         out, model=model, loss_type=loss_type, max_steps=2, gradient_accumulation_steps=1,
         per_device_train_batch_size=6, learning_rate=1e-3,

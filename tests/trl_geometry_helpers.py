@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from real_model import trl_geometry as tg
+from real_model.integrations import trl as itrl
+from real_model.integrations.trl import weights as trl_weights
 
 
 def tiny_tokenizer():
@@ -78,7 +79,7 @@ def simulated_vllm_trainer():
     token, which TRL's loss multiplies in (set ``vllm_importance_sampling_correction = True`` on
     the trainer). Built on first use: this module imports without TRL."""
 
-    class SimulatedVLLMTrainer(tg.GeometryGRPOTrainer):
+    class SimulatedVLLMTrainer(itrl.GeometryGRPOTrainer):
         def _generate_and_score_completions(self, inputs):
             self.use_vllm = False
             try:
@@ -120,8 +121,8 @@ def make_trainer(tmp_path, *, geometry=None, seed=0, model=None, tokenizer=None,
         geometry_jsonl_path=str(tmp_path / "geometry.jsonl"),
     )
     kw.update(cfg)
-    args = tg.GeometryGRPOConfig(**kw)
-    cls = trainer_cls or tg.GeometryGRPOTrainer
+    args = itrl.GeometryGRPOConfig(**kw)
+    cls = trainer_cls or itrl.GeometryGRPOTrainer
     extra = {} if geometry is None else {"geometry": geometry}
     return cls(model=model, reward_funcs=parity_reward, args=args, train_dataset=ds,
                processing_class=tok, callbacks=callbacks or [], peft_config=peft_config,
@@ -225,7 +226,7 @@ class RowChecker:
         for j, rows in enumerate(gen.chunk_rows):
             chunk_of[rows] = j
         m = gen.batch["completion_mask"].double()
-        c = tg.trl_row_weights(
+        c = trl_weights.trl_row_weights(
             m.sum(dim=1).numpy(), chunk_of, loss_type=tr.loss_type,
             num_chunks=len(gen.chunk_rows),
             gradient_accumulation_steps=tr.current_gradient_accumulation_steps,

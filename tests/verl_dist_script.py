@@ -29,7 +29,10 @@ from pathlib import Path
 
 import verl_harness as H
 
-from real_model import verl_cpu as vc
+from real_model.integrations import config as gconfig
+from real_model.integrations import verl as iverl
+from real_model.integrations.verl import cpu as vc
+from real_model.integrations.verl import step as verl_step
 from real_model.processes import end_process
 
 
@@ -43,61 +46,60 @@ def main() -> None:
     import torch
     from verl.utils import tensordict_utils as tu
 
-    from real_model import verl_geometry as vg
-
     path = vc.save_tiny_llama(model_dir)
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig())
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig())
     batch = vc.grpo_batch(H.REWARDS, seed=1, logp_noise=0.3, model_path=path)
     out: dict = {"world": world, "rank": rank}
     policies = ("vanilla", "gspo", "cispo", "sapo")
     for policy in policies:
         for agg in (H.AGG_MODES if policy != "sapo" else ("token-mean",)):
-            engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+            engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig())
             data = vc.rank_slice(batch, rank, world, micro_batch_size=4)
             loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=4, loss_mode=policy,
                                    loss_agg_mode=agg)
             out[f"contiguous/{policy}/{agg}"] = _public(H.check_step(engine, path, data, loss))
     # in-run only (no score pass, whole groups): no second pass at all in the step
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
+    engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig(score_every=0))
     data = vc.rank_slice(batch, rank, world, micro_batch_size=4)
     out["in_run_only"] = _public(H.check_step(engine, path, data,
                                               vc.make_loss_fn(rollout_n=4, micro_batch_size=4)))
     mixed = tu.index_select_tensor_dict(batch, H.INTERLEAVED)
     for policy in policies:
-        engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+        engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig())
         data = vc.rank_slice(mixed, rank, world, micro_batch_size=2)
         loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2, loss_mode=policy)
         out[f"interleaved/{policy}"] = _public(H.check_step(engine, path, data, loss))
-    out.update(_lora_scenarios(path, model_dir, batch, mixed, rank, world, vg, torch))
-    out["failure"] = _failure_scenario(engine, batch, rank, world, vg, torch)
-    out["pass_failure"] = _pass_failure_scenario(engine, mixed, rank, world, vg)
+    out.update(_lora_scenarios(path, model_dir, batch, mixed, rank, world, torch))
+    out["failure"] = _failure_scenario(engine, batch, rank, world, torch)
+    out["pass_failure"] = _pass_failure_scenario(engine, mixed, rank, world)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(out))
     # FSDP2 keeps the gloo group alive to the interpreter's teardown, which can abort
     end_process(0)
 
 
-def _lora_scenarios(path, model_dir, batch, mixed, rank, world, vg, torch) -> dict:
+def _lora_scenarios(path, model_dir, batch, mixed, rank, world, torch) -> dict:
     """verl's LoRA from a saved adapter (``B`` not zero): in-run and second pass."""
     adapter = model_dir.with_name(model_dir.name + "_lora")
     if rank == 0:
         vc.save_lora_adapter(path, adapter, rank=4)
     torch.distributed.barrier()
-    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=vg.GeometryFSDPEngine,
-                            geometry=vg.GeometryConfig(), lora_rank=4, lora_adapter_path=adapter)
+    engine = vc.make_engine(path, micro_batch_size=4, engine_cls=iverl.GeometryFSDPEngine,
+                            geometry=gconfig.GeometryConfig(), lora_rank=4,
+                            lora_adapter_path=adapter)
     out = {}
     for name, td, mb in (("lora/contiguous", batch, 4), ("lora/interleaved", mixed, 2)):
-        engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
+        engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig())
         data = vc.rank_slice(td, rank, world, micro_batch_size=mb)
         out[name] = _public(H.check_step(engine, path, data,
                                          vc.make_loss_fn(rollout_n=4, micro_batch_size=mb)))
     return out
 
 
-def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig())
-    real = vg._row_meta
+def _failure_scenario(engine, batch, rank, world, torch) -> dict:
+    engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig())
+    real = verl_step.row_meta
 
     def broken(*a, **k):
         raise RuntimeError(f"injected failure on rank {rank}")
@@ -105,11 +107,11 @@ def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:
     steps = []
     loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=4)
     for step in range(2):
-        vg._row_meta = broken if (step == 0 and rank == world - 1) else real
+        verl_step.row_meta = broken if (step == 0 and rank == world - 1) else real
         data = vc.rank_slice(batch, rank, world, micro_batch_size=4)
         with engine.train_mode():
             res = engine.train_batch(data, loss)
-        vg._row_meta = real
+        verl_step.row_meta = real
         rec = engine.geometry.last_record
         steps.append({"failed": res["metrics"]["geometry/failed"][0],
                       "reasons": rec.get("failed"), "finished": True})
@@ -118,14 +120,14 @@ def _failure_scenario(engine, batch, rank, world, vg, torch) -> dict:
     return {"steps": steps, "param_checksum": checksum}
 
 
-def _pass_failure_scenario(engine, mixed, rank, world, vg) -> dict:
-    from real_model import gram_small_calls
-    from real_model.gram_capture import GramCapture
+def _pass_failure_scenario(engine, mixed, rank, world) -> dict:
+    from real_model.gram import small_calls
+    from real_model.gram.layers import linear as linear_rule
 
-    engine.geometry = vg.VerlGeometry(vg.GeometryConfig(score_every=0))
-    real_pass = vg._pass
+    engine.geometry = verl_step.VerlGeometry(gconfig.GeometryConfig(score_every=0))
+    real_pass = verl_step.run_pass
     real = {(owner, name): getattr(owner, name) for owner, name in (
-        (GramCapture, "add_linear"), (gram_small_calls, "add_small_calls"))}
+        (linear_rule, "add_linear"), (small_calls, "add_small_calls"))}
 
     def broken_linear(*a, **k):
         raise RuntimeError(f"injected second-pass failure on rank {rank}")
@@ -142,11 +144,11 @@ def _pass_failure_scenario(engine, mixed, rank, world, vg) -> dict:
     steps = []
     loss = vc.make_loss_fn(rollout_n=4, micro_batch_size=2)
     for step in range(2):
-        vg._pass = failing_pass if (step == 0 and rank == world - 1) else real_pass
+        verl_step.run_pass = failing_pass if (step == 0 and rank == world - 1) else real_pass
         data = vc.rank_slice(mixed, rank, world, micro_batch_size=2)
         with engine.train_mode():
             res = engine.train_batch(data, loss)
-        vg._pass = real_pass
+        verl_step.run_pass = real_pass
         rec = engine.geometry.last_record
         steps.append({"failed": res["metrics"]["geometry/failed"][0],
                       "reasons": rec.get("failed"), "paths": [g["path"] for g in

@@ -95,7 +95,7 @@ def rel_err(a: Any, b: Any) -> float:
 
 def measured_step(engine: Any, data: Any, loss_fn: Any) -> tuple[dict, dict]:
     """One measured forward/backward (no optimizer step): ``(full grads, engine output)``."""
-    from real_model.verl_cpu import full_grads
+    from real_model.integrations.verl.cpu import full_grads
 
     with engine.train_mode(zero_grad_on_exit=False):
         engine.optimizer_zero_grad()
@@ -126,7 +126,7 @@ def check_step(engine: Any, model_path: Any, data: Any, loss_fn: Any, *,
     ref = reference_model(model_path, params, peft_config=None if peft is None else
                           peft["default"])
     names = [n for n, p in ref.named_parameters() if p.requires_grad]
-    mine = reference_rows(ref, geo.rows)
+    mine = reference_rows(ref, geo.measured.rows)
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     rows = {k: v for part in everyone for k, v in part.items()}

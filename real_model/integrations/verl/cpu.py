@@ -1,7 +1,7 @@
 """verl 0.9.1 on CPU without Ray: a CPU platform through verl's own plugin API, and a small harness.
 
-Part of the verl adapter (with :mod:`real_model.verl_geometry`); imports verl lazily, inside the
-functions, so importing this module costs nothing and needs no verl.
+Part of the verl integration (:mod:`real_model.integrations.verl`); imports verl lazily, inside
+the functions, so importing this module costs nothing and needs no verl.
 
 **CPU platform.** With no GPU, verl's platform detection (``verl.plugin.platform``) falls back to
 NVIDIA and ``init_device_mesh("cuda")`` fails. :func:`register_cpu_platform` registers
@@ -321,7 +321,7 @@ def make_engine(model_path: str | Path, *, micro_batch_size: int, lr: float = 1e
         model_path: a directory written by :func:`save_tiny_llama` (or any HF causal LM).
         micro_batch_size: ``micro_batch_size_per_gpu``.
         engine_cls: engine class (default verl's ``FSDPEngineWithLMHead``; the geometry engine of
-            :mod:`real_model.verl_geometry` for measured runs).
+            :mod:`real_model.integrations.verl.engine` for measured runs).
         geometry: a ``GeometryConfig`` for ``engine_cls`` (passed as its ``geometry`` option).
         use_remove_padding: verl's ``use_remove_padding`` (packed micro-batches; default True).
         gradient_checkpointing: verl's ``enable_gradient_checkpointing`` (default False).

@@ -1,5 +1,5 @@
-"""``geometry_metrics.gradient_row_metrics``: metrics of a host's actual gradient rows from their
-Gram (used by the verl adapter's in-run geometry)."""
+"""``integrations.protocol.gradient_row_metrics``: metrics of a host's actual gradient rows from
+their Gram (used by the verl integration's in-run geometry)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from grpo_theory.spectral import spectral_metrics_from_matrix
-from real_model.geometry_metrics import (
+from real_model.integrations.protocol import (
     gradient_row_metrics,
     gradient_row_metrics_batch,
     group_records,

@@ -1,8 +1,8 @@
 """The terms of a pass's small module calls, added together after its backward.
 
-A *small* call (:data:`real_model.gram_capture.SMALL_CALL_ELEMENTS`) costs more in the fixed
-price of its tensor operations than in arithmetic. :class:`real_model.gram_capture.GramCapture`
-(``batch_small_calls=True``) keeps each small call's tensors as :class:`PassCalls`, one per pass
+A *small* call (:mod:`real_model.gram.small_calls`) costs more in the fixed price of its tensor
+operations than in arithmetic. :class:`real_model.gram.GramCapture` (``batch_small_calls=True``)
+keeps each small call's tensors as :class:`PassCalls`, one per pass
 (one forward + backward over ``n`` rows; a trainer's micro-batch), and :func:`add_small_calls`
 adds their terms with a few operations per distinct input rather than ten per call.
 
@@ -19,8 +19,8 @@ output gradient; a ``weight * z`` norm's ``a = 1`` and ``delta * z``; ``R`` the 
 gradients of the other leaves. Calls on one input (the q, k and v projections; gate and up) share
 their input kernel: ``(a a^T) * sum_m (delta_m delta_m^T) = (a a^T) * ([delta_1 ... delta_k]
 [delta_1 ... delta_k]^T)``, one product for all of them; the norms likewise (``a = 1``). The
-factors are :func:`real_model.gram_layers.token_gram`, combined by
-:func:`real_model.gram_layers.identity_kernel`, at most ``chunk_size`` kernel entries at once.
+factors are :func:`real_model.gram.kernels.token_gram`, combined by
+:func:`real_model.gram.kernels.identity_kernel`, at most ``chunk_size`` kernel entries at once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from real_model import gram_layers as gm
+from .kernels import Scratch, flat_gram, id_equality, identity_kernel, token_gram
 
 __all__ = ["PassCalls", "add_small_calls"]
 
@@ -45,7 +45,7 @@ class PassCalls:
     (a ``slice`` or a ``LongTensor`` of row indices among the pass's ``n`` rows). Each call's
     tokens lie on a *layout*: an object with ``tokens`` (``N``), ``n`` (the pass's rows) and
     ``indicator(dtype, device)`` (``S``, ``[n, N]``), e.g.
-    :class:`real_model.gram_capture.PackedRows`.
+    :class:`real_model.gram.packed.PackedRows`.
 
     * ``linear``: ``(layout, a [N, d_in], delta [N, d_out])`` of a weight-only Linear call;
     * ``embedding``: ``(layout, ids [N], delta [N, d], keep [N] or None)`` of an untied embedding;
@@ -67,11 +67,11 @@ class PassCalls:
 
 def add_small_calls(passes: Sequence[PassCalls], *, chunk_size: int,
                     product_dtype: torch.dtype = torch.float64,
-                    scratch: gm.Scratch | None = None) -> None:
+                    scratch: Scratch | None = None) -> None:
     """Add every pass's small-call terms to its blocks ``K_b`` (module doc), at most
     ``chunk_size`` token-kernel entries formed at once. Token kernels and the rows' Gram in
-    float64, or float32 products for a lower ``product_dtype`` (as ``gm.token_gram`` and
-    ``gm.flat_gram`` of :mod:`real_model.gram_layers`), summed in float64.
+    float64, or float32 products for a lower ``product_dtype`` (as ``token_gram`` and
+    ``flat_gram`` of :mod:`real_model.gram.kernels`), summed in float64.
 
     >>> import torch
     >>> class Rows:  # one row of two tokens
@@ -92,7 +92,7 @@ def add_small_calls(passes: Sequence[PassCalls], *, chunk_size: int,
 
 
 def _add_pass(p: PassCalls, *, chunk_size: int, product_dtype: torch.dtype,
-              scratch: gm.Scratch | None) -> None:
+              scratch: Scratch | None) -> None:
     dev = p.K[0].device
     K = torch.zeros(p.n, p.n, dtype=torch.float64, device=dev)
     for layout, (inputs, grads) in _terms(p).items():
@@ -104,15 +104,15 @@ def _add_pass(p: PassCalls, *, chunk_size: int, product_dtype: torch.dtype,
         for t0 in range(0, len(inputs), step):
             ka = torch.stack([_input_kernel(x, N, product_dtype, dev)
                               for x in inputs[t0:t0 + step]])
-            kg = torch.stack([gm.token_gram(g, product_dtype=product_dtype)
+            kg = torch.stack([token_gram(g, product_dtype=product_dtype)
                               for g in grads[t0:t0 + step]])
-            part = gm.identity_kernel(ka, kg, sum_dim=0)
+            part = identity_kernel(ka, kg, sum_dim=0)
             tok = part if tok is None else tok.add_(part)
         S = layout.indicator(torch.float64, dev)
         K += S @ tok @ S.T
     if p.rows:
         dt = functools.reduce(torch.promote_types, (r.dtype for r in p.rows))
-        gm.flat_gram(K, torch.cat([r.to(dt) for r in p.rows], dim=1), scratch,
+        flat_gram(K, torch.cat([r.to(dt) for r in p.rows], dim=1), scratch,
                      product_dtype=product_dtype)
     for idx, Kb in zip(p.index, p.K, strict=True):
         Kb.add_(K[idx][:, idx] if isinstance(idx, torch.Tensor) else K[idx, idx])
@@ -123,10 +123,10 @@ def _input_kernel(x: Any, N: int, product_dtype: torch.dtype,
     """A term's input kernel ``a a^T``: of a Linear's input ``a`` (a tensor), of an embedding's
     one-hot ids (``(ids, keep)``: the id-equality kernel), of a norm's ``a = 1`` (``None``)."""
     if isinstance(x, torch.Tensor):
-        return gm.token_gram(x, product_dtype=product_dtype)
+        return token_gram(x, product_dtype=product_dtype)
     if x is None:
         return torch.ones(N, N, dtype=torch.bool, device=device)
-    return gm.id_equality(*x)
+    return id_equality(*x)
 
 
 def _terms(p: PassCalls) -> dict[Any, tuple[list[Any], list[torch.Tensor]]]:

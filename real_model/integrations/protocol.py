@@ -1,17 +1,15 @@
-"""Framework-agnostic per-group gradient-geometry metrics of a host trainer's step.
+"""The group record and the step's aggregate: the measurement both hosts share, as pure functions.
 
-Shared by the host adapters (TRL: :mod:`real_model.trl_geometry`; verl): given one group's Gram
-of trajectory scores ``K [R, R]`` (``K_ij = <psi_i, psi_j>``, seed paper Eq. 18), the host's
-rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is ``c_i A_i psi_i``),
-:func:`group_records` gives every per-group metric (spectra of ``G = diag(w) Psi`` with
-``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
+Given one group's Gram of trajectory scores ``K [R, R]`` (``K_ij = <psi_i, psi_j>``, seed paper
+Eq. 18), the host's rewards, advantages ``A_i`` and row weights ``c_i`` (the row's gradient is
+``c_i A_i psi_i``), :func:`group_records` gives every per-group metric (spectra of
+``G = diag(w) Psi`` with ``w = c A``: :func:`grpo_theory.spectral.spectral_metrics`; FADE masses
 :func:`grpo_theory.mass.gradient_mass`; score geometry :func:`real_model.geometry.score_geometry`;
-``cos(S, F)``), :func:`gradient_row_metrics` the same spectra from the Gram of a host's actual
-gradient rows ``K_ij = <g_i, g_j>`` (captured in-run, e.g. by the verl adapter; for many groups
-at once :func:`gradient_row_metrics_batch`, one :func:`grpo_theory.spectral.spectral_metrics_batch`
-per group size), and
-:func:`aggregate_groups` the per-step mean / sd / min / max / count over the mixed groups. No host
-framework is imported here.
+``cos(S, F)``); :func:`gradient_row_metrics` the same spectra from the Gram of a host's actual
+gradient rows ``K_ij = <g_i, g_j>`` (captured in-run; for many groups at once
+:func:`gradient_row_metrics_batch`, one :func:`grpo_theory.spectral.spectral_metrics_batch` per
+group size); :func:`aggregate_groups` the step's mean / sd / min / max / count over the mixed
+groups. The TRL and verl integrations build their records from these; no host is imported.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import numpy as np
 from grpo_theory.mass import gradient_mass
 from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics, spectral_metrics_batch
 
-from .geometry import score_geometry
+from ..geometry import score_geometry
 
 __all__ = [
     "SPECTRAL_KEYS",
@@ -95,13 +93,13 @@ def group_records(
         rewards: ``[R]`` the host's (weighted-sum) rewards.
         advantages: ``[R]`` the host's advantages ``A_i``.
         c: ``[R]`` row weights ``c_i`` of the host's loss aggregation (the row's gradient is
-            ``c_i A_i psi_i``; e.g. :func:`real_model.trl_geometry.trl_row_weights`), or
+            ``c_i A_i psi_i``; e.g. ``integrations.trl.weights.trl_row_weights``), or
             ``None`` (only with ``row_gram``).
         lengths: ``[R]`` loss tokens per row.
         rtol: numerical-rank tolerance.
         success_threshold: success when ``reward > success_threshold``.
         exact_structure: False when the host's gradient is not ``sum_i c_i A_i psi_i`` (e.g.
-            :func:`real_model.trl_geometry.structure_issues` found a problem): the
+            ``integrations.trl.weights.structure_issues`` found a problem): the
             weight-dependent metrics are then left out (ignored when ``row_gram`` is given).
         row_gram: ``[R, R]`` Gram of the rows' actual gradients ``g_i`` (optional; see above).
     """

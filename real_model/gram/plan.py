@@ -1,8 +1,8 @@
-"""Which modules own which trainable parameters, and how the exact Gram handles each.
+"""Which modules own which trainable parameters, and which rule handles each; facts of the model.
 
-Kinds: ``"linear"`` (``nn.Linear``), ``"embedding"`` (``nn.Embedding`` without max_norm or
-scale_grad_by_freq) and ``"generic"`` (a leaf module with at most ``GENERIC_MAX_PARAMS``
-parameters). Anything else raises ``ValueError`` naming the module type. A parameter may be
+Each trainable module gets the kind of the rule registered for its type
+(:mod:`real_model.gram.layers`: ``"linear"``, ``"embedding"``, or ``"generic"`` for any small
+leaf module); a module no rule can attribute raises ``ValueError`` naming it. A parameter may be
 shared only as an Embedding weight tied to one Linear weight (the LM head).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from torch import nn
 
-__all__ = ["Plan", "GENERIC_MAX_PARAMS", "plan_of"]
+from .registry import rule_for
 
-GENERIC_MAX_PARAMS = 1 << 20
+__all__ = ["Plan", "plan_of", "checkpointing_enabled", "active_dropout_modules"]
 
 
 class Plan:
@@ -60,26 +60,9 @@ class Plan:
                 "adapters' weights outside their modules' forward, which the exact Gram cannot "
                 "attribute (use plain LoRA, or method='naive')"
             )
-        if type(mod) is nn.Linear or isinstance(mod, nn.Linear):
-            return "linear"
-        if isinstance(mod, nn.Embedding):
-            if mod.max_norm is not None or mod.scale_grad_by_freq:
-                raise ValueError(
-                    f"module {mname!r} ({type(mod).__name__}) uses max_norm/scale_grad_by_freq: "
-                    "not supported by the exact Gram"
-                )
-            return "embedding"
-        n_par = sum(getattr(mod, n).numel() for n in names)
-        if next(mod.children(), None) is None and n_par <= GENERIC_MAX_PARAMS:
-            return "generic"
-        why = "it has child modules" if next(mod.children(), None) is not None else (
-            f"it holds {n_par} parameters (> {GENERIC_MAX_PARAMS} for the per-sample fallback)"
-        )
-        raise ValueError(
-            f"unsupported module type {type(mod).__name__} at {mname!r} with trainable parameters "
-            f"{names}: {why}; the exact Gram handles nn.Linear, nn.Embedding and small leaf "
-            "modules (use method='naive', or set requires_grad=False on these parameters)"
-        )
+        rule = rule_for(mod)
+        rule.check(mname, mod, names)
+        return rule.kind
 
 
 _PLANS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[tuple[int, bool], ...], Plan]] = (
@@ -99,3 +82,36 @@ def plan_of(model: nn.Module, *, params: Sequence[nn.Parameter] | None = None) -
     plan = Plan(model)
     _PLANS[model] = (key, plan)
     return plan
+
+
+def checkpointing_enabled(model: nn.Module) -> bool:
+    """Whether a module of ``model`` runs activation checkpointing: a Hugging Face layer with
+    ``gradient_checkpointing=True`` (``gradient_checkpointing_enable``), or a module wrapped by
+    ``torch.distributed.algorithms._checkpoint`` (``CheckpointWrapper``)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True
+               or type(m).__name__ == "CheckpointWrapper" for m in model.modules())
+
+
+def active_dropout_modules(model: nn.Module) -> list[str]:
+    """Modules that drop activations at random in their current mode, as ``"name (Type, p=..)"``.
+
+    A module counts when it is in training mode and either is a ``torch.nn`` dropout layer with
+    ``p > 0`` or carries a float attribute whose name contains ``"dropout"`` with a value ``> 0``
+    (Hugging Face attention modules pass ``attention_dropout`` to the attention kernel only in
+    training mode). A capture around the host's own step measures the rows with the host's own
+    masks; a second pass does not, and should name these modules.
+    """
+    drop = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+            nn.FeatureAlphaDropout)
+    out = []
+    for name, mod in model.named_modules():
+        if not mod.training:
+            continue
+        if isinstance(mod, drop):
+            if mod.p > 0:
+                out.append(f"{name} ({type(mod).__name__}, p={mod.p})")
+            continue
+        for key, val in vars(mod).items():
+            if "dropout" in key and isinstance(val, float) and val > 0:
+                out.append(f"{name} ({type(mod).__name__}, {key}={val})")
+    return out

@@ -6,8 +6,8 @@ The head maps a final hidden state ``h`` (``d`` features) to logits over ``V`` t
     z = softcap(s * y) / tau,   softcap(x) = c tanh(x / c)   (c = None: no cap)
     log p(v) = z_v - logsumexp(z),   H = -sum_v p(v) log p(v)
 
-(``s`` = logit scale, ``c`` = final soft-cap, ``tau`` = temperature: the conventions of TRL 1.16's
-``add_fused_lm_head``, which reads them from the model config; see :func:`head_transform`).
+(``s`` = logit scale, ``c`` = final soft-cap, ``tau`` = temperature, read from the model config
+as the trainers' fused heads read them; see :func:`head_transform`).
 
 :func:`head_logprobs` computes ``log p(y_t)`` (and optionally ``H_t``) per token with an online
 logsumexp over vocabulary tiles of ``vocab_tile`` columns. Its backward, given the per-token
@@ -18,13 +18,13 @@ gradient of the raw projection::
     dy_tv = dz_tv / tau * (1 - tanh^2(s y_tv / c)) * s          (the chain through z(y))
 
 from which ``dh_t = sum_v dy_tv W_v`` (and ``dW``, ``db`` when asked), one tile at a time. With a
-:class:`real_model.gram_capture.GramCapture` passed as ``capture``, each tile's ``dy`` is also
+:class:`real_model.gram.GramCapture` passed as ``capture``, each tile's ``dy`` is also
 handed to it, which adds the head's per-row Gram contribution (weight, bias, tied-embedding cross
 terms) tile by tile. Peak extra memory: one ``[N, vocab_tile]`` tile in the compute dtype (``N``
 tokens), plus ``O(N)`` statistics.
 
 Compute dtype: ``float64`` for float64 inputs, else ``float32`` (bf16/fp16 logits are upcast, as
-:func:`real_model.gram.token_logprobs` does); statistics are accumulated in float64. With bf16
+:func:`real_model.gram.model.token_logprobs` does); statistics are accumulated in float64. With bf16
 (fp16) hidden states and weight, each tile's projection multiplies them as they are with a float32
 result (on CUDA ``torch.mm(..., out_dtype=torch.float32)``: tensor cores, the same products as
 the float32 upcast; the float32 upcast at Nemotron's 256,000-token vocabulary would cost two
@@ -99,8 +99,8 @@ class HeadTransform:
 
 
 def head_transform(model: nn.Module, temperature: float = 1.0) -> HeadTransform:
-    """The head transform of a Hugging Face causal LM, read from its (text) config as TRL 1.16's
-    ``add_fused_lm_head`` does: ``logit_scale`` (else ``output_multiplier``, else
+    """The head transform of a Hugging Face causal LM, read from its (text) config as the
+    trainers' fused heads read it: ``logit_scale`` (else ``output_multiplier``, else
     ``lm_head_multiplier``, else ``1 / logits_scaling``, or ``logits_scaling`` for HyperCLOVA X),
     ``final_logit_softcapping``, and the given ``temperature``."""
     cfg = getattr(model, "config", None)
@@ -344,7 +344,7 @@ def head_logprobs(
         transform: logit scale, soft-cap and temperature (default: identity).
         vocab_tile: columns per tile (default :func:`default_vocab_tile`).
         entropy: also return the per-token entropy ``H`` (differentiable).
-        capture: a :class:`real_model.gram_capture.GramCapture` that adds the head's per-row
+        capture: a :class:`real_model.gram.GramCapture` that adds the head's per-row
             Gram contribution in the backward (``hidden`` must then be ``[R, T, d]``).
         param_grads: compute the gradients of ``weight`` and ``bias`` (default). ``False`` when
             the backward only wants ``dh`` and the Gram (a custom autograd function cannot tell
