@@ -315,11 +315,13 @@ def reference_model_source(cfg: TRLTrainConfig, loaded: Any, folder: Path) -> It
 
 
 def _check_run(a: dict[str, Any]) -> None:
-    """Everything ``run_trl_train`` can check before it writes or loads anything: the optional
-    extras, the output folder, the options, the data and (without ``loaded``) the model."""
+    """Everything ``run_trl_train`` can check before it writes or loads anything: the output
+    folder, the options, the data, (without ``loaded``) the model, then the optional extras."""
     cfg = a["cfg"]
     if not isinstance(cfg, TRLTrainConfig):
         raise TypeError(f"cfg must be a TRLTrainConfig, got {type(cfg).__name__}")
+    check_path(a["out_dir"], "out_folder", option="--out")
+    cfg.validate(model=a.get("loaded") is None)
     try:
         import trl  # noqa: F401
     except ImportError:
@@ -327,8 +329,6 @@ def _check_run(a: dict[str, Any]) -> None:
             "real trl-train needs the optional trl extra: pip install -e '.[real,trl]'"
         ) from None
     lora_config(cfg)  # the peft extra, with --lora-r
-    check_path(a["out_dir"], "out_folder", option="--out")
-    cfg.validate(model=a.get("loaded") is None)
     out = Path(a["out_dir"]).expanduser()
     if not a.get("overwrite") and any((out / n).exists() for n in _RESULTS):
         raise FileExistsError(

@@ -712,16 +712,24 @@ def test_rows_weight_grads_give_the_reference_gram_and_the_host_gradient(request
 
 
 def test_rows_weight_grads_in_float32_match_the_host_to_float32_rounding():
-    model = llama(tied=False, bias=True, kv_heads=2, seed=5).float()
+    """Both float32 gradients (the host's plain backward and the one assembled from the rows) are
+    set against the float64 gradient: the rows' error is at most twice the host's own rounding
+    error plus 8 float32 ulps (eps = 2^-23), per parameter. A fixed bound between the two float32
+    results would test the summation order of the installed PyTorch and transformers instead."""
+    model = llama(tied=False, bias=True, kv_heads=2, seed=5).double()
     ids, am, cm = batch(R=3, T=9)
-    K_ref = trajectory_gram(model.double(), ids, am, cm, method="naive")
+    K_ref = trajectory_gram(model, ids, am, cm, method="naive")
+    model.zero_grad(set_to_none=True)
+    (token_logprobs(model, ids, am) * cm.to(model.dtype)).sum().backward()
+    exact = [p.grad.clone() for p in model.parameters()]
     model.float()
     plain, cap, grads = rows_step(model, ids, am, cm, weight_grads="rows",
                                   linear_method="per_sample")
     assert cap.from_rows == linear_names(model)
     assert rel_err(cap.result(), K_ref) <= 1e-5
-    for g, h in zip(plain, grads, strict=True):
-        assert rel_err(h.double(), g.double()) <= 1e-6
+    eps32 = float(torch.finfo(torch.float32).eps)
+    for g, h, x in zip(plain, grads, exact, strict=True):
+        assert rel_err(h.double(), x) <= 2 * rel_err(g.double(), x) + 8 * eps32
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
