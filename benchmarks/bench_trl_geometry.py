@@ -99,9 +99,9 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
 
     from real_model.data import load_problems
     from real_model.integrations.trl import GeometryGRPOConfig, GeometryGRPOTrainer
+    from real_model.integrations.trl.train import TRLTrainConfig, lora_config
     from real_model.loading import load_model
     from real_model.rollouts import build_prompt
-    from real_model.trl_train import TRLTrainConfig, lora_config
 
     plan = schedule(a.rounds, warmup=a.warmup)
     cfg = TRLTrainConfig(steps=len(plan), prompts_per_step=a.prompts_per_step,

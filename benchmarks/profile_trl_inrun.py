@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.lora_r:
         import peft
 
-        from real_model.trl_train import TRLTrainConfig, lora_config
+        from real_model.integrations.trl.train import TRLTrainConfig, lora_config
 
         model = peft.get_peft_model(model, lora_config(TRLTrainConfig(lora_r=a.lora_r)))
     R, T = a.rows, a.tokens

@@ -80,7 +80,7 @@ def _train(args: argparse.Namespace) -> int:
 def _trl_train(args: argparse.Namespace) -> int:
     cfg = from_args(TRLTrainConfig, args)
     _use_agg()
-    from .trl_train import run_trl_train
+    from .integrations.trl.train import run_trl_train
 
     # checks the extras, --out, the data and the model before any write
     res = run_trl_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)

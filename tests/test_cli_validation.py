@@ -146,7 +146,7 @@ def test_an_out_name_that_is_not_utf8_is_one_line_and_nothing_is_created(
 INTERRUPTS = {
     "real rank": ("real_model.rank.run_rank", "rerun the same command to resume"),
     "real train": ("real_model.train.run_train", "rerun the same command to resume"),
-    "real trl-train": ("real_model.trl_train.run_trl_train", "--overwrite"),
+    "real trl-train": ("real_model.integrations.trl.train.run_trl_train", "--overwrite"),
     "compare": ("real_model.compare.run_compare", "rerun the same command"),
     "sims moments": ("sims.experiments.run_experiment", "rerun the same command"),
     "audit": ("paper_checks.report.run_audit", "rerun the same command"),
@@ -210,9 +210,9 @@ def test_garbage_in_a_numeric_option_is_one_line_never_a_traceback(
 ) -> None:
     """Any text: refused in one line with status 2, or a valid config reaches the run (which the
     test stops there, before any load or write)."""
+    import real_model.integrations.trl.train
     import real_model.rank
     import real_model.train
-    import real_model.trl_train
 
     reached: list[Any] = []
 
@@ -221,7 +221,7 @@ def test_garbage_in_a_numeric_option_is_one_line_never_a_traceback(
         raise KeyboardInterrupt
 
     for mod, name in ((real_model.rank, "run_rank"), (real_model.train, "run_train"),
-                      (real_model.trl_train, "run_trl_train")):
+                      (real_model.integrations.trl.train, "run_trl_train")):
         monkeypatch.setattr(mod, name, stop)
     monkeypatch.setattr("real_model.config.RunConfig.validate", lambda self, **k: None)
     cmd, opt = case

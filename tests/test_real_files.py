@@ -150,7 +150,7 @@ def test_framework_source_faults_name_the_file(tmp_path: Path) -> None:
 def test_rewards_given_as_text_are_refused() -> None:
     from grpo_theory import compute_advantages
     from real_model.data import checked_reward
-    from real_model.trl_train import StopCutReward
+    from real_model.integrations.trl.train import StopCutReward
 
     with pytest.raises(TypeError, match="numeric strings are not converted"):
         compute_advantages("grpo", [["1", "0"]])

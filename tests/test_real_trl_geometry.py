@@ -369,8 +369,8 @@ def test_cos_success_failure_hand_checked():
 def test_trl_train_writes_real_train_outputs_and_compare_accepts_them(tmp_path):
     """``run_trl_train`` end to end on the tiny model (the command does the same with SmolLM2)."""
     from real_model.compare import run_compare
+    from real_model.integrations.trl.train import TRLTrainConfig, run_trl_train
     from real_model.loading import LoadedModel, ModelSpec
-    from real_model.trl_train import TRLTrainConfig, run_trl_train
 
     tok = tiny_tokenizer()
     loaded = LoadedModel(model=tiny_model(len(tok), eos_logit=1.0, attn="sdpa"), tokenizer=tok,

@@ -72,7 +72,7 @@ def test_smollm2_rows_sum_to_trl_gradient_and_grad_norm_matches(tmp_path, smollm
 @pytest.mark.slow
 @needs_smollm2
 def test_trl_train_defaults_give_a_mixed_group_in_the_first_step(tmp_path, smollm2):
-    from real_model.trl_train import TRLTrainConfig, run_trl_train
+    from real_model.integrations.trl.train import TRLTrainConfig, run_trl_train
 
     res = run_trl_train(tmp_path / "run", TRLTrainConfig(steps=1), loaded=smollm2,
                         progress=False)

@@ -1,5 +1,5 @@
-"""real_model.trl_train: a missing ``trl`` extra and bad sampling options are messages, before
-any work; the reward TRL calls scores the text before the first stop string (exact,
+"""real_model.integrations.trl.train: a missing ``trl`` extra and bad sampling options are
+messages, before any work; the reward TRL calls scores the text before the first stop string (exact,
 hand-checked, no TRL needed)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from real_model.trl_train import StopCutReward, cut_at_stop
+from real_model.integrations.trl.train import StopCutReward, cut_at_stop
 
 
 def test_trl_train_without_the_extra_is_a_message_naming_it(monkeypatch, tmp_path):
-    from real_model.trl_train import TRLTrainConfig, run_trl_train
+    from real_model.integrations.trl.train import TRLTrainConfig, run_trl_train
 
     monkeypatch.setitem(sys.modules, "trl", None)  # makes `import trl` raise ImportError
     with pytest.raises(ValueError, match=r"trl extra"):
@@ -21,7 +21,7 @@ def test_trl_train_without_the_extra_is_a_message_naming_it(monkeypatch, tmp_pat
 
 def test_trl_train_checks_sampling_options_before_any_work(tmp_path):
     pytest.importorskip("trl")
-    from real_model.trl_train import TRLTrainConfig, run_trl_train
+    from real_model.integrations.trl.train import TRLTrainConfig, run_trl_train
 
     with pytest.raises(ValueError, match="top_p"):
         run_trl_train(tmp_path / "out", TRLTrainConfig(top_p=1.5))
@@ -55,8 +55,8 @@ def _tiny_run(tmp_path, **options):
 
     from trl_geometry_helpers import tiny_model, tiny_tokenizer
 
+    from real_model.integrations.trl.train import TRLTrainConfig, run_trl_train
     from real_model.loading import LoadedModel, ModelSpec
-    from real_model.trl_train import TRLTrainConfig, run_trl_train
 
     tok = tiny_tokenizer()
     loaded = LoadedModel(model=tiny_model(len(tok), eos_logit=1.0, attn="sdpa"), tokenizer=tok,

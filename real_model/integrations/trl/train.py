@@ -2,7 +2,7 @@
 
 The same task as ``real train`` (seeded generated word problems of :mod:`real_model.data`, few-shot
 prompts, the binary reward of :func:`real_model.data.binary_reward`), but the update loop is TRL's
-``GRPOTrainer`` (here :class:`real_model.trl_geometry.GeometryGRPOTrainer`), with TRL's own
+``GRPOTrainer`` (here :class:`real_model.integrations.trl.GeometryGRPOTrainer`), with TRL's own
 advantages (``scale_rewards``), loss (``loss_type``), AdamW, gradient clipping
 (``max_grad_norm=1``, a common factor that leaves every spectrum unchanged) and sampling. Step
 ``s`` uses prompts ``s P .. s P + P - 1`` (``shuffle_dataset=False``), ``R = num_generations``
@@ -15,7 +15,7 @@ Outputs in ``--out`` (the layout of ``real train``):
   (TRL's ``frac_reward_zero_std``), ``grad_norm`` and ``loss`` (TRL's), ``geometry_grad_norm``
   (the geometry's, equal to TRL's with one process), and ``spectra[str(R)]``: means over the
   step's mixed groups of effective rank / top-1 fraction / numerical rank of the rows' actual
-  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.trl_geometry`);
+  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.integrations.trl`);
 * ``geometry.jsonl``: the full per-step geometry records (every metric's mean/sd/min/max/count,
   every group's weights, norms and singular values);
 * ``results.json`` (``experiment: "real_trl_train"``, with a ``summary`` over all measured mixed
@@ -52,16 +52,16 @@ import numpy as np
 
 from grpo_io import atomic_write_text, check_path, locks_out_dir
 
-from .config import TRLTrainConfig
-from .data import ProblemSet, binary_reward, checked_reward, load_problems
-from .outputs import (
+from ...config import TRLTrainConfig
+from ...data import ProblemSet, binary_reward, checked_reward, load_problems
+from ...outputs import (
     rank_table_markdown,
     run_header,
     summarize_rank,
     train_figure,
     train_table_markdown,
 )
-from .run_io import append_jsonl, read_jsonl, write_json
+from ...run_io import append_jsonl, read_jsonl, write_json
 
 __all__ = [
     "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",
@@ -130,8 +130,8 @@ def _rank_like(geo_records: list[dict[str, Any]], R: int) -> list[dict[str, Any]
 
 
 def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -> Any:
-    """The run's :class:`~real_model.trl_geometry.GeometryGRPOConfig` (a ``trl.GRPOConfig``)."""
-    from .integrations.trl import GeometryGRPOConfig
+    """The run's :class:`~real_model.integrations.trl.GeometryGRPOConfig` (a ``trl.GRPOConfig``)."""
+    from . import GeometryGRPOConfig
 
     on_gpu = str(loaded.device).startswith("cuda")
     bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
@@ -277,7 +277,7 @@ def prompt_dataset(
     repeats each prompt ``num_generations`` times)."""
     from datasets import Dataset
 
-    from .rollouts import build_prompt
+    from ...rollouts import build_prompt
 
     problems, shots = problem_set or load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     prompts = [build_prompt(p.question, style=cfg.prompt_style, shots=shots, tokenizer=tokenizer)
@@ -359,8 +359,8 @@ def run_trl_train(
     """
     import trl
 
-    from .integrations.trl import GeometryGRPOTrainer
-    from .loading import load_model, quiet_loading
+    from ...loading import load_model, quiet_loading
+    from . import GeometryGRPOTrainer
 
     problem_set = load_problems(cfg, cfg.steps * cfg.prompts_per_step)
     out = Path(out_dir)
@@ -389,7 +389,7 @@ def write_trl_train_results(
 ) -> dict[str, Any]:
     """``results.json``, ``table.md`` and ``train.png`` of a finished run, from its
     ``steps.jsonl`` and ``geometry.jsonl`` in ``out``; returns the ``results.json`` content."""
-    from .integrations.trl.weights import TRL_LOSS_AGGREGATION
+    from .weights import TRL_LOSS_AGGREGATION
 
     R = cfg.num_generations
     records = read_jsonl(out / "steps.jsonl")
