@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         report_to=[],
         bf16=a.bf16,  # TRL's default is bf16 autocast; off on CPU for exact geometry
         use_cpu=not a.bf16,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers' name for gradient checkpointing
         # the geometry settings are GRPOConfig fields (TrlParser / YAML / CLI, saved with args)
         geometry_every=a.geometry_every,
     )

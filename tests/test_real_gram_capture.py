@@ -51,8 +51,8 @@ def checkpointed(model, *, reentrant):
     model.train()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": reentrant})
     return model
 
 
@@ -662,7 +662,7 @@ def test_input_taps_none_follows_gradient_checkpointing():
     model = llama(tied=False, seed=8)
     assert not checkpointing_enabled(model)
     assert GramCapture(model, input_taps=None).input_taps is False
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     assert checkpointing_enabled(model)
     assert GramCapture(model, input_taps=None).input_taps is True
     assert GramCapture(model).input_taps is True  # the default: taps

@@ -245,7 +245,8 @@ def test_rows_gram_under_reentrant_checkpointing_keeps_the_hosts_grads():
     model.train()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": True})
         for p in model.parameters():
             p.grad = torch.full_like(p, 0.5)
         K = rows_gram(model, ids, am, cm)

@@ -49,8 +49,21 @@ def test_a_hosts_block_keeps_to_its_options():
     assert gconfig.from_mapping({"every": 3}, host="verl") == gconfig.GeometryConfig(every=3)
     with pytest.raises(ValueError, match=r"unknown geometry option\(s\) \['group_order'\]"):
         gconfig.from_mapping({"group_order": True}, host="verl")
-    with pytest.raises(TypeError, match="^every"):
-        gconfig.from_mapping({"every": "3"}, host="verl")
+
+
+@pytest.mark.parametrize(("block", "error", "message"), [
+    ({"every": "3"}, TypeError, r"every: must be an integer, got '3' \(str\)"),
+    ({"every": True}, TypeError, r"every: must be an integer, got True \(bool\)"),
+    ({"score_every": 1.0}, TypeError, "score_every: must be an integer"),
+    ({"second_pass_rows": False}, TypeError, "second_pass_rows: must be an integer"),
+    ({"rtol": float("nan")}, ValueError, "rtol: must be a finite number"),
+    ({"success_threshold": float("-inf")}, ValueError, "success_threshold: must be a finite"),
+    ({"success_threshold": "0.5"}, TypeError, "success_threshold: must be a number"),
+    ({"keep_groups": "false"}, TypeError, "keep_groups: must be True or False"),
+    ({"jsonl_path": 1}, TypeError, "jsonl_path: must be a string")])
+def test_verls_block_refuses_a_bad_value_naming_its_key(block, error, message):
+    with pytest.raises(error, match=f"^{message}"):
+        gconfig.from_mapping(block, host="verl")
 
 
 def test_verls_block_help_is_the_configs_own():

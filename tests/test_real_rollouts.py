@@ -24,6 +24,7 @@ from real_model.rollouts import (
     _common_prefix,
     _prefill,
     _StopWatch,
+    cached_forward,
     prompt_seed,
     sample_group,
     sample_groups,
@@ -111,8 +112,9 @@ def test_shared_prefix_prefill_equals_per_prompt_forward_in_float64():
         assert attn.shape == (len(prompts) * R, max(len(p) for p in pids))
         nxt = torch.tensor([[5]] * (len(prompts) * R))
         lens = torch.tensor([len(p) for p in pids]).repeat_interleave(R)
-        step = m(input_ids=nxt, attention_mask=torch.cat([attn, torch.ones_like(nxt)], 1),
-                 position_ids=lens[:, None], past_key_values=past, use_cache=True).logits[:, -1]
+        out, _ = cached_forward(m, past, input_ids=nxt, position_ids=lens[:, None],
+                                attention_mask=torch.cat([attn, torch.ones_like(nxt)], 1))
+        step = out.logits[:, -1]
         for g, p in enumerate(pids):
             ref = m(input_ids=torch.tensor([p + [5]])).logits[0]
             for i in range(g * R, (g + 1) * R):

@@ -427,12 +427,21 @@ def test_the_old_import_path_re_exports_the_trl_integration():
     ("geometry_every", "2", TypeError), ("geometry_every", 1.5, TypeError),
     ("geometry_every", -1, ValueError), ("geometry_rtol", 2.0, ValueError),
     ("geometry_mode", "inrun", ValueError), ("geometry_keep_groups", "yes", TypeError),
-    ("geometry_success_threshold", float("nan"), ValueError)])
+    ("geometry_success_threshold", float("nan"), ValueError), ("geometry_every", True, TypeError),
+    ("geometry_rtol", float("inf"), ValueError), ("geometry_rtol", "1e-6", TypeError),
+    ("geometry_success_threshold", "0.5", TypeError), ("geometry_strict", 0, TypeError),
+    ("geometry_memory_budget_mb", float("nan"), ValueError)])
 def test_geometry_grpo_config_refuses_a_bad_value_naming_its_field(tmp_path, field, value,
                                                                    error):
     with pytest.raises(error, match=f"^{field}: "):
         itrl.GeometryGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                 **{field: value})
+
+
+def test_geometry_grpo_config_names_the_field_its_type_and_the_value_given(tmp_path):
+    with pytest.raises(TypeError, match=r"^geometry_every: must be an integer, got '2' \(str\)$"):
+        itrl.GeometryGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                geometry_every="2")
 
 
 def test_trl_config_fields_are_views_of_the_one_geometry_config():

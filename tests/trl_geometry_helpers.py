@@ -117,9 +117,11 @@ def make_trainer(tmp_path, *, geometry=None, seed=0, model=None, tokenizer=None,
         gradient_accumulation_steps=2, num_generations=4, max_completion_length=8,
         max_steps=1, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",
         temperature=0.9, seed=seed, learning_rate=1e-2, bf16=False,  # TRL defaults to bf16
-        max_grad_norm=0.0, gradient_checkpointing=False,
+        max_grad_norm=0.0, activation_checkpointing=False,
         geometry_jsonl_path=str(tmp_path / "geometry.jsonl"),
     )
+    if "gradient_checkpointing" in cfg:  # transformers 5.24's name (the old one warns)
+        cfg["activation_checkpointing"] = cfg.pop("gradient_checkpointing")
     kw.update(cfg)
     args = itrl.GeometryGRPOConfig(**kw)
     cls = trainer_cls or itrl.GeometryGRPOTrainer

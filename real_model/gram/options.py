@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from grpo_io.options import option, validate
+
 __all__ = ["EngineOptions", "LINEAR_METHODS", "GRAM_PRECISIONS", "WEIGHT_GRADS",
            "product_dtype"]
 
@@ -29,7 +31,8 @@ WEIGHT_GRADS = ("host", "rows")
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """The engine's internal choices (defaults: measured; see the module docstring).
+    """The engine's internal choices (defaults: measured; see the module docstring), checked
+    by :func:`grpo_io.options.validate` (no command line: the help is the list below).
 
     Attributes:
         linear_method: ``"auto"`` (the cheaper of identity and per-sample by multiply-add
@@ -50,27 +53,15 @@ class EngineOptions:
             (:mod:`real_model.gram.small_calls`); ``False``: each call in the backward.
     """
 
-    linear_method: str = "auto"
-    gram_precision: str = "auto"
-    chunk_size: int | None = None
-    vocab_tile: int | None = None
-    weight_grads: str = "host"
-    batch_small_calls: bool = True
+    linear_method: str = option("auto", choices=LINEAR_METHODS, help="", cli=False)
+    gram_precision: str = option("auto", choices=GRAM_PRECISIONS, help="", cli=False)
+    chunk_size: int | None = option(None, ge=1, help="", cli=False)
+    vocab_tile: int | None = option(None, ge=1, help="", cli=False)
+    weight_grads: str = option("host", choices=WEIGHT_GRADS, help="", cli=False)
+    batch_small_calls: bool = option(True, help="", cli=False)
 
     def __post_init__(self) -> None:
-        if self.linear_method not in LINEAR_METHODS:
-            raise ValueError(
-                f"linear_method must be one of {LINEAR_METHODS}, got {self.linear_method!r}")
-        if self.gram_precision not in GRAM_PRECISIONS:
-            raise ValueError(f"gram_precision must be auto, float64 or float32, got "
-                             f"{self.gram_precision!r}")
-        for name in ("chunk_size", "vocab_tile"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or int(v) < 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.weight_grads not in WEIGHT_GRADS:
-            raise ValueError(f"weight_grads must be one of {WEIGHT_GRADS}, got "
-                             f"{self.weight_grads!r}")
+        validate(self)
 
 
 def product_dtype(model: nn.Module, gram_precision: str, *,
@@ -81,8 +72,6 @@ def product_dtype(model: nn.Module, gram_precision: str, *,
     ``kernels.CPU_F32_SLAB`` columns in float64: error ~2e-8 relative, below the float32
     rounding of the rows, at a fifth of the float64 cost). ``params``:
     ``list(model.parameters())`` when the caller has it (one walk of the modules, not two)."""
-    if gram_precision not in GRAM_PRECISIONS:
-        raise ValueError(f"gram_precision must be auto, float64 or float32, got {gram_precision!r}")
     if gram_precision != "auto":
         return torch.float64 if gram_precision == "float64" else torch.float32
     params = [p for p in (model.parameters() if params is None else params) if p.requires_grad]

@@ -6,35 +6,25 @@ settings are views of it, generated from the fields, never retyped: TRL's ``GRPO
 a ``geometry_<name>`` field per option TRL reads (:func:`host_fields`,
 ``integrations.trl.config``), verl's Hydra ``geometry`` block takes the names as they are
 (``integrations.verl.config``). Every value is checked when a config is made
-(:func:`check_values`): a wrong type raises ``TypeError``, a value out of range or not among
-the choices ``ValueError``, one line naming the option as the user wrote it.
+by the library's one option layer (:mod:`grpo_io.options`, :func:`check_values`): a wrong type
+raises ``TypeError``, a value out of range, not finite or not among the choices ``ValueError``,
+one line naming the option as the user wrote it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_io.options import OptionError, check_value, option, option_fields
 from grpo_theory.spectral import DEFAULT_RTOL
 
-__all__ = ["GeometryConfig", "HOSTS", "MODES", "host_fields", "check_values", "from_mapping",
-           "option"]
+__all__ = ["GeometryConfig", "HOSTS", "MODES", "host_fields", "check_values", "from_mapping"]
 
 MODES = ("second_pass", "in_run", "auto")
 """Where TRL's rows' Gram comes from (:attr:`GeometryConfig.mode`)."""
-
-
-def option(default: Any, *, help: str, ge: float | None = None,  # noqa: A002 - argparse's name
-           gt: float | None = None, lt: float | None = None,
-           choices: Iterable[Any] | None = None) -> Any:
-    """A config field with its help text and constraints in the field's metadata (the same
-    declaration ``grpo_io.options.option`` reads)."""
-    bounds = {"ge": ge, "gt": gt, "lt": lt, "choices": None if choices is None else tuple(choices)}
-    return dataclasses.field(default=default, metadata={"help": help, "check": bounds})
 
 
 @dataclass(frozen=True)
@@ -86,8 +76,7 @@ class GeometryConfig:
                                      "geometry reports a module output modified in place.")
 
     def __post_init__(self) -> None:
-        check_values(GeometryConfig, {f.name: getattr(self, f.name)
-                                      for f in dataclasses.fields(self)})
+        check_values(vars(self))
 
     def measures(self, step: int) -> bool:
         """Whether optimizer step ``step`` is measured."""
@@ -113,48 +102,17 @@ def host_fields(host: str) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(GeometryConfig) if host in HOSTS.get(f.name, (host,))]
 
 
-def _kind_error(shown: str, want: str, value: Any) -> TypeError:
-    return TypeError(f"{shown}: must be {want}, got {value!r} ({type(value).__name__})")
-
-
-def _check_one(shown: str, typ: Any, value: Any, bounds: Mapping[str, Any]) -> None:
-    """One value against its annotation and bounds; ``shown``: the option's name as given."""
-    args = typing.get_args(typ)
-    if type(None) in args:
-        if value is None:
-            return
-        typ = next(a for a in args if a is not type(None))
-    if typ is bool and not isinstance(value, bool):
-        raise _kind_error(shown, "true or false", value)
-    if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise _kind_error(shown, "an integer", value)
-    if typ is float and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise _kind_error(shown, "a number", value)
-    if typ is str and not isinstance(value, str):
-        raise _kind_error(shown, "a string", value)
-    if typ is float and not math.isfinite(value):
-        raise ValueError(f"{shown}: must be a finite number, got {value!r}")
-    choices = bounds.get("choices")
-    if choices is not None and value not in choices:
-        raise ValueError(f"{shown}: must be one of {choices}, got {value!r}")
-    for key, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                          ("lt", lambda v, b: v < b, "<")):
-        b = bounds.get(key)
-        if b is not None and not ok(value, b):
-            raise ValueError(f"{shown}: must be {word} {b}, got {value!r}")
-
-
-def check_values(cls: type, values: Mapping[str, Any], *, prefix: str = "") -> None:
-    """Check ``values`` against the fields of the config ``cls`` (types, bounds, choices, and
-    ``memory_budget_mb`` needing ``grad_norm`` off); ``prefix`` names the options as the host
+def check_values(values: Mapping[str, Any], *, prefix: str = "") -> None:
+    """Check ``values`` (a subset of the options) against their fields' declarations
+    (:func:`grpo_io.options.check_value`: types, bounds, choices, finite numbers) and
+    ``memory_budget_mb`` needing ``grad_norm`` off; ``prefix`` names the options as the host
     spells them (``"geometry_"`` for TRL)."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for f in option_fields(GeometryConfig):
         if f.name in values:
-            _check_one(prefix + f.name, hints[f.name], values[f.name], f.metadata["check"])
+            check_value(values[f.name], f.kind, f.spec, label=prefix + f.name)
     if values.get("memory_budget_mb") is not None and values.get("grad_norm", True):
-        raise ValueError(f"{prefix}memory_budget_mb splits the Gram pass by groups: it needs "
-                         f"{prefix}grad_norm=False (the gradient norm needs one full pass)")
+        raise OptionError(f"{prefix}memory_budget_mb splits the Gram pass by groups: it needs "
+                          f"{prefix}grad_norm=False (the gradient norm needs one full pass)")
 
 
 def from_mapping(values: Mapping[str, Any] | None, *, host: str) -> GeometryConfig | None:

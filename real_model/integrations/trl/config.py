@@ -28,7 +28,7 @@ def settings_from_args(args: Any) -> GeometryConfig:
     checked with the fields' own names."""
     kw = {f.name: getattr(args, field_name(f.name)) for f in host_fields("trl")
           if hasattr(args, field_name(f.name))}
-    check_values(GeometryConfig, kw, prefix=PREFIX)
+    check_values(kw, prefix=PREFIX)
     return GeometryConfig(**kw)
 
 
