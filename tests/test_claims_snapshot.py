@@ -36,6 +36,7 @@ def test_the_snapshot_holds_the_seed_and_fade_papers() -> None:
     assert {"seed", "fade"} <= set(snap) and all(snap.values())
 
 
+@pytest.mark.slow  # reruns every quick check; the default tier's test_claim runs each once
 @pytest.mark.parametrize("paper", sorted(_snapshot()))
 def test_claim_ids_and_verdicts_match_the_snapshot(paper: str, quick_claim) -> None:
     from paper_checks.registry import load_claims, ordered_ids
