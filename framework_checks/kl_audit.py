@@ -43,6 +43,7 @@ import numpy as np
 from grpo_theory import kl
 from grpo_theory.aggregation import aggregation_weights
 
+from .compare import RTOL, compare
 from .source import FrameworkCodeError, SourceTree, find_source
 
 __all__ = ["BETA", "KLSetting", "KLGroupSetting", "KLOptions", "worlds", "audit_kl",
@@ -50,7 +51,6 @@ __all__ = ["BETA", "KLSetting", "KLGroupSetting", "KLOptions", "worlds", "audit_
 
 #: The KL coefficient the options are run with (any beta > 0: coefficients are per unit beta).
 BETA = 0.1
-RTOL = 1e-5
 #: Group size of the group settings.
 GROUP_SIZE = 4
 
@@ -210,13 +210,6 @@ def _class(g: np.ndarray, targets: dict[str, np.ndarray]) -> dict[str, Any]:
             "cos_reverse": c.cos_reverse, "rel_error_reverse": c.rel_error_reverse}
 
 
-def _compare(fw: Callable[[], np.ndarray], ours: Callable[[], np.ndarray], carry: np.ndarray
-             ) -> dict[str, Any]:
-    from .audit import compare
-
-    return compare(fw, ours, carry)
-
-
 def audit_setting(s: KLSetting, dtype: Any) -> dict[str, Any]:
     """Battery agreement and the exact expected gradient in each world for one setting."""
     import torch
@@ -224,7 +217,7 @@ def audit_setting(s: KLSetting, dtype: Any) -> dict[str, Any]:
     bat = []
     for name, logp, ref, old, L in battery():
         carry = np.arange(logp.shape[1])[None, :] < L[:, None]
-        res = _compare(lambda lp=logp, r=ref, o=old, L=L: s.coefficients(lp, r, o, L, dtype),
+        res = compare(lambda lp=logp, r=ref, o=old, L=L: s.coefficients(lp, r, o, L, dtype),
                        lambda lp=logp, r=ref, o=old, L=L: _ours(s.model, lp, r, o, L), carry)
         res["case"] = name
         bat.append(res)

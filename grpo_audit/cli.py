@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+
+from .parser import Parser, printable
 
 __all__ = ["Parser", "build_parser", "main", "entry", "check_common_options", "printable"]
 
@@ -29,14 +30,6 @@ class _VersionAction(argparse.Action):
 
         print(f"grpo-audit {package_version()}")
         parser.exit()
-
-
-class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose usage errors are one line (the error and where to find
-    the usage), exit status 2; its subparsers are of the same class."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,15 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
     real_cli.register(sub)
     frameworks_cli.register(sub)
     return parser
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print: bytes that are not UTF-8 (a path from the command line) shown as
-    ``\\xNN``, other unprintable surrogates escaped."""
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _one_line(exc: BaseException) -> str:

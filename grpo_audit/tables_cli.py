@@ -109,7 +109,7 @@ def build_tables_parser(prog: str = "grpo-audit tables") -> argparse.ArgumentPar
     """The full ``tables`` parser: one sub-subcommand per kind (imports the core's tables)."""
     from grpo_theory.tables import TABLE_KINDS
 
-    from .cli import Parser
+    from .parser import Parser
 
     p = Parser(prog=prog, description=_DESCRIPTION)
     tables_sub = p.add_subparsers(dest="table_kind", metavar="KIND")
