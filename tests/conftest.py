@@ -25,12 +25,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 if TYPE_CHECKING:
     from paper_checks.registry import ClaimResult
 
-_AUDIT = pytest.StashKey[dict[str, dict[str, str]]]()
+#: The user property under which a test reports a claim's computed verdict: reports travel from
+#: pytest-xdist's worker processes to the process that prints the summary.
+_VERDICT = "grpo_audit_verdict"
+#: paper -> claim id -> verdict, gathered from the test reports (in the process that prints).
+_AUDIT: dict[str, dict[str, str]] = {}
 
 
-def record_audit_verdict(config: pytest.Config, paper: str, claim_id: str, verdict: str) -> None:
-    """Remember ``claim_id``'s computed verdict for the end-of-run audit summary."""
-    config.stash.setdefault(_AUDIT, {}).setdefault(paper, {})[claim_id] = verdict
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Gather the verdicts the tests reported (see :func:`audit_record`)."""
+    for name, value in report.user_properties:
+        if name == _VERDICT:
+            paper, claim_id, verdict = value
+            _AUDIT.setdefault(paper, {})[claim_id] = verdict
 
 
 @pytest.fixture
@@ -70,7 +77,7 @@ def audit_record(request: pytest.FixtureRequest):
     """``audit_record(paper, claim_id, verdict)``: record a verdict for the summary."""
 
     def rec(paper: str, claim_id: str, verdict: str) -> None:
-        record_audit_verdict(request.config, paper, claim_id, verdict)
+        request.node.user_properties.append((_VERDICT, (paper, claim_id, verdict)))
 
     return rec
 
@@ -94,7 +101,6 @@ def _write_audit_summary(tr: pytest.TerminalReporter, audit: dict[str, dict[str,
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Print the audit summary as the last lines of the run (after pytest's short summary and
     its final counts): per paper, counts by verdict and the refuted ids."""
-    audit = config.stash.get(_AUDIT, {})
     tr = config.pluginmanager.get_plugin("terminalreporter")
-    if audit and tr is not None:
-        _write_audit_summary(tr, audit)
+    if _AUDIT and tr is not None and not hasattr(config, "workerinput"):
+        _write_audit_summary(tr, _AUDIT)
