@@ -32,6 +32,13 @@ _VERDICT = "grpo_audit_verdict"
 _AUDIT: dict[str, dict[str, str]] = {}
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml's default: one process per core) for the default tier only; a
+    run that selects other tests (``-m slow``, ``-m gpu``) runs in one process, since the slow
+    tier's real-model runs need several GB each."""
+    return None if config.option.markexpr == "not slow" else 0
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Gather the verdicts the tests reported (see :func:`audit_record`)."""
     for name, value in report.user_properties:
