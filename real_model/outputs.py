@@ -687,8 +687,9 @@ def diagnostics_figure(path: Path, records: list[dict[str, Any]], *, title: str 
     squared units of the gradient (linear: a negative ``|mu|^2`` estimate shows as such); (4)
     the dead groups' share of the prompts. A step whose ``|mu|^2`` estimate is not positive
     (``noise/status`` 4) has no noise scale and no positive SNR: panels 1 and 2 mark it with a
-    red x on the bottom edge and say so in words, never plot a value for it; a step with no
-    defined value at all (other statuses, no diagnostics) is left out and counted in the panel.
+    red x on the bottom edge and say so in words under the axis, never plot a value for it (the
+    line has a gap there); a step with no defined value at all (other statuses, no diagnostics)
+    is a gap too, counted under the axis.
     """
     import matplotlib.pyplot as plt
 
@@ -696,14 +697,15 @@ def diagnostics_figure(path: Path, records: list[dict[str, Any]], *, title: str 
     status = _diag(records, "noise/status")
     ok, nomu = status == 0, status == 4
     other = ~ok & ~nomu
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.8), layout="constrained")
+    fig, axes = plt.subplots(1, 4, figsize=(15, 4.2), layout="constrained")
     b, snr, n = _diag(records, "noise/b_simple"), _diag(records, "noise/snr"), _diag(records,
                                                                                    "groups")
     panels = ((axes[0], b, n, "prompts per step", "noise scale B_simple [prompts]"),
               (axes[1], snr, np.ones_like(snr), "SNR = 1", "SNR of the step's gradient"))
     for ax, y, ref, ref_label, ylabel in panels:
-        if ok.any():
-            ax.plot(steps[ok], y[ok], marker="o", color="C0", label="estimate (noise status 0)")
+        if ok.any():  # undefined steps are gaps in the line, never values
+            ax.plot(steps, np.where(ok, y, np.nan), marker="o", color="C0",
+                    label="estimate (noise status 0)")
             ax.plot(steps[ok], ref[ok], color="k", ls="--", lw=0.8, label=ref_label)
             ax.set_yscale("log")
         if nomu.any():
@@ -712,17 +714,14 @@ def diagnostics_figure(path: Path, records: list[dict[str, Any]], *, title: str 
                     label="|mu|^2 estimate <= 0: not defined")
         words = []
         if nomu.any():
-            words.append(f"{int(nomu.sum())} step(s) with |mu|^2 estimate <= 0 (x): "
-                         "no shared signal detected, no value")
+            words.append(f"x: {int(nomu.sum())} step(s) with |mu|^2 estimate <= 0,\n"
+                         "no shared signal detected: no value")
         if other.any():
-            words.append(f"{int(other.sum())} step(s) without a defined value (see "
-                         "noise/status)")
-        if not ok.any() and not words:
-            words.append("no step recorded")
-        if words:
-            ax.text(0.5, 0.97, "\n".join(words), transform=ax.transAxes, ha="center",
-                    va="top", fontsize=7, color="C3",
-                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+            words.append(f"{int(other.sum())} step(s) without a defined value\n"
+                         "(noise/status)")
+        if not ok.any() and not nomu.any():
+            words.append("no defined value at any step")
+        ax.set_xlabel("\n".join(["training step", *words]), fontsize=9 if words else None)
         ax.set_ylabel(ylabel)
     mu, noise = _diag(records, "noise/mu_sq"), _diag(records, "noise/step_noise_sq")
     axes[2].plot(steps, mu, marker="o", color="C2", label="|mu|^2 estimate (signal)")
@@ -737,7 +736,8 @@ def diagnostics_figure(path: Path, records: list[dict[str, Any]], *, title: str 
     for ax in axes:
         if len(steps):
             ax.set_xlim(steps.min() - 0.5, steps.max() + 0.5)
-        ax.set_xlabel("training step")
+        if not ax.get_xlabel():
+            ax.set_xlabel("training step")
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(lab, h)
     if seen:

@@ -92,9 +92,9 @@ def test_diagnostics_figure_says_when_mu_sq_is_not_positive(tmp_path, monkeypatc
     from real_model.outputs import diagnostics_figure
 
     texts: list[str] = []
-    real_text = Axes.text
-    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k:
-                        texts.append(s) or real_text(self, x, y, s, *a, **k))
+    real_label = Axes.set_xlabel
+    monkeypatch.setattr(Axes, "set_xlabel", lambda self, s, *a, **k:
+                        texts.append(s) or real_label(self, s, *a, **k))
     good = step_diagnostics([np.eye(2), 2 * np.eye(2)], tokens=[[1, 1], [1, 1]],
                             rewards=[[1, 0], [0, 1]], total_grad_norm=2.5)
     bad = step_diagnostics([np.eye(2), np.eye(2)], tokens=[[1, 1], [1, 1]],
