@@ -335,7 +335,8 @@ def finish_step(tr: Any, run: Run) -> None:
                # it is not separable: see benchmarks/bench_trl_geometry.py)
                else st.spent + time.perf_counter() - t_finish)
     gathered = collectives.all_gather(local_payload(
-        st, inrun, meas, err, seconds, success_threshold=run.config.success_threshold))
+        st, inrun, meas, err, seconds, success_threshold=run.config.success_threshold,
+        world=_world(tr)))
     reason, fields, groups = finished_fields(gathered, mode=st.mode, uneven=uneven)
     if reason is not None:
         _skip(tr, run, rec, reason)
