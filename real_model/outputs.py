@@ -451,7 +451,7 @@ def train_step_record(
         estimator: the estimator whose spectra are recorded.
         grad_norm, loss: the step's gradient norm and loss.
         diagnostics: the step's training diagnostics
-            (:func:`~real_model.integrations.protocol.step_diagnostics_fields`), if measured.
+            (:func:`grpo_theory.diagnostics.step_diagnostics`), if measured.
 
     Returns:
         ``step``, ``accuracy`` (mean reward), ``reward_std_within`` (mean over groups of the

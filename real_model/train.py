@@ -114,8 +114,8 @@ class GRPOStep:
         grad_norm: ``||grad loss||`` (float64 sum over the trainable parameters).
         loss: the surrogate's value (0 when every weight is 0).
         diagnostics: the step's training diagnostics (norms, dead groups, noise scale, SNR:
-            :func:`~real_model.integrations.protocol.step_diagnostics_fields`) from the rows'
-            Grams ``diag(w/P) K diag(w/P)`` and ``grad_norm``.
+            :func:`grpo_theory.diagnostics.step_diagnostics`) from the rows' Grams
+            ``diag(w/P) K diag(w/P)`` and ``grad_norm``.
     """
 
     rewards: np.ndarray
@@ -140,8 +140,9 @@ def grpo_step(
     The equations are in the module docstring. ``optimizer`` holds the model's trainable
     parameters (one AdamW step is taken); ``reward(completion_text, gold)`` scores a completion.
     """
+    from grpo_theory.diagnostics import step_diagnostics
+
     from .geometry import group_gram, nested_group_geometry, rollout_weights
-    from .integrations.protocol import diagnostic_sums, step_diagnostics_fields
 
     P, est = cfg.prompts_per_step, cfg.estimators[0]
     idxs = [step * P + j for j in range(P)]
@@ -173,10 +174,10 @@ def grpo_step(
             loss += float(part.detach())
     grad_norm = _grad_norm(optimizer)
     # diagnostics: the rows' Grams (row i's gradient is -(w_i / P) psi_i) and ||grad loss||
-    rows = [(_row_gram(K, w / P), b.lengths, r)
-            for K, w, (b, r) in zip(Ks, weights, groups, strict=True)]
-    diagnostics = step_diagnostics_fields([diagnostic_sums(rows)], total_grad_norm=grad_norm,
-                                          num_groups=P)
+    diagnostics = step_diagnostics(
+        np.stack([_row_gram(K, w / P) for K, w in zip(Ks, weights, strict=True)]),
+        tokens=np.stack([b.lengths for b, _ in groups]), rewards=rewards,
+        total_grad_norm=grad_norm)
     # update: one AdamW step
     optimizer.step()
     return GRPOStep(rewards, geometry, grad_norm, loss, diagnostics)
