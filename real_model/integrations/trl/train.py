@@ -12,10 +12,15 @@ Outputs in ``--out`` (the layout of ``real train``):
 
 * ``steps.jsonl``: one line per step with ``accuracy`` (TRL's mean reward), ``reward_std``,
   ``reward_std_within`` (mean within-group std, from the measured groups), ``zero_adv_fraction``
-  (TRL's ``frac_reward_zero_std``), ``grad_norm`` and ``loss`` (TRL's), ``geometry_grad_norm``
-  (the geometry's, equal to TRL's with one process), and ``spectra[str(R)]``: means over the
+  (the share of groups with no gradient: on a measured step the exact dead-group share from the
+  rows, else the share of groups whose advantages are all zero), ``trl_frac_reward_zero_std``
+  (TRL's own ``frac_reward_zero_std``, a batch flag under ``scale_rewards="batch"``),
+  ``grad_norm`` and ``loss`` (TRL's), ``geometry_grad_norm`` (the geometry's, equal to TRL's
+  with one process and ``geometry_memory_budget_mb`` 0), ``spectra[str(R)]``: means over the
   step's mixed groups of effective rank / top-1 fraction / numerical rank of the rows' actual
-  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.integrations.trl`);
+  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.integrations.trl`),
+  and on measured steps ``diagnostics`` (norms, dead groups, noise scale and SNR:
+  :mod:`grpo_theory.diagnostics`);
 * ``geometry.jsonl``: the full per-step geometry records (every metric's mean/sd/min/max/count,
   every group's weights, norms and singular values);
 * ``results.json`` (``experiment: "real_trl_train"``, with a ``summary`` over all measured mixed
