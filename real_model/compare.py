@@ -14,7 +14,10 @@ the group only through the number of successes ``k``, so the conditional means a
 by summing over ``k = 1 .. R-1`` with Binomial(``R``, ``p``) weights (no Monte Carlo).
 ``p`` defaults to the real run's accuracy when ``--real`` is given, else 0.5.
 
-The real rows come from a ``grpo-audit real rank`` ``results.json`` (means over mixed groups).
+The real rows come from a ``grpo-audit real rank`` ``results.json`` (means over mixed groups), or
+a training run's (``real trl-train``): when its steps carry the training diagnostics, compare also
+draws their noise scale and SNR per step (``diagnostics.png``,
+:func:`real_model.outputs.diagnostics_figure`).
 :data:`paper_values.PAPER_TABLE1` (the one place for them) holds the values the paper *reports* in
 its Table 1 (Nemotron-4B, GSM8K), labelled as such; they are the claims under test, not results of
 this code.
@@ -34,6 +37,7 @@ from grpo_theory.advantages import compute_advantages
 from grpo_theory.spectral import spectral_metrics
 from paper_values import PAPER_TABLE1, PAPER_TABLE1_EFF_RANK_TEXT
 
+from .outputs import diagnostics_figure, has_diagnostics
 from .run_io import read_results, write_json
 
 __all__ = [
@@ -217,7 +221,8 @@ def run_compare(
     R_values: Sequence[int] = (2, 4, 8),
     p: float | None = None,
 ) -> dict[str, Any]:
-    """Write ``compare.json``, ``compare.md`` and ``compare.png`` to ``out_dir``; returns the JSON.
+    """Write ``compare.json``, ``compare.md`` and ``compare.png`` (and ``diagnostics.png`` for a
+    training run whose steps carry diagnostics) to ``out_dir``; returns the JSON.
 
     Args:
         out_dir: output folder.
@@ -266,6 +271,11 @@ def run_compare(
         "environment": environment(),
         "table_md": md,
     }
+    steps = (real_res or {}).get("steps") or []
+    if has_diagnostics(steps):
+        diagnostics_figure(out / "diagnostics.png", steps,
+                           title=f"training run {real_name}")
+        res["diagnostics_figure"] = "diagnostics.png"
     write_json(out / "compare.json", res)
     atomic_write_text(out / "compare.md", md)
     return res

@@ -10,7 +10,8 @@ report alike:
 * Tables: :func:`summarize_rank` (per ``R``, over mixed-reward groups) and
   :func:`rank_table_markdown`; :func:`train_table_markdown` (one row per step).
 * Figures: :func:`plot_rank_metric` / :func:`rank_figure` (``rank.png``);
-  :func:`window_stats`, :func:`plot_training_metric` / :func:`train_figure` (``train.png``).
+  :func:`window_stats`, :func:`plot_training_metric` / :func:`train_figure` (``train.png``),
+  :func:`diagnostics_figure` (``diagnostics.png``: noise scale and SNR per step).
 
 **Rank summary** (per ``R``, for one estimator, over groups with mixed rewards only, since an
 all-equal group has ``A = 0`` and no spectrum): max rank (largest number of nonzero weights, the
@@ -50,6 +51,8 @@ __all__ = [
     "step_spectra",
     "train_step_record",
     "train_table_markdown",
+    "has_diagnostics",
+    "diagnostics_figure",
     "write_train_results",
     "window_stats",
     "default_window",
@@ -437,6 +440,7 @@ def train_step_record(
     *,
     grad_norm: float,
     loss: float,
+    diagnostics: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """A training step's line of ``steps.jsonl`` (``real train`` adds ``time_s`` and ``config``).
 
@@ -446,13 +450,17 @@ def train_step_record(
         geometry: per group, the nested geometry (see :func:`step_spectra`).
         estimator: the estimator whose spectra are recorded.
         grad_norm, loss: the step's gradient norm and loss.
+        diagnostics: the step's training diagnostics
+            (:func:`grpo_theory.diagnostics.step_diagnostics`), if measured.
 
     Returns:
         ``step``, ``accuracy`` (mean reward), ``reward_std_within`` (mean over groups of the
         within-group std, ddof 0), ``reward_std`` (over all rollouts), ``zero_adv_fraction``
-        (groups whose rewards are all equal), ``grad_norm``, ``loss``, ``spectra``.
+        (groups whose rewards are all equal), ``grad_norm``, ``loss``, ``spectra`` and, when
+        given, ``diagnostics``.
     """
     rw = np.asarray(rewards)
+    extra = {} if diagnostics is None else {"diagnostics": diagnostics}
     return {
         "step": step,
         "accuracy": float(rw.mean()),
@@ -462,6 +470,7 @@ def train_step_record(
         "grad_norm": grad_norm,
         "loss": loss,
         "spectra": step_spectra(geometry, estimator),
+        **extra,
     }
 
 
@@ -476,7 +485,8 @@ def write_train_results(
     checkpoint_steps: int,
     note: str | None = None,
 ) -> dict[str, Any]:
-    """Write ``real train``'s ``results.json``, ``table.md`` and ``train.png`` into ``out``.
+    """Write ``real train``'s ``results.json``, ``table.md``, ``train.png`` and, when its steps
+    carry diagnostics, ``diagnostics.png`` (:func:`diagnostics_figure`) into ``out``.
 
     ``records`` are the reported steps; ``steps_on_disk`` and ``checkpoint_steps`` say what
     ``out`` and the ``checkpoint`` file hold; ``note`` (if any) is recorded and printed under
@@ -498,6 +508,8 @@ def write_train_results(
         table += f"\nNote: {note}.\n"
     atomic_write_text(out / "table.md", table)
     train_figure(out / "train.png", records, cfg.R_values)
+    if has_diagnostics(records):
+        diagnostics_figure(out / "diagnostics.png", records)
     return result
 
 
@@ -651,5 +663,88 @@ def train_figure(path: Path, records: list[dict[str, Any]], R_values: Sequence[i
     w = default_window(len(records))
     fig.suptitle("GRPO training: spectra of the gradient matrix (cf. paper Figs. 1-3); dots: "
                  f"per step, lines: means over {w}-step windows, band: +/- 1 sd", fontsize=10)
+    save_figure(fig, path, dpi=120)
+    plt.close(fig)
+
+
+def has_diagnostics(records: Sequence[dict[str, Any]]) -> bool:
+    """Whether any step record carries the training diagnostics (``diagnostics``)."""
+    return any(r.get("diagnostics") for r in records)
+
+
+def _diag(records: Sequence[dict[str, Any]], key: str) -> np.ndarray:
+    return np.array([np.nan if not r.get("diagnostics") or r["diagnostics"].get(key) is None
+                     else float(r["diagnostics"][key]) for r in records], dtype=float)
+
+
+def diagnostics_figure(path: Path, records: list[dict[str, Any]], *, title: str = "") -> None:
+    """``diagnostics.png``: the gradient noise scale and the SNR of each step's gradient.
+
+    Panels against the step (records with ``diagnostics``, keys of
+    :func:`grpo_theory.diagnostics.step_diagnostics`): (1) ``B_simple = tr(Sigma) / |mu|^2`` in
+    prompts (log scale) with the prompts per step; (2) the SNR ``|mu|^2 / (tr(Sigma) / n)`` (log
+    scale) with SNR = 1; (3) both parts, ``|mu|^2`` and the step's noise ``tr(Sigma) / n``, in the
+    squared units of the gradient (linear: a negative ``|mu|^2`` estimate shows as such); (4)
+    the dead groups' share of the prompts. A step whose ``|mu|^2`` estimate is not positive
+    (``noise/status`` 4) has no noise scale and no positive SNR: panels 1 and 2 mark it with a
+    red x on the bottom edge and say so in words under the axis, never plot a value for it (the
+    line has a gap there); a step with no defined value at all (other statuses, no diagnostics)
+    is a gap too, counted under the axis.
+    """
+    import matplotlib.pyplot as plt
+
+    steps = np.array([r["step"] for r in records], dtype=float)
+    status = _diag(records, "noise/status")
+    ok, nomu = status == 0, status == 4
+    other = ~ok & ~nomu
+    fig, axes = plt.subplots(1, 4, figsize=(15, 4.2), layout="constrained")
+    b, snr, n = _diag(records, "noise/b_simple"), _diag(records, "noise/snr"), _diag(records,
+                                                                                   "groups")
+    panels = ((axes[0], b, n, "prompts per step", "noise scale B_simple [prompts]"),
+              (axes[1], snr, np.ones_like(snr), "SNR = 1", "SNR of the step's gradient"))
+    for ax, y, ref, ref_label, ylabel in panels:
+        if ok.any():  # undefined steps are gaps in the line, never values
+            ax.plot(steps, np.where(ok, y, np.nan), marker="o", color="C0",
+                    label="estimate (noise status 0)")
+            ax.plot(steps[ok], ref[ok], color="k", ls="--", lw=0.8, label=ref_label)
+            ax.set_yscale("log")
+        if nomu.any():
+            ax.plot(steps[nomu], np.zeros(nomu.sum()), ls="none", marker="x", color="C3",
+                    clip_on=False, transform=ax.get_xaxis_transform(),
+                    label="|mu|^2 estimate <= 0: not defined")
+        words = []
+        if nomu.any():
+            words.append(f"x: {int(nomu.sum())} step(s) with |mu|^2 estimate <= 0,\n"
+                         "no shared signal detected: no value")
+        if other.any():
+            words.append(f"{int(other.sum())} step(s) without a defined value\n"
+                         "(noise/status)")
+        if not ok.any() and not nomu.any():
+            words.append("no defined value at any step")
+        ax.set_xlabel("\n".join(["training step", *words]), fontsize=9 if words else None)
+        ax.set_ylabel(ylabel)
+    mu, noise = _diag(records, "noise/mu_sq"), _diag(records, "noise/step_noise_sq")
+    axes[2].plot(steps, mu, marker="o", color="C2", label="|mu|^2 estimate (signal)")
+    axes[2].plot(steps, noise, marker="s", color="C1", label="tr(Sigma)/n estimate (noise)")
+    axes[2].axhline(0.0, color="k", lw=0.6)
+    axes[2].set_ylabel("squared gradient norm")
+    axes[3].plot(steps, _diag(records, "dead_groups/group_share"), marker="o", color="C4",
+                 label="dead groups (exactly zero gradient)")
+    axes[3].set_ylim(-0.05, 1.05)
+    axes[3].set_ylabel("share of the step's prompts")
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        if len(steps):
+            ax.set_xlim(steps.min() - 0.5, steps.max() + 0.5)
+        if not ax.get_xlabel():
+            ax.set_xlabel("training step")
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center",
+                   ncol=len(seen), fontsize=8, frameon=False)
+    fig.suptitle((title + ": " if title else "") + "gradient noise scale and SNR per step "
+                 "(prompts as the units; McCandlish et al. 2018), exact from the per-rollout "
+                 "gradient Grams", fontsize=10)
     save_figure(fig, path, dpi=120)
     plt.close(fig)

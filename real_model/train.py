@@ -113,12 +113,16 @@ class GRPOStep:
             sampled with (before the update).
         grad_norm: ``||grad loss||`` (float64 sum over the trainable parameters).
         loss: the surrogate's value (0 when every weight is 0).
+        diagnostics: the step's training diagnostics (norms, dead groups, noise scale, SNR:
+            :func:`grpo_theory.diagnostics.step_diagnostics`) from the rows' Grams
+            ``diag(w/P) K diag(w/P)`` and ``grad_norm``.
     """
 
     rewards: np.ndarray
     geometry: list[dict[int, dict[str, Any]]]
     grad_norm: float
     loss: float
+    diagnostics: dict[str, float] | None = None
 
 
 def grpo_step(
@@ -136,6 +140,8 @@ def grpo_step(
     The equations are in the module docstring. ``optimizer`` holds the model's trainable
     parameters (one AdamW step is taken); ``reward(completion_text, gold)`` scores a completion.
     """
+    from grpo_theory.diagnostics import step_diagnostics
+
     from .geometry import group_gram, nested_group_geometry, rollout_weights
 
     P, est = cfg.prompts_per_step, cfg.estimators[0]
@@ -150,10 +156,11 @@ def grpo_step(
                         for b, gold in zip(batches, golds, strict=True)])
     groups = list(zip(batches, rewards, strict=True))
     # the spectra of diag(w) Psi at the current weights, nested R (measured, not trained on)
-    geometry = [nested_group_geometry(group_gram(model, b, method=cfg.gram_method), r, b.lengths,
-                                      R_values=sorted(cfg.R_values), estimators=(est,),
-                                      aggregation=cfg.aggregation, max_tokens=cfg.max_new_tokens)
-                for b, r in groups]
+    Ks = [group_gram(model, b, method=cfg.gram_method) for b, _ in groups]
+    geometry = [nested_group_geometry(K, r, b.lengths, R_values=sorted(cfg.R_values),
+                                      estimators=(est,), aggregation=cfg.aggregation,
+                                      max_tokens=cfg.max_new_tokens)
+                for K, (b, r) in zip(Ks, groups, strict=True)]
     # advantages times aggregation weights: w = A c per group
     weights = [rollout_weights(r, b.lengths, estimator=est, aggregation=cfg.aggregation,
                                max_tokens=cfg.max_new_tokens)[1] for b, r in groups]
@@ -166,9 +173,20 @@ def grpo_step(
             part.backward()
             loss += float(part.detach())
     grad_norm = _grad_norm(optimizer)
+    # diagnostics: the rows' Grams (row i's gradient is -(w_i / P) psi_i) and ||grad loss||
+    diagnostics = step_diagnostics(
+        np.stack([_row_gram(K, w / P) for K, w in zip(Ks, weights, strict=True)]),
+        tokens=np.stack([b.lengths for b, _ in groups]), rewards=rewards,
+        total_grad_norm=grad_norm)
     # update: one AdamW step
     optimizer.step()
-    return GRPOStep(rewards, geometry, grad_norm, loss)
+    return GRPOStep(rewards, geometry, grad_norm, loss, diagnostics)
+
+
+def _row_gram(K: Any, w: Any) -> np.ndarray:
+    """``diag(w) K diag(w)``: the Gram of the rows ``w_i psi_i`` from the score Gram ``K``."""
+    w = np.asarray(w, dtype=np.float64)
+    return w[:, None] * np.asarray(K, dtype=np.float64) * w[None, :]
 
 
 def _grad_norm(optimizer: Any) -> float:
@@ -280,7 +298,8 @@ def _train_locked(
         t0 = time.perf_counter()
         step = grpo_step(model, loaded.tokenizer, opt, cfg, problem_set, s, reward=reward)
         rec = {**train_step_record(s, step.rewards, step.geometry, cfg.estimators[0],
-                                   grad_norm=step.grad_norm, loss=step.loss),
+                                   grad_norm=step.grad_norm, loss=step.loss,
+                                   diagnostics=step.diagnostics),
                "time_s": time.perf_counter() - t0, "config": key}
         append_jsonl(jsonl, rec)
         records.append(jsonable(rec))

@@ -256,3 +256,55 @@ def test_checkpoint_save_interrupted_leaves_the_previous_one_and_no_tmp(
         save_checkpoint(path, model, opt, steps_done=2, records=[], config={})
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+@pytest.mark.slow
+def test_grpo_step_diagnostics_equal_their_definitions_from_per_row_gradients() -> None:
+    """Two groups: every rollout's gradient row ``-(w_i / P) psi_i`` by its own backward; the
+    step's diagnostics (norms, dead groups, both noise parts) equal their definitions from those
+    rows and ``||grad loss||`` (float32 model: 1e-5 of the scale), and the record carries them."""
+    from real_model.train import grpo_loss
+
+    cfg = TrainConfig(steps=1, prompts_per_step=2, R_values=(4,), max_new_tokens=6, shots=1,
+                      lr=1e-2, stop_strings=("\n",), seed=1)
+    model = tiny_loaded(seed=3).model
+    model.eval()
+    problem_set = load_problems(cfg, 2)
+    batches = sample_problem_groups(model, TOK, cfg, problem_set, [0, 1], R=4,
+                                    batch_prompts=cfg.rollout_batch)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = []
+    for b in batches:
+        r = np.array([_odd_code_sum(t, None) for t in b.texts])
+        w = rollout_weights(r, b.lengths, aggregation=cfg.aggregation, max_tokens=6)[1]
+        rows = []
+        for i in range(4):
+            one = [0.0] * 4
+            one[i] = float(w[i]) / 2  # the row's weight w_i / P in the step's loss
+            for p in params:
+                p.grad = None
+            loss = grpo_loss(model, b, one)
+            if loss.requires_grad:
+                loss.backward()
+            rows.append(torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad)
+                                   .reshape(-1).double() for p in params]).numpy())
+        groups.append(np.stack(rows))
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step = grpo_step(model, TOK, opt, cfg, problem_set, 0, reward=_odd_code_sum)
+    d = step.diagnostics
+    Gg = np.stack([g.sum(axis=0) for g in groups])
+    T, S, n = step.grad_norm**2, float((Gg**2).sum()), 2
+    scale = max(T, n * S)
+    assert d["groups"] == 2.0 and d["grad_norm"] == step.grad_norm
+    assert abs(d["noise/mu_sq"] - n / (n - 1) * (T - S)) <= 1e-5 * scale
+    assert abs(d["noise/trace_sigma"] - n / (n - 1) * (n * S - T)) <= 1e-5 * scale
+    assert d["dead_groups/count"] == sum(not g.any() for g in groups)
+    norms = np.linalg.norm(np.concatenate(groups), axis=1)
+    assert d["rollout_grad_norm/max"] == pytest.approx(norms.max(), rel=1e-5)
+    assert d["group_grad_norm/mean"] == pytest.approx(np.linalg.norm(Gg, axis=1).mean(),
+                                                      rel=1e-5, abs=1e-5 * np.sqrt(scale))
+    rec = train_step_record(0, step.rewards, step.geometry, "grpo", grad_norm=step.grad_norm,
+                            loss=step.loss, diagnostics=d)
+    assert rec["diagnostics"] is d
+    assert "diagnostics" not in train_step_record(0, step.rewards, step.geometry, "grpo",
+                                                  grad_norm=1.0, loss=0.0)

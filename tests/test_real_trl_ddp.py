@@ -58,6 +58,23 @@ def _assert_exact(reports: list[dict]) -> None:
             assert rec["exact"] and rec["num_processes"] == 2
     # step 0: process 0 measures groups 0 and 1 (1 with rows sent by process 1), process 1 group 2
     assert owned[0][0] == [0, 1] and owned[1][0] == [2]
+    _assert_diagnostics(reports)
+
+
+def _assert_diagnostics(reports: list[dict]) -> None:
+    """Both processes record the same diagnostics (sums merged as scalars, TRL's one norm),
+    equal to their definitions from every process's per-row gradients."""
+    one, two = ([r["diagnostics"] for r in rep["records"]] for rep in reports)
+    assert all(d is not None for d in one) and [d.keys() for d in one] == [d.keys() for d in two]
+    for a, b in zip(one, two, strict=True):
+        assert all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a), (a, b)
+    for d, check in zip(one, reports[0]["checks"], strict=True):
+        ref = check["diagnostics_ref"]
+        for key, v in ref.items():
+            if key.startswith("noise/"):
+                assert abs(d[key] - v) <= RTOL * ref["scale"], (key, d[key], v)
+            elif key != "scale":
+                assert d[key] == pytest.approx(v, rel=RTOL), key
 
 
 @pytest.mark.slow

@@ -97,3 +97,34 @@ def test_example_script_trains_two_steps_with_geometry(tmp_path):
     lines = [json.loads(x) for x in (out / "geometry.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 1]
     assert "step 1:" in proc.stdout
+
+
+DIAG_KEYS = ("rollout_grad_norm/mean", "rollout_grad_norm/max", "group_grad_norm/mean",
+             "group_grad_norm/max", "dead_groups/count", "dead_groups/group_share",
+             "noise/mu_sq", "noise/trace_sigma", "noise/status")
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_trl_train_two_steps_record_and_log_the_diagnostics(tmp_path, smollm2):
+    """``real trl-train --steps 2`` on the offline SmolLM2 (float32): each step's line and
+    geometry record carry per-rollout and per-group norms, dead groups, both noise parts and the
+    SNR (or ``noise/status`` saying why not); ``zero_adv_fraction`` is the exact dead-group
+    share; TRL's own flag is kept; ``diagnostics.png`` is drawn."""
+    from real_model.integrations.trl.train import TRLTrainConfig, run_trl_train
+
+    res = run_trl_train(tmp_path / "run", TRLTrainConfig(steps=2), loaded=smollm2,
+                        progress=False)
+    geo = [json.loads(x) for x in (tmp_path / "run" / "geometry.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in geo] == [0, 1]
+    for s, g in zip(res["steps"], geo, strict=True):
+        d = g["diagnostics"]
+        assert d is not None and s["diagnostics"] == d and g["diagnostics_grad_norm_from"] == "host"
+        assert all(d[k] is not None for k in DIAG_KEYS), d
+        assert d["noise/snr"] is not None or d["noise/status"] not in (0, 4)
+        assert d["grad_norm"] == pytest.approx(s["grad_norm"], rel=1e-6)
+        assert s["zero_adv_fraction"] == d["dead_groups/group_share"]
+        assert "trl_frac_reward_zero_std" in s
+        if s["geometry_grad_norm"] is not None:  # the geometry's own norm (one Gram pass)
+            assert s["geometry_grad_norm"] == pytest.approx(d["grad_norm"], rel=1e-4)
+    assert (tmp_path / "run" / "diagnostics.png").stat().st_size > 0

@@ -126,3 +126,17 @@ def test_trl_train_beta_on_the_offline_model_end_to_end(tmp_path, capsys):
     assert geo["step"] == 0 and not geo.get("skipped")
     assert json.loads((out / "config.json").read_text())["beta"] == 0.04
     assert not (out / "cache" / "reference").exists()
+
+
+def test_zero_adv_fraction_is_the_dead_share_or_the_all_zero_advantage_groups():
+    """Measured step: the exact dead-group share from the rows; else the share of groups whose
+    advantages (TRL's logged ones, every process's rows in group order) are all exactly 0."""
+    from types import SimpleNamespace
+
+    from real_model.integrations.trl.train import _dead_share
+
+    tr = SimpleNamespace(_logs={"advantages": [0.0, 0.0, 0.5, -0.5, 0.0, 0.0, 1e-9, 0.0]})
+    assert _dead_share(tr, {"diagnostics": {"dead_groups/group_share": 0.25}}, 2) == 0.25
+    assert _dead_share(tr, None, 2) == 0.5  # groups [0, 0] and [0, 0] of four
+    assert _dead_share(tr, {"diagnostics": None}, 4) == 0.0
+    assert _dead_share(SimpleNamespace(_logs={"advantages": []}), None, 2) is None

@@ -93,6 +93,27 @@ def test_both_ranks_send_the_same_metrics_with_and_without_second_passes(runs):
         assert max(res["in_run_only"]["gram_err"].values()) <= TOL
 
 
+def test_diagnostics_equal_in_1_and_2_processes(runs):
+    """The training diagnostics in verl's metrics (``geometry/<key>``: norms, dead groups, both
+    noise parts, SNR) of every configuration: the same on both ranks, and equal to the
+    1-process run's (float32 gradients reduced in another order: ``TOL``)."""
+    for cfg in _configs(runs):
+        one = {k: v[0] for k, v in runs[1][0][cfg]["metrics"].items()
+               if k.startswith(("geometry/noise/", "geometry/dead_groups/",
+                                "geometry/rollout_grad_norm/", "geometry/group_grad_norm/"))}
+        assert "geometry/noise/mu_sq" in one and "geometry/dead_groups/count" in one, cfg
+        scale = max(abs(one["geometry/noise/mu_sq"]), abs(one["geometry/noise/trace_sigma"]))
+        for res in runs[2]:
+            two = res[cfg]["metrics"]
+            for key, v in one.items():
+                if key in ("geometry/noise/status", "geometry/noise/b_simple"):
+                    continue  # b_simple = trace / mu_sq: the two parts are checked
+                tol = TOL * (scale if key.startswith("geometry/noise/") else max(abs(v), 1e-30))
+                if key == "geometry/noise/snr":
+                    tol /= one["geometry/noise/step_noise_sq"]
+                assert abs(two[key][0] - v) <= tol, (cfg, key, two[key][0], v)
+
+
 def test_failure_on_one_rank_is_agreed_and_both_ranks_finish(runs):
     ranks = runs[2]
     for res in ranks:

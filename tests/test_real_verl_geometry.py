@@ -621,3 +621,99 @@ def test_tap_log_probs_refuses_log_probs_without_gradient():
     lp = torch.nested.nested_tensor_from_jagged(torch.zeros(5), offsets=torch.tensor([0, 2, 5]))
     with pytest.raises(ValueError, match="need no gradient"):
         verl_tap.tap_log_probs({"log_probs": lp}, [])
+
+
+# ----------------------------------------------------------------- training diagnostics
+def _diag_definitions(rows_by_group, grad):
+    """Each diagnostic by its definition from the reference rows and verl's gradient."""
+    import math
+
+    rows = [np.stack(r) for r in rows_by_group]
+    n = len(rows)
+    norms = np.concatenate([np.linalg.norm(r, axis=1) for r in rows])
+    Gg = np.stack([r.sum(axis=0) for r in rows])
+    gn = np.linalg.norm(Gg, axis=1)
+    T, S = float(grad @ grad), float((gn**2).sum())
+    mu, tr = n / (n - 1) * (T - S), n / (n - 1) * (n * S - T)
+    return {"rollout_grad_norm/mean": norms.mean(), "rollout_grad_norm/max": norms.max(),
+            "group_grad_norm/mean": gn.mean(), "group_grad_norm/rms": math.sqrt(S / n),
+            "dead_groups/count": float(sum(not r.any() for r in rows)),
+            "noise/mu_sq": mu, "noise/trace_sigma": tr, "noise/snr": mu / (tr / n)}, max(T, n * S)
+
+
+def test_diagnostics_equal_their_definitions_from_reference_rows(env):
+    """Norms, dead groups and both noise parts against the float64 reference rows (one backward
+    per rollout) and verl's gradient (float32 engine: ``TOL``); the metrics carry the record's
+    values under ``geometry/<key>``; from the recorded Grams and verl's norm, exactly."""
+    import math
+
+    from grpo_theory.diagnostics import step_diagnostics
+
+    engine = _fresh(env)
+    grads, out = H.measured_step(engine, _data(env), vc.make_loss_fn(rollout_n=4,
+                                                                     micro_batch_size=4))
+    rec = engine.geometry.last_record
+    d = rec["diagnostics"]
+    ref = H.reference_rows(H.reference_model(env["path"], H.full_params(engine)),
+                           engine.geometry.measured.rows)
+    names = [n for n, _ in H.reference_model(env["path"], H.full_params(engine))
+             .named_parameters()]
+    grad = H.flat_grad(grads, names)
+    by_uid: dict[str, list] = {}
+    for k, r in engine.geometry.measured.rows.items():
+        by_uid.setdefault(r.uid, []).append(ref[k])
+    want, scale = _diag_definitions(list(by_uid.values()), grad)
+    assert d["grad_norm"] == pytest.approx(float(np.linalg.norm(grad)), rel=TOL)
+    for key, v in want.items():
+        if key.startswith("noise/"):
+            tol = TOL * scale / (1.0 if key != "noise/snr" else d["noise/step_noise_sq"])
+            assert abs(d[key] - v) <= tol, (key, d[key], v)
+        else:
+            assert d[key] == pytest.approx(v, rel=TOL), key
+    for key, v in d.items():
+        if key not in ("groups", "grad_norm") and math.isfinite(v):
+            assert out["metrics"][f"geometry/{key}"] == [v], key
+    exact = step_diagnostics(np.stack([np.asarray(g["gram"]) for g in rec["groups"]]),
+                             tokens=[g["lengths"] for g in rec["groups"]],
+                             rewards=[g["rewards"] for g in rec["groups"]],
+                             total_grad_norm=d["grad_norm"])
+    for key, v in exact.items():
+        assert (math.isnan(v) and math.isnan(d[key])) or d[key] == pytest.approx(v, rel=1e-10)
+
+
+VERL_ESTIMATORS = [("grpo", {}), ("grpo", {"norm_adv_by_std_in_grpo": False}), ("rloo", {}),
+                   ("rloo_vectorized", {}), ("grpo_vectorized", {}), ("opo", {}),
+                   ("reinforce_plus_plus_baseline", {}), ("gpg", {}), ("grpo_passk", {}),
+                   ("gdpo", {}), ("reinforce_plus_plus", {})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kw", VERL_ESTIMATORS,
+                         ids=[n + ("-no_std" if k else "") for n, k in VERL_ESTIMATORS])
+def test_dead_groups_from_the_rows_under_every_verl_estimator(env, monkeypatch, name, kw):
+    """verl's own advantage estimator on rewards with one constant group: the dead groups
+    counted from the rows are the groups whose verl advantages are all exactly zero (0 for
+    reinforce_plus_plus, whose batch whitening leaves no group at zero; 3 for grpo_passk,
+    which gives a group with two or more best rollouts no advantage)."""
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    rewards = [[1, 1, 1, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 0]]
+
+    def verl_advantages(r):
+        t = torch.as_tensor(np.asarray(r, dtype=np.float32).reshape(-1, 1))
+        out = get_adv_estimator_fn(name)(token_level_rewards=t, response_mask=torch.ones_like(t),
+                                         index=np.repeat(np.arange(len(r)), len(r[0])),
+                                         config=AlgoConfig(), **kw)
+        return out[0][:, 0].reshape(len(r), len(r[0]))
+
+    A = verl_advantages(rewards)
+    zero = int((A == 0).all(dim=1).sum())
+    monkeypatch.setattr(vc, "_grpo_advantages", verl_advantages)
+    batch = vc.grpo_batch(rewards, seed=1, logp_noise=0.3, model_path=env["path"])
+    engine = _fresh(env)
+    H.measured_step(engine, vc.rank_slice(batch, 0, 1, micro_batch_size=4),
+                    vc.make_loss_fn(rollout_n=4, micro_batch_size=4))
+    d = engine.geometry.last_record["diagnostics"]
+    assert d["dead_groups/count"] == zero and d["dead_groups/group_share"] == zero / 4
+    assert zero == {"reinforce_plus_plus": 0, "grpo_passk": 3}.get(name, 1)

@@ -117,7 +117,28 @@ class Checker:
             Kg = last["row_grams"][key]
             res["Kg_err"] = max(res["Kg_err"],
                                 float(np.abs(Kg - refKg).max() / np.abs(refKg).max()))
+        res["diagnostics_ref"] = _diagnostics_by_definition(
+            {r: v / W for r, v in all_g.items()}, reduced, lambda r: gen.group_offset + r // G)
         self.results.append(res)
+
+
+def _diagnostics_by_definition(rows, grad, group_of):
+    """Norms, dead groups and the noise parts by their definitions from every process's rows
+    (the step's rows: each process's gradient rows over the number of processes) and the
+    gradient the data-parallel wrapper reduced."""
+    import numpy as np
+
+    by: dict[int, list] = {}
+    for r in sorted(rows):
+        by.setdefault(group_of(r), []).append(rows[r].numpy())
+    gn = np.array([np.linalg.norm(np.sum(v, axis=0)) for v in by.values()])
+    norms = np.array([np.linalg.norm(x) for v in by.values() for x in v])
+    n, T, S = len(by), float(grad.double().norm() ** 2), float((gn**2).sum())
+    return {"groups": float(n), "rollout_grad_norm/max": float(norms.max()),
+            "group_grad_norm/mean": float(gn.mean()),
+            "dead_groups/count": float(sum(not np.any(v) for v in by.values())),
+            "noise/mu_sq": n / (n - 1) * (T - S), "noise/trace_sigma": n / (n - 1) * (n * S - T),
+            "scale": max(T, n * S)}
 
 
 def _fsdp_model(out: Path):

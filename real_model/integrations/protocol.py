@@ -9,7 +9,10 @@ Eq. 18), the host's rewards, advantages ``A_i`` and row weights ``c_i`` (the row
 gradient rows ``K_ij = <g_i, g_j>`` (captured in-run; for many groups at once
 :func:`gradient_row_metrics_batch`, one :func:`grpo_theory.spectral.spectral_metrics_batch` per
 group size); :func:`aggregate_groups` the step's mean / sd / min / max / count over the mixed
-groups. The TRL and verl integrations build their records from these; no host is imported.
+groups; :func:`diagnostic_sums` and :func:`step_diagnostics_fields` the step's exact training
+diagnostics (:mod:`grpo_theory.diagnostics`: norms, dead groups, noise scale, SNR) from the
+groups' Grams and the host's own gradient norm, sums merged across processes as scalars. The TRL
+and verl integrations build their records from these; no host is imported.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_theory.diagnostics import diagnostics_from_sums, group_sums, merge_group_sums
 from grpo_theory.mass import gradient_mass
 from grpo_theory.spectral import DEFAULT_RTOL, spectral_metrics, spectral_metrics_batch
 
@@ -34,6 +38,11 @@ __all__ = [
     "gradient_row_metrics_batch",
     "metric_stats",
     "aggregate_groups",
+    "DIAGNOSTICS_UNLOGGED",
+    "padded_gram",
+    "diagnostic_sums",
+    "step_diagnostics_fields",
+    "diagnostics_metrics",
 ]
 
 # Scalar per-group metrics aggregated per step (over mixed groups unless stated).
@@ -233,3 +242,90 @@ def aggregate_groups(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "mixed_groups": len(mixed),
         "metrics": {k: metric_stats([g.get(k) for g in mixed]) for k in keys},
     }
+
+
+# ----------------------------------------------------------------- the step's training diagnostics
+DIAGNOSTICS_UNLOGGED = ("groups", "grad_norm")
+"""Diagnostics keys kept out of the hosts' logs: the logs already carry them under these names
+(``<prefix>groups``: the groups of the step; the host's own ``grad_norm``, which the noise scale
+reads). The JSONL record's ``diagnostics`` keep every key."""
+
+
+def padded_gram(K: Any, positions: Sequence[int], size: int) -> np.ndarray:
+    """``[size, size]`` Gram of a group whose rows at ``positions`` have the Gram ``K`` and whose
+    other rows have no gradient (zero rows: an empty loss mask, or a group without gradient,
+    ``K`` of shape ``[0, 0]``).
+
+    >>> padded_gram([[4.0]], [1], 2).tolist()
+    [[0.0, 0.0], [0.0, 4.0]]
+    """
+    k = np.asarray(K, dtype=np.float64).reshape(len(positions), len(positions))
+    out = np.zeros((size, size))
+    idx = np.asarray(positions, dtype=np.int64)
+    out[np.ix_(idx, idx)] = k
+    return out
+
+
+def diagnostic_sums(groups: Sequence[tuple[Any, Any, Any]], *,
+                    success_threshold: float = 0.5) -> dict[str, float]:
+    """The additive diagnostic sums of whole groups held here (one process, one micro-batch):
+    :func:`grpo_theory.diagnostics.group_sums` per group size, merged
+    (:func:`~grpo_theory.diagnostics.merge_group_sums`). Only these scalars cross processes.
+
+    Args:
+        groups: per group ``(K [R, R], tokens [R], rewards [R])``: the Gram of the group's
+            gradient rows (zero rows for rollouts without gradient: :func:`padded_gram`), the
+            rows' loss-token counts and rewards (``None`` / NaN: unscored). Groups may differ in
+            ``R``.
+        success_threshold: a rollout is solved when its reward exceeds this.
+
+    Returns:
+        The merged sums; ``{}`` for no group (merges as nothing).
+
+    >>> s = diagnostic_sums([(np.eye(2), [3, 4], [1.0, 0.0]), (np.zeros((3, 3)), [1, 1, 1],
+    ...                      [1.0, 1.0, 1.0])])
+    >>> s["groups"], s["dead_groups"], s["group_sq_sum"]
+    (2.0, 1.0, 2.0)
+    """
+    by_size: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for K, tokens, rewards in groups:
+        k = np.asarray(K, dtype=np.float64)
+        r = np.array([np.nan if x is None else x for x in np.asarray(rewards, dtype=object)
+                      .reshape(-1)], dtype=np.float64)
+        by_size.setdefault(k.shape[0], []).append((k, np.asarray(tokens, dtype=np.float64), r))
+    parts = [group_sums(np.stack([g[0] for g in gs]), tokens=np.stack([g[1] for g in gs]),
+                        rewards=np.stack([g[2] for g in gs]),
+                        success_threshold=success_threshold)
+             for _, gs in sorted(by_size.items())]
+    return merge_group_sums(parts) if parts else {}
+
+
+def step_diagnostics_fields(parts: Sequence[Mapping[str, float]], *,
+                            total_grad_norm: float | None, num_groups: int) -> dict[str, float]:
+    """The step's diagnostics from every process's (micro-batch's) :func:`diagnostic_sums` and
+    the host's own gradient norm: :func:`grpo_theory.diagnostics.diagnostics_from_sums` of the
+    merged sums (keys there; NaN where undefined, ``noise/status`` saying why).
+
+    Args:
+        parts: the sums of disjoint sets of whole groups (``{}``: none), together all
+            ``num_groups`` groups of the step.
+        total_grad_norm: the host's ``|G|`` of the step (before clipping, after the all-reduce:
+            the norm of the sum of all the rows), or ``None`` / non-finite (no noise scale).
+        num_groups: the step's number of groups (a part missing from the merge is an error).
+    """
+    merged = merge_group_sums([p for p in parts if p])
+    g = None if total_grad_norm is None or not math.isfinite(total_grad_norm) else \
+        float(total_grad_norm)
+    return diagnostics_from_sums(merged, total_grad_norm=g, num_groups=num_groups)
+
+
+def diagnostics_metrics(diagnostics: Mapping[str, float], *, prefix: str) -> dict[str, float]:
+    """The finite diagnostics as log entries ``{prefix + key: value}`` (not
+    :data:`DIAGNOSTICS_UNLOGGED`; an undefined value is left out, ``noise/status`` says why).
+
+    >>> diagnostics_metrics({"groups": 2.0, "noise/snr": 3.0, "noise/b_simple": float("nan")},
+    ...                     prefix="geometry/")
+    {'geometry/noise/snr': 3.0}
+    """
+    return {prefix + k: float(v) for k, v in diagnostics.items()
+            if k not in DIAGNOSTICS_UNLOGGED and math.isfinite(v)}

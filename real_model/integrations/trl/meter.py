@@ -7,7 +7,10 @@ hooks call :func:`on_generation`, :func:`on_micro_step`, :func:`after_micro_step
 generation batch starts inside it, TRL's per-token loss gradient ``u`` of the micro-steps to
 come (a *segment*) is taken from TRL's own loss (:mod:`.loss`); the step is measured after its
 last segment (second pass: :mod:`.rows`) or its last backward (in-run: :mod:`.inrun`), and
-:func:`finish_step` gathers every process's :func:`.step.local_payload` and records the step.
+:func:`finish_step` gathers every process's :func:`.step.local_payload`. The step's record goes
+to TRL's log and the JSONL when TRL has its gradient norm (:func:`on_grad_norm`, before the
+optimizer update): the training diagnostics (:func:`..protocol.step_diagnostics_fields`:
+norms, dead groups, noise scale, SNR) read it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from .. import collectives
 from ..config import GeometryConfig
 from ..jsonl import StepLog, write_step
+from ..protocol import diagnostics_metrics, step_diagnostics_fields
 from . import private
 from .inrun import InRunMicro, inrun_results
 from .loss import eval_mode, logp_values, segment_weights
@@ -54,7 +58,7 @@ from .weights import (
 )
 
 __all__ = ["Batches", "Run", "new_run", "on_generation", "on_micro_step", "after_micro_step",
-           "add_log_fields", "finish_step"]
+           "add_log_fields", "finish_step", "on_grad_norm"]
 
 
 @dataclass
@@ -83,6 +87,9 @@ class Run:
     last: dict[str, Any] | None = None  # the last measured step (records, Grams, segments)
     pending_reason: str | None = None  # a skip to add to TRL's next log
     warned: set[str] = field(default_factory=set)
+    # a measured step waiting for TRL's gradient norm: (record, every process's diagnostic
+    # sums, why the diagnostics cannot be formed or None)
+    pending: tuple[dict[str, Any], list[dict[str, float]], str | None] | None = None
 
 
 def new_run(trainer: Any, config: GeometryConfig) -> Run:
@@ -141,6 +148,8 @@ def on_micro_step(tr: Any, run: Run) -> None:
     regenerated = bool(regenerated) or tag_error is not None
     step = int(tr.state.global_step)
     first = step != run.seen_step
+    if first and run.pending is not None:  # TRL gave no gradient norm for it: record it now
+        on_grad_norm(tr, run, None)
     run.micro = 0 if first else run.micro + 1
     run.seen_step = step
     if not run.config.measures(step) or run.batches.current is None:
@@ -325,7 +334,9 @@ def finish_step(tr: Any, run: Run) -> None:
                # in-run modes: the geometry's work outside TRL's step (the hooks' time inside
                # it is not separable: see benchmarks/bench_trl_geometry.py)
                else st.spent + time.perf_counter() - t_finish)
-    gathered = collectives.all_gather(local_payload(st, inrun, meas, err, seconds))
+    gathered = collectives.all_gather(local_payload(
+        st, inrun, meas, err, seconds, success_threshold=run.config.success_threshold,
+        world=_world(tr)))
     reason, fields, groups = finished_fields(gathered, mode=st.mode, uneven=uneven)
     if reason is not None:
         _skip(tr, run, rec, reason)
@@ -333,7 +344,7 @@ def finish_step(tr: Any, run: Run) -> None:
     rec.update(fields)
     if run.config.keep_groups:
         rec["group_records"] = groups
-    _record(tr, run, rec)
+    run.pending = (rec, [p["sums"] for p in gathered], _diagnostics_gap(gathered, rec))
     local = inrun if (err is None and inrun is not None) else {}
     run.last = {"step": st.step, "segments": st.segments, "record": rec,
                 "grams": {**meas.grams, **(local.get("grams") or {})},
@@ -492,6 +503,47 @@ class _without_input_require_grads:  # noqa: N801 - a context manager used like 
 
 
 # -------------------------------------------------------------------------- the step's record
+def on_grad_norm(tr: Any, run: Run, grad_norm: Any) -> None:
+    """TRL's gradient norm of the step (before clipping; ``None``: none): the pending measured
+    step gets its diagnostics and goes to TRL's log and the JSONL. The norm is the host's
+    (the same on every process); without one, the geometry's own ``grad_norm`` (one process,
+    full Gram), else the noise scale says that no norm was given (``noise/status`` 2)."""
+    if run.pending is None:
+        return
+    rec, parts, gap = run.pending
+    run.pending = None
+    g = None if grad_norm is None else float(grad_norm.item() if hasattr(grad_norm, "item")
+                                                else grad_norm)
+    source = "host" if g is not None else ("geometry" if rec["grad_norm"] is not None else None)
+    if g is None:
+        g = rec["grad_norm"]
+    if gap is None:
+        rec["diagnostics"], err = attempt(lambda: step_diagnostics_fields(
+            parts, total_grad_norm=g, num_groups=int(rec["groups"])))
+        gap = err
+    if gap is not None:
+        rec["diagnostics"] = None
+        rec["diagnostics_reason"] = gap
+    else:
+        rec["diagnostics_grad_norm_from"] = source
+    _record(tr, run, rec)
+
+
+def _diagnostics_gap(gathered: list[dict[str, Any]], rec: dict[str, Any]) -> str | None:
+    """Why the step's diagnostics cannot be formed (a group with gradient not measured: the
+    noise scale needs every group), or ``None``."""
+    errors = [p["sums_err"] for p in gathered if p.get("sums_err")]
+    if errors:
+        return f"diagnostic sums: {errors[0]}"
+    missing = rec["groups_with_gradient"] - rec["groups_measured"]
+    if missing > 0:
+        return (f"{missing} group(s) with gradient not measured: the diagnostics need every "
+                "group of the step")
+    if not rec["groups"]:
+        return "no group in the step"
+    return None
+
+
 def _skip(tr: Any, run: Run, rec: dict[str, Any], reason: str) -> None:
     """Every process knows ``reason``: record it, log it; raise under ``strict``."""
     if run.config.strict:
@@ -523,6 +575,8 @@ def _record(tr: Any, run: Run, rec: dict[str, Any]) -> None:
         for key in ("mean", "sd", "min", "max", "count"):
             if st[key] is not None:
                 buf[f"{pre}{name}/{key}"].append(float(st[key]))
+    for key, v in diagnostics_metrics(rec.get("diagnostics") or {}, prefix=pre).items():
+        buf[key].append(v)
     _write(tr, run, rec)
 
 

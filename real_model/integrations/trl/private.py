@@ -6,7 +6,8 @@ members (methods the mixin overrides or calls, attributes it reads or swaps) and
 each exists in the installed TRL. When TRL moves, this is the file to read and change. The
 rest of the integration reaches TRL's internals only through the functions below:
 
-* :func:`buffered_inputs`, :func:`micro_step`, :func:`metrics_buffer`: trainer state read;
+* :func:`buffered_inputs`, :func:`micro_step`, :func:`metrics_buffer`,
+  :func:`logged_advantages`: trainer state read;
 * :func:`token_logps` and :class:`logps_replaced`: TRL's per-token log-prob function, called or
   replaced for one call of its loss (:class:`loss_state` keeps what that loss changes);
 * :func:`own_loss`: whether the trainer's loss is TRL's own;
@@ -22,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["PINNED", "TRAINER_PRIVATE", "MODULE_PRIVATE", "buffered_inputs", "micro_step",
-           "metrics_buffer", "token_logps", "logps_replaced", "own_loss", "loss_state",
-           "group_shuffle", "fused_head"]
+           "metrics_buffer", "logged_advantages", "token_logps", "logps_replaced", "own_loss",
+           "loss_state", "group_shuffle", "fused_head"]
 
 PINNED = "1.16.0"
 """The TRL version these names are checked against (``pyproject.toml``'s ``trl`` extra)."""
@@ -39,6 +40,8 @@ TRAINER_PRIVATE = (
     "_metrics",  # read and written: TRL's metric buffer
     "_entropy_window_stats",  # saved and restored around TRL's loss
     "_last_world_entropy",  # saved and restored around TRL's loss
+    "_logs",  # read: the advantages of the latest generation batch (real trl-train)
+    "_get_grad_norm",  # transformers' Trainer, overridden: the step's pre-clip gradient norm
 )
 """``GRPOTrainer`` members the integration uses (methods or instance attributes)."""
 
@@ -65,6 +68,12 @@ def micro_step(trainer: Any) -> int:
 def metrics_buffer(trainer: Any) -> Any:
     """TRL's metric buffer of training (``_metrics["train"]``: name -> list of values)."""
     return trainer._metrics["train"]
+
+
+def logged_advantages(trainer: Any) -> list[float]:
+    """The advantages of TRL's latest generation batch, every process's rows in group order
+    (``_logs["advantages"]``)."""
+    return [float(a) for a in trainer._logs["advantages"]]
 
 
 def token_logps(trainer: Any, *args: Any, **kwargs: Any) -> Any:

@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import aggregate_groups
+import numpy as np
+
+from ..protocol import aggregate_groups, diagnostic_sums, padded_gram
 from .weights import second_pass_only
 
 __all__ = ["FSDP2_UNEVEN", "GeometryStrictError", "attempt", "StepState", "local_payload",
-           "finished_fields", "skipped_groups"]
+           "finished_fields", "skipped_groups", "local_diagnostic_sums"]
 
 #: Start of the reason given when FSDP2 processes would run different second-pass forwards.
 FSDP2_UNEVEN = "FSDP2: the processes would run different second-pass forwards"
@@ -69,14 +71,20 @@ NO_INRUN: dict[str, Any] = {"groups": [], "present": [], "failed": {}, "errors":
 
 
 def local_payload(st: StepState, inrun: Mapping[str, Any] | None, meas: Any, err: str | None,
-                  seconds: float) -> dict[str, Any]:
+                  seconds: float, *, success_threshold: float = 0.5,
+                  world: int = 1) -> dict[str, Any]:
     """What this process sends the others after the step: its failure, its groups' records
-    (second pass and in-run), its gradient's squared norm, time and issues."""
+    (second pass and in-run), its groups' diagnostic sums (scalars), its gradient's squared
+    norm, time and issues. ``world``: the processes, whose gradients the data-parallel wrapper
+    averages (each row of the optimizer's gradient is a process's row over ``world``)."""
     ok = err is None
     local = inrun if (ok and inrun is not None) else NO_INRUN
     second = [dict(g, path="second_pass") for g in meas.groups] if ok else []
+    sums, sums_err = attempt(lambda: local_diagnostic_sums(
+        second + local["groups"], {**meas.row_grams, **(local.get("row_grams") or {})},
+        success_threshold=success_threshold, scale=1.0 / world)) if ok else ({}, None)
     return {
-        "err": err, "groups": second + local["groups"],
+        "err": err, "groups": second + local["groups"], "sums": sums, "sums_err": sums_err,
         "sq": meas.local_grad_sq if ok else None,
         "time": seconds,
         "issues": sorted({i for s in st.segments for i in s["issues"]}),
@@ -126,3 +134,21 @@ def skipped_groups(gathered: Sequence[Mapping[str, Any]], groups: Sequence[Mappi
     default = default or ("rows not all in one micro-batch on one process (geometry_mode=auto "
                           "measures such groups by the second pass)")
     return [{"group": k, "reason": failed.get(k, default)} for k in present]
+
+
+def local_diagnostic_sums(groups: Sequence[Mapping[str, Any]], row_grams: Mapping[int, Any], *,
+                          success_threshold: float, scale: float = 1.0) -> dict[str, float]:
+    """:func:`..protocol.diagnostic_sums` of this process's groups: each group's Gram of its
+    rows in the step (``row_grams[group]`` over its ``measured_rows``; zero rows for the rows
+    with an empty loss mask, all zero for a group without gradient), their loss-token counts
+    and rewards. A group counts the rows it has in this optimizer step (``rows_present``).
+    ``scale``: the factor of every row in the optimizer's gradient (``1 / processes`` under
+    data parallelism, which averages; the Grams scale by its square)."""
+    inputs = []
+    for g in groups:
+        rows = list(g["rows"])
+        measured = g.get("measured_rows", []) if g["has_gradient"] else []
+        K = (scale * scale) * row_grams[int(g["group"])] if measured else np.zeros((0, 0))
+        inputs.append((padded_gram(K, [rows.index(r) for r in measured], len(rows)),
+                       g["lengths"], g["rewards"]))
+    return diagnostic_sums(inputs, success_threshold=success_threshold)

@@ -12,15 +12,20 @@ Outputs in ``--out`` (the layout of ``real train``):
 
 * ``steps.jsonl``: one line per step with ``accuracy`` (TRL's mean reward), ``reward_std``,
   ``reward_std_within`` (mean within-group std, from the measured groups), ``zero_adv_fraction``
-  (TRL's ``frac_reward_zero_std``), ``grad_norm`` and ``loss`` (TRL's), ``geometry_grad_norm``
-  (the geometry's, equal to TRL's with one process), and ``spectra[str(R)]``: means over the
+  (the share of groups with no gradient: on a measured step the exact dead-group share from the
+  rows, else the share of groups whose advantages are all zero), ``trl_frac_reward_zero_std``
+  (TRL's own ``frac_reward_zero_std``, a batch flag under ``scale_rewards="batch"``),
+  ``grad_norm`` and ``loss`` (TRL's), ``geometry_grad_norm`` (the geometry's, equal to TRL's
+  with one process and ``geometry_memory_budget_mb`` 0), ``spectra[str(R)]``: means over the
   step's mixed groups of effective rank / top-1 fraction / numerical rank of the rows' actual
-  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.integrations.trl`);
+  gradients ``g_i`` (from TRL's own per-token loss gradient, :mod:`real_model.integrations.trl`),
+  and on measured steps ``diagnostics`` (norms, dead groups, noise scale and SNR:
+  :mod:`grpo_theory.diagnostics`);
 * ``geometry.jsonl``: the full per-step geometry records (every metric's mean/sd/min/max/count,
   every group's weights, norms and singular values);
 * ``results.json`` (``experiment: "real_trl_train"``, with a ``summary`` over all measured mixed
   groups in the format of ``real rank``, so ``grpo-audit compare --real`` accepts it),
-  ``table.md``, ``train.png``.
+  ``table.md``, ``train.png``, ``diagnostics.png`` (noise scale and SNR per measured step).
 
 Options beyond ``real train``: ``beta`` (KL to the initial model: a second copy of the model, built
 from the policy's own weights by :func:`reference_model_source`, or the adapters disabled with
@@ -55,6 +60,8 @@ from grpo_io import atomic_write_text, check_path, locks_out_dir
 from ...config import TRLTrainConfig
 from ...data import ProblemSet, binary_reward, checked_reward, load_problems
 from ...outputs import (
+    diagnostics_figure,
+    has_diagnostics,
     rank_table_markdown,
     run_header,
     summarize_rank,
@@ -62,6 +69,7 @@ from ...outputs import (
     train_table_markdown,
 )
 from ...run_io import append_jsonl, read_jsonl, write_json
+from . import private
 
 __all__ = [
     "TRLTrainConfig", "run_trl_train", "cut_at_stop", "StopCutReward", "prompt_dataset",
@@ -215,7 +223,8 @@ def _step_recorder(steps_path: Path, R: int) -> Any:
                 "accuracy": logs.get("reward"),
                 "reward_std_within": within,
                 "reward_std": logs.get("reward_std"),
-                "zero_adv_fraction": logs.get("frac_reward_zero_std"),
+                "zero_adv_fraction": _dead_share(self.trainer, rec, R),
+                "trl_frac_reward_zero_std": logs.get("frac_reward_zero_std"),
                 "grad_norm": logs.get("grad_norm"),
                 "geometry_grad_norm": None if rec is None else rec.get("grad_norm"),
                 "loss": logs.get("loss"),
@@ -224,9 +233,23 @@ def _step_recorder(steps_path: Path, R: int) -> Any:
                 "geometry_skipped_reason": None if rec is None else rec.get("skipped_reason"),
                 "geometry_time_s": None if rec is None else rec.get("geometry_time_s"),
                 "time_s": time.perf_counter() - self.t0,
+                **({} if rec is None or not rec.get("diagnostics") else
+                   {"diagnostics": rec["diagnostics"]}),
             })
 
     return StepRecorder()
+
+
+def _dead_share(trainer: Any, rec: dict[str, Any] | None, R: int) -> float | None:
+    """The step's share of groups with no gradient: on a measured step the exact dead-group
+    share from the rows (``diagnostics``); otherwise the share of the latest generation
+    batch's groups whose advantages are all exactly zero (TRL's logged advantages)."""
+    if rec is not None and rec.get("diagnostics"):
+        return float(rec["diagnostics"]["dead_groups/group_share"])
+    adv = private.logged_advantages(trainer)
+    if not adv or len(adv) % R:
+        return None
+    return float(np.mean(np.all(np.asarray(adv).reshape(-1, R) == 0.0, axis=1)))
 
 
 def _prepare_out(out: Path, cfg: TRLTrainConfig, overwrite: bool) -> None:
@@ -387,8 +410,9 @@ def run_trl_train(
 def write_trl_train_results(
     out: Path, cfg: TRLTrainConfig, loaded: Any, *, trl_version: str
 ) -> dict[str, Any]:
-    """``results.json``, ``table.md`` and ``train.png`` of a finished run, from its
-    ``steps.jsonl`` and ``geometry.jsonl`` in ``out``; returns the ``results.json`` content."""
+    """``results.json``, ``table.md``, ``train.png`` and (measured steps with diagnostics)
+    ``diagnostics.png`` of a finished run, from its ``steps.jsonl`` and ``geometry.jsonl`` in
+    ``out``; returns the ``results.json`` content."""
     from .weights import TRL_LOSS_AGGREGATION
 
     R = cfg.num_generations
@@ -418,4 +442,7 @@ def write_trl_train_results(
         train_table_markdown(records, (R,)) + "\n" + rank_table_markdown(summary, title=title),
     )
     train_figure(out / "train.png", records, (R,))
+    if has_diagnostics(records):
+        diagnostics_figure(out / "diagnostics.png", records,
+                           title=f"TRL GRPO ({cfg.loss_type}), R={R}")
     return result

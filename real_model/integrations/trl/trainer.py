@@ -7,7 +7,9 @@ defaults. Each override calls the parent unchanged and hands TRL's values to the
 (:mod:`.meter`): ``_calculate_rewards`` (TRL's gathered rewards), ``_generate_and_score_
 completions`` (tags each row of the generation batch), ``_prepare_inputs`` (measures at the
 first micro-step of a due optimizer step, and where a new generation batch starts inside it),
-``training_step`` (closes an in-run capture), ``log`` (adds ``geometry/skipped_reason``).
+``training_step`` (closes an in-run capture), transformers' ``_get_grad_norm`` (the step's
+pre-clip gradient norm: the measured step's diagnostics and record), ``log`` (adds
+``geometry/skipped_reason``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ class GeometryMixin:
             return out
         finally:
             meter.after_micro_step(self, self.geometry_run, completed=completed)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        meter.on_grad_norm(self, self.geometry_run, norm)
+        return norm
 
     def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
         meter.add_log_fields(self, self.geometry_run, logs)

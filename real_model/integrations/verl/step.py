@@ -9,8 +9,10 @@ in the same order; every decision taken from gathered data): (1) gather each ran
 in-run Grams and errors; (2) plan the second passes (:class:`.plan.Plan`, the same everywhere);
 (3) gather the rows that change rank; (4) run the same number of second passes on every rank;
 (5) gather their Grams; rank 0 builds the records and metrics and broadcasts them. A plan
-without second passes skips (3)-(5). :class:`VerlGeometry` is what the engine holds across
-steps.
+without second passes skips (3)-(5). The step's training diagnostics (norms, dead groups, noise
+scale, SNR: :func:`..protocol.step_diagnostics_fields`) come with the records, from the groups'
+Grams and verl's own gradient norm (:func:`host_grad_norm`, one scalar all-reduce).
+:class:`VerlGeometry` is what the engine holds across steps.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ from ..config import GeometryConfig
 from ..jsonl import StepLog, write_step
 from ..protocol import (
     aggregate_groups,
+    diagnostic_sums,
+    diagnostics_metrics,
     gradient_row_metrics,
     gradient_row_metrics_batch,
     group_records,
+    step_diagnostics_fields,
 )
 from .plan import (
     ROW_KEY,
@@ -57,7 +62,8 @@ from .plan import (
 )
 from .tap import tap_log_probs
 
-__all__ = ["MicroBatch", "MeasuredStep", "VerlGeometry", "new_capture", "finish"]
+__all__ = ["MicroBatch", "MeasuredStep", "VerlGeometry", "new_capture", "finish",
+           "host_grad_norm"]
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +299,7 @@ def finish(st: MeasuredStep, engine: Any, config: GeometryConfig, log_: StepLog 
     """The per-step protocol (module docstring): ``(metrics, record)`` of the step."""
     t0 = time.perf_counter()
     rank, world = collectives.rank(), collectives.world_size()
+    grad_norm = host_grad_norm(engine)  # every rank, first: before any second pass
     local = _local_summary(st, 1.0 / world, rank) if not st.errors else None
     everyone = collectives.all_gather({"errors": st.errors, "summary": local})
     reasons = _reasons(everyone)
@@ -305,7 +312,7 @@ def finish(st: MeasuredStep, engine: Any, config: GeometryConfig, log_: StepLog 
         return _failed(config, log_, step, [f"planning: {type(e).__name__}: {e}"], t_step, t0)
     if plan.n_passes == 0:  # every group in-run: each rank holds what rank 0 would build
         payload = _build_payload(config, log_ if rank == 0 else None, step, plan, [], t_step,
-                                 t0)
+                                 t0, grad_norm)
     else:
         inputs, reasons = _exchange_rows(st, plan, rank)
         if reasons:
@@ -314,11 +321,35 @@ def finish(st: MeasuredStep, engine: Any, config: GeometryConfig, log_: StepLog 
         results = collectives.all_gather({"errors": errors, "grams": grams})
         payload = None
         if rank == 0:
-            payload = _build_payload(config, log_, step, plan, results, t_step, t0)
+            payload = _build_payload(config, log_, step, plan, results, t_step, t0, grad_norm)
         payload = collectives.broadcast(payload)
     if not payload["ok"]:
         return _failed(config, log_, step, payload["reasons"], t_step, t0)
     return payload["metrics"], payload["record"]
+
+
+def host_grad_norm(engine: Any) -> float | None:
+    """verl's gradient norm of the step before its optimizer update, as its ``optimizer_step``
+    computes it before clipping (``actor/grad_norm``): the 2-norm of every parameter's
+    gradient, one all-reduce of a scalar across the FSDP ranks (DTensor gradients; FSDP1:
+    its own ``clip_grad_norm_`` at ``max_norm = inf``, which scales by exactly 1). ``None``
+    when it cannot be formed (the noise scale then says so); every rank calls it."""
+    try:
+        params = [p for p in engine.module.parameters() if p.grad is not None]
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        if isinstance(engine.module, FSDP):
+            total = engine.module.clip_grad_norm_(float("inf"))
+        else:
+            total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+            full = getattr(total, "full_tensor", None)
+            total = full() if callable(full) else total
+        value = float(total)
+        return value if np.isfinite(value) else None
+    except Exception as e:  # never into verl's step
+        log.warning("geometry: verl's gradient norm not formed (%s: %s): no noise scale",
+                    type(e).__name__, e)
+        return None
 
 
 def _reasons(gathered: list[Mapping[str, Any]]) -> list[str]:
@@ -412,7 +443,8 @@ def _failed(config: GeometryConfig, log_: StepLog | None, step: int, reasons: li
 
 
 def _build_payload(config: GeometryConfig, log_: StepLog | None, step: int, plan: Plan,
-                   results: list, t_step: float, t0: float) -> dict[str, Any]:
+                   results: list, t_step: float, t0: float,
+                   grad_norm: float | None = None) -> dict[str, Any]:
     """Records and metrics of the step (``log_``: append the JSONL record there)."""
     reasons = _reasons(results)
     if reasons:
@@ -430,12 +462,39 @@ def _build_payload(config: GeometryConfig, log_: StepLog | None, step: int, plan
                "config": asdict(config)}
         if config.keep_groups:
             rec["groups"] = records
+        diag, reason = _diagnostics(config, plan, grams, records, grad_norm)
+        rec["diagnostics"] = diag
+        if reason is not None:
+            rec["diagnostics_reason"] = reason
         if log_ is not None:
             write_step(log_, rec)
         metrics = metrics_for_verl(agg, plan.layout(), seconds, prefix=config.log_prefix)
+        metrics.update({k: [v] for k, v in diagnostics_metrics(
+            diag or {}, prefix=config.log_prefix).items()})
         return {"ok": True, "metrics": metrics, "record": rec}
     except Exception as e:
         return {"ok": False, "reasons": [f"rank 0 metrics: {type(e).__name__}: {e}"]}
+
+
+def _diagnostics(config: GeometryConfig, plan: Plan, grams: dict, records: list[dict[str, Any]],
+                 grad_norm: float | None) -> tuple[dict[str, float] | None, str | None]:
+    """The step's diagnostics from every group's Gram of its gradient rows and verl's gradient
+    norm, or ``(None, why not)``: a group without its Gram (unsupported, failed) leaves the
+    noise scale without its units. Rank 0 holds every group's ``[R, R]`` Gram (gathered by the
+    protocol); only those small matrices and scalars crossed ranks."""
+    missing = [uid for uid, rec in zip(plan.groups, records, strict=True)
+               if row_gram(plan, grams, uid) is None or "error" in rec]
+    if missing:
+        return None, (f"{len(missing)} group(s) without a Gram of their gradient rows "
+                      "(unsupported or failed): the diagnostics need every group of the step")
+    try:
+        inputs = [(row_gram(plan, grams, uid), [r["length"] for r in rows],
+                   [r["reward"] for r in rows]) for uid, rows in plan.groups.items()]
+        sums = diagnostic_sums(inputs, success_threshold=config.success_threshold)
+        return step_diagnostics_fields([sums], total_grad_norm=grad_norm,
+                                       num_groups=len(plan.groups)), None
+    except Exception as e:  # noqa: BLE001 - the records stand without the diagnostics
+        return None, f"diagnostics: {type(e).__name__}: {e}"
 
 
 def _row_metrics(config: GeometryConfig, plan: Plan, grams: dict) -> dict[str, dict[str, Any]]:
