@@ -71,10 +71,15 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 0
     print(
-        f"wrote {args.out}/steps.jsonl, results.json, table.md, train.png "
+        f"wrote {args.out}/steps.jsonl, results.json, table.md, train.png{_diagnostics(args.out)} "
         f"({res['steps_done']} steps)"
     )
     return 0
+
+
+def _diagnostics(out: str) -> str:
+    """``", diagnostics.png"`` when the run drew it (steps with the training diagnostics)."""
+    return ", diagnostics.png" if (Path(out) / "diagnostics.png").exists() else ""
 
 
 def _trl_train(args: argparse.Namespace) -> int:
@@ -86,8 +91,8 @@ def _trl_train(args: argparse.Namespace) -> int:
     res = run_trl_train(args.out, cfg, progress=not args.no_progress, overwrite=args.overwrite)
     print((Path(args.out) / "table.md").read_text(encoding="utf-8"))
     print(
-        f"wrote {args.out}/steps.jsonl, geometry.jsonl, results.json, table.md, train.png "
-        f"({res['steps_done']} steps)"
+        f"wrote {args.out}/steps.jsonl, geometry.jsonl, results.json, table.md, train.png"
+        f"{_diagnostics(args.out)} ({res['steps_done']} steps)"
     )
     return 0
 
@@ -108,7 +113,8 @@ def _compare(args: argparse.Namespace) -> int:
     prepare_out_dir(args.out)
     res = run_compare(args.out, real=cfg.real, R_values=cfg.R_values, p=cfg.p)
     print(res["table_md"])
-    print(f"wrote {args.out}/compare.json, compare.md, compare.png")
+    also = ", diagnostics.png" if res.get("diagnostics_figure") else ""
+    print(f"wrote {args.out}/compare.json, compare.md, compare.png{also}")
     return 0
 
 

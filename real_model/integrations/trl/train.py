@@ -46,8 +46,10 @@ holds results needs ``--overwrite`` (no resume: TRL's own checkpoints are ~1.6 G
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -144,6 +146,10 @@ def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -
     on_gpu = str(loaded.device).startswith("cuda")
     bf16 = on_gpu and "bfloat16" in str(loaded.dtype)
     R, P = cfg.num_generations, cfg.prompts_per_step
+    # transformers 5.24 renamed gradient_checkpointing (the old name warns); older ones lack it
+    names = {f.name for f in dataclasses.fields(GeometryGRPOConfig)}
+    checkpointing = ("activation_checkpointing" if "activation_checkpointing" in names
+                     else "gradient_checkpointing")
     return GeometryGRPOConfig(
         output_dir=str(out / "cache" / "trl"),
         per_device_train_batch_size=P * R,
@@ -172,7 +178,7 @@ def _grpo_args(cfg: TRLTrainConfig, out: Path, loaded: Any, *, progress: bool) -
         model_init_kwargs={"local_files_only": True} if _by_name(loaded) and cfg.beta > 0
         and cfg.lora_r == 0 else None,
         disable_tqdm=not progress,
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        **{checkpointing: cfg.gradient_checkpointing},
         geometry_every=cfg.geometry_every,
         geometry_jsonl_path=str(out / "geometry.jsonl"),
         geometry_gram_method=cfg.gram_method,
@@ -403,7 +409,11 @@ def run_trl_train(
             peft_config=lora_config(cfg),
         )
     recorder.trainer = trainer
-    trainer.train()
+    with warnings.catch_warnings():
+        # TRL 1.16's own generation asks the model under transformers 5.24's deprecated name
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated",
+                                category=FutureWarning)
+        trainer.train()
     return write_trl_train_results(out, cfg, loaded, trl_version=trl.__version__)
 
 
