@@ -161,7 +161,9 @@ def test_without_a_real_run_the_report_names_the_command_that_decides_table1(
     assert "--real runs/rank/results.json" in text
 
 
-@pytest.mark.parametrize("paper", sorted(papers()))
+# the seed paper in the default tier, every other paper in the slow tier (each runs its audit)
+@pytest.mark.parametrize("paper", [p if p == "seed" else pytest.param(p, marks=pytest.mark.slow)
+                                   for p in sorted(papers())])
 def test_every_paper_gets_the_same_report_structure(paper: str, tmp_path: Path,
                                                      quick_claim: Any) -> None:
     _report(tmp_path, paper, quick_claim)

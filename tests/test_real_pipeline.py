@@ -201,6 +201,7 @@ def test_run_rank_tiny_end_to_end_and_resume(tmp_path: Path) -> None:
                  loaded=tiny_loaded(), progress=False)
 
 
+@pytest.mark.slow  # resume inside one step: tests/test_real_train.py keeps the fast cases
 def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> None:
     import matplotlib
 
@@ -226,6 +227,7 @@ def test_run_train_tiny_resume_reproduces_uninterrupted_run(tmp_path: Path) -> N
     assert (tmp_path / "cache_b" / "checkpoint.pt").is_file() and (b / "train.png").is_file()
 
 
+@pytest.mark.slow
 def test_run_train_rerun_with_fewer_steps_reports_them_and_leaves_later_steps_on_disk(
     tmp_path: Path,
 ) -> None:

@@ -41,6 +41,7 @@ def test_end_process_exits_with_its_code_after_flushing_without_atexit_handlers(
     assert "logged line" in (tmp_path / "log.txt").read_text()
 
 
+@pytest.mark.slow  # a gloo process group in a child process
 def test_end_process_destroys_the_process_group_a_ddp_model_holds(tmp_path):
     proc = run_child("""
         import torch, torch.distributed as dist
