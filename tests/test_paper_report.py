@@ -228,7 +228,8 @@ def _flat_keys(ev: Any) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("paper", sorted(papers()))
+@pytest.mark.parametrize("paper", [p if p == "seed" else pytest.param(p, marks=pytest.mark.slow)
+                                   for p in sorted(papers())])  # others: slow tier
 def test_numbers_quoted_in_findings_and_corrections_are_the_evidence(paper: str,
                                                                      quick_claim: Any) -> None:
     bad = {cid: b for cid in ordered_ids(paper) if (b := unquoted_numbers(quick_claim(cid)))}
