@@ -32,20 +32,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    """The shortest of ``repeats`` wall times of ``fn()`` (seconds).
-
-    >>> best_of(lambda: None, 2) >= 0.0
-    True
-    """
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+from ratios import best_of
 
 
 def main() -> None:

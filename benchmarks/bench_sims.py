@@ -18,15 +18,7 @@ import os
 import time
 
 import numpy as np
-
-
-def _best_of(fn, repeats: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+from ratios import best_of
 
 
 def main() -> None:
@@ -51,8 +43,8 @@ def main() -> None:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "seed": args.seed,
     }
-    t64 = _best_of(lambda: b.sample(n, R, rng))
-    t32 = _best_of(lambda: b.sample_bernoulli_fast(n, R, rng))
+    t64 = best_of(lambda: b.sample(n, R, rng))
+    t32 = best_of(lambda: b.sample_bernoulli_fast(n, R, rng))
     out["bandit_sample_float64"] = {"groups_per_s": n / t64, "rewards_per_s": n * R / t64}
     out["bandit_sample_fast_float32"] = {"groups_per_s": n / t32, "rewards_per_s": n * R / t32}
 
@@ -63,7 +55,7 @@ def main() -> None:
         A = np.asarray(compute_advantages("grpo", r))
         var_cov_stats(A)
 
-    tm = _best_of(moments)
+    tm = best_of(moments)
     out["moment_pipeline_R8"] = {"groups_per_s": nm / tm, "rewards_per_s": nm * Rm / tm}
 
     t = time.perf_counter()

@@ -3,12 +3,14 @@
 A step's time over a plain step's, paired within rounds (each round runs every mode once, so the
 pair shares the machine's speed of that moment), summarised by the median over rounds; the
 interval resamples rounds with replacement. Used by ``bench_trl_geometry.py`` and
-``bench_verl_geometry.py``; doctests run in ``tests/test_benchmark_summaries.py``.
+``bench_verl_geometry.py`` (``best_of``: ``bench_diagnostics.py``, ``bench_sims.py``);
+doctests run in ``tests/test_benchmark_summaries.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -53,3 +55,17 @@ def paired(off: Sequence[float], other: Sequence[float], *, level: float = 0.95,
     x = np.asarray(other, dtype=float) / np.asarray(off, dtype=float)
     lo, hi = central(boot_medians(x, rng=np.random.default_rng(seed), draws=draws), level)
     return float(np.median(x)), lo, hi
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """The shortest of ``repeats`` wall times of ``fn()`` (seconds).
+
+    >>> best_of(lambda: None, 2) >= 0.0
+    True
+    """
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
