@@ -34,6 +34,7 @@ import platform
 import re
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -180,9 +181,28 @@ def arguments(command: str) -> str:
 
 
 # --- running ------------------------------------------------------------------------------
+SCRATCH = "/tmp/grpo-perf/"
+
+
+def scratch_outputs(command: str) -> list[str]:
+    """The ``--out`` folders of ``command`` under ``/tmp/grpo-perf/``: removed before a run, since
+    the commands resume from what a folder holds (a second run would time the resume).
+
+    >>> scratch_outputs("grpo-audit real rank --out /tmp/grpo-perf/rank --no-progress")
+    ['/tmp/grpo-perf/rank']
+    >>> scratch_outputs("grpo-audit audit --out runs/audit")
+    []
+    """
+    words = shlex.split(command)
+    return [w for flag, w in zip(words, words[1:]) if flag == "--out" and w.startswith(SCRATCH)]
+
+
 def run_command(command: str, collect: str) -> tuple[str, list[str]]:
-    """Run ``command`` in a shell at the repository root; return its stdout and, for
-    ``collect="time"``, the row ``[wall s, CPU s, peak MiB]``. A failure is a ``RuntimeError``."""
+    """Run ``command`` in a shell at the repository root, its scratch outputs removed first
+    (:func:`scratch_outputs`); return its stdout and, for ``collect="time"``, the row
+    ``[wall s, CPU s, peak MiB]``. A failure is a ``RuntimeError``."""
+    for out in scratch_outputs(command):
+        shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
