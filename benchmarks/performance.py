@@ -194,7 +194,8 @@ def scratch_outputs(command: str) -> list[str]:
     []
     """
     words = shlex.split(command)
-    return [w for flag, w in zip(words, words[1:]) if flag == "--out" and w.startswith(SCRATCH)]
+    return [w for flag, w in zip(words, words[1:], strict=False)
+            if flag == "--out" and w.startswith(SCRATCH)]
 
 
 def run_command(command: str, collect: str) -> tuple[str, list[str]]:

@@ -33,10 +33,12 @@ _AUDIT: dict[str, dict[str, str]] = {}
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` (pyproject.toml's default: one process per core) for the default tier only; a
-    run that selects other tests (``-m slow``, ``-m gpu``) runs in one process, since the slow
-    tier's real-model runs need several GB each."""
-    return None if config.option.markexpr == "not slow" else 0
+    """``-n auto`` (pyproject.toml's default: one process per core) for the default tier and the
+    slow tier; any other selection (``-m gpu``, both tiers at once) runs in one process. The
+    tests that load the offline SmolLM2 (several GB each) are marked
+    ``pytest.mark.xdist_group("offline_model")``: with ``--dist loadgroup`` (pyproject.toml) they
+    run one after another in one worker."""
+    return None if config.option.markexpr in ("not slow", "slow") else 0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

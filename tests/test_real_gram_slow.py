@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("offline_model")]
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ import pytest
 
 from real_model.loading import ModelNotAvailableError, offline_model_spec
 
+pytestmark = pytest.mark.xdist_group("offline_model")  # one SmolLM2 at a time (tests/conftest.py)
+
 
 def _offline_available() -> bool:
     try:

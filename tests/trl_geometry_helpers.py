@@ -143,14 +143,15 @@ def _weighted_grads(trainer, gen, rows, weights, params, *, per_row=True):
     ids = torch.cat([b["prompt_ids"], b["completion_ids"]], dim=1)
     am = torch.cat([b["prompt_mask"], b["completion_mask"]], dim=1)
     C = b["completion_ids"].shape[1]
-    out = []
-    for sel in ([[r] for r in rows] if per_row else [list(rows)]):
+    sels = [[r] for r in rows] if per_row else [list(rows)]
+    out = torch.empty(len(sels), sum(p.numel() for p in params), dtype=torch.float64)
+    for k, sel in enumerate(sels):  # filled in place: a row is a whole model's gradient
         for p in params:
             p.grad = None
         lp, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids[sel], am[sel], C)
         (lp * weights[sel].to(lp.dtype)).sum().backward()
-        out.append(_flat_grads(params))
-    return torch.stack(out)
+        out[k] = _flat_grads(params)
+    return out
 
 
 class RowChecker:
@@ -209,12 +210,16 @@ class RowChecker:
 
     @staticmethod
     def _check_grams(last, by_group, res):
-        """Recorded ``K`` / ``Kg`` of every measured group against ``Psi Psi^T`` / ``g g^T``."""
+        """Recorded ``K`` / ``Kg`` of every measured group against ``Psi Psi^T`` / ``g g^T``
+        (entry by entry: no stacked copy of rows that hold a whole model's gradient each)."""
         assert last["grams"], "no group was measured"
+
+        def gram(rows: list) -> np.ndarray:
+            return np.array([[float(a @ b) for b in rows] for a in rows])
+
         for key, K in last["grams"].items():
-            Q = torch.stack([x[0] for x in by_group[key]])
-            P = torch.stack([x[1] for x in by_group[key]])
-            refK, refKg = (P @ P.T).numpy(), (Q @ Q.T).numpy()
+            refK = gram([x[1] for x in by_group[key]])
+            refKg = gram([x[0] for x in by_group[key]])
             res["K_err"] = max(res["K_err"], float(np.abs(K - refK).max() / np.abs(refK).max()))
             Kg = last["row_grams"][key]
             scale = max(np.abs(refKg).max(), 1e-300)
