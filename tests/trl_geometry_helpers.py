@@ -215,7 +215,11 @@ class RowChecker:
         assert last["grams"], "no group was measured"
 
         def gram(rows: list) -> np.ndarray:
-            return np.array([[float(a @ b) for b in rows] for a in rows])
+            G = np.empty((len(rows), len(rows)))
+            for i, a in enumerate(rows):
+                for j in range(i, len(rows)):
+                    G[i, j] = G[j, i] = float(a @ rows[j])
+            return G
 
         for key, K in last["grams"].items():
             refK = gram([x[1] for x in by_group[key]])
